@@ -1,0 +1,38 @@
+# Two commands for a new user (README): `make run` and `make test`.
+# Each creates the virtualenv, installs what it needs, and installs Java for
+# Spark when it is missing and we are root.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench java clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+java:
+	@if ! java -version >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing a Java runtime for Spark"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+	  else \
+	    echo "Spark needs Java 17 or later: install a JRE (e.g. openjdk-17-jre-headless)" >&2; exit 1; \
+	  fi; \
+	fi
+
+run: $(STAMP) java
+	$(BIN)/cqsd run $(if $(CONFIG),--config $(CONFIG))
+
+test: $(STAMP) java
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/engine.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

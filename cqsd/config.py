@@ -1,0 +1,658 @@
+"""cqsd configuration: one TOML file, checked whole before the daemon touches anything.
+
+Design note
+-----------
+The keys are a contract (DESIGN §9).  Reading a config is a pure function from
+TOML text to frozen dataclasses; the only I/O is reading the file itself and
+checking that named TLS files exist, so the daemon can validate before it
+creates or opens any data.
+
+Every problem is collected, not only the first, and reported together in one
+`ConfigError`, one line each, ``<file>: <key path>: <what is wrong>``, so an
+operator fixes a config in one pass.  Unknown keys and tables are errors (with
+a difflib suggestion): a misspelt limit silently left at its default is worse
+than a refusal to start.
+
+Each key is declared once, in a table (`_DAEMON`, `_STRUCTURE`, `_CLIENT`),
+with its default and a checker.  Checks between keys (initsize <= size,
+overflow references, unique names) run after every key has been read and only
+on keys that were themselves valid, so one mistake gives one message.
+
+A config file replaces the embedded default; it is not merged with it.
+Missing ``[daemon]`` keys take their defaults, but the structures are only
+those the file defines.
+
+Relative paths (data_dir, socket, tls_cert, tls_key) are kept exactly as
+written: they are relative to the daemon's working directory, not to the
+config file, like paths given on a command line.  ``~`` is not expanded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
+
+__all__ = [
+    "DEFAULT_TOML",
+    "ClientConfig",
+    "Config",
+    "ConfigError",
+    "DaemonConfig",
+    "StructureConfig",
+    "format_size",
+    "load",
+    "loads",
+    "parse_size",
+]
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+DATA_ELEMENT = 512  # bytes per data element, the unit of structure capacity (DESIGN §3)
+MAX_CLIENTS_LIMIT = 1024  # the IMS limit is 32 per structure; 1024 is generous headroom
+MAX_MESSAGE_LIMIT = GiB  # a message is held whole in memory by the reader; MQ's MAXMSGL is 100 MiB
+MAX_STRUCTURE_SIZE = 1024 * GiB  # a CF structure's SIZE tops out at 1 TiB
+MIN_SEND_QUEUE = 16  # enough for a pipelined burst plus a few notifications
+# Linux sun_path is 108 bytes including the terminating NUL; bind() fails beyond it.
+SOCKET_PATH_MAX = 107
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+    "kib": KiB, "mib": MiB, "gib": GiB,
+}
+_SIZE_RE = re.compile(r"\s*([0-9]+)\s*([A-Za-z]*)\s*")
+_STRUCTURE_NAME_RE = re.compile(r"[A-Z0-9@#$_]{1,16}")  # an MVS CF structure name
+_CLIENT_NAME_RE = re.compile(r"[A-Z0-9@#$]{1,8}")  # an IMS ID / CQS client name
+_SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; `problems` lists everything wrong with it.
+
+    Each problem reads ``<key path>: <what is wrong>``; `str()` gives one line
+    per problem, prefixed with `source` (the file name) when there is one.
+    """
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        prefix = f"{self.source}: " if self.source else ""
+        return "\n".join(prefix + problem for problem in self.problems)
+
+
+@dataclasses.dataclass(frozen=True)
+class DaemonConfig:
+    """The ``[daemon]`` table; times in seconds, sizes in bytes."""
+
+    data_dir: str
+    socket: str
+    tcp: str  # "" = off, else "host:port"
+    tls_cert: str  # "" = no TLS
+    tls_key: str
+    max_clients: int
+    max_connections: int
+    resync_grace: float
+    max_deliveries: int
+    max_message: int
+    handshake_timeout: float
+    send_queue: int
+    max_wait: float
+    log_level: str
+
+    @property
+    def tcp_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the TCP listener, or None when TCP is off."""
+        if not self.tcp:
+            return None
+        host, _, port = self.tcp.rpartition(":")
+        return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+@dataclasses.dataclass(frozen=True)
+class StructureConfig:
+    """One ``[[structure]]``: a list structure; sizes in bytes."""
+
+    name: str
+    size: int
+    initsize: int
+    entry_max: int
+    overflow: str | None
+    overflow_threshold: int  # percent of data elements in use; 100 = overflow off
+    max_entries: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """One ``[[client]]``: a client allowed to register, and its secret's digest."""
+
+    name: str
+    secret_sha256: str  # lowercase hex
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A whole, validated configuration."""
+
+    daemon: DaemonConfig
+    structures: tuple[StructureConfig, ...]
+    clients: tuple[ClientConfig, ...]
+
+    def structure(self, name: str) -> StructureConfig:
+        """The structure called *name*; raises KeyError if there is none."""
+        for structure in self.structures:
+            if structure.name == name:
+                return structure
+        raise KeyError(name)
+
+    def client(self, name: str) -> ClientConfig:
+        """The client called *name*; raises KeyError if there is none."""
+        for client in self.clients:
+            if client.name == name:
+                return client
+        raise KeyError(name)
+
+
+# ---------------------------------------------------------------------------
+# Sizes
+
+
+def parse_size(value: object, key: str) -> int:
+    """Bytes in *value*: an integer, or a string like ``"64MiB"``, ``"32kib"``, ``"512"``.
+
+    Units are B, KB/MB/GB (powers of 1000) and KiB/MiB/GiB (powers of 1024),
+    case-insensitive; fractions are not accepted.  Raises ConfigError naming
+    *key* when *value* is not a size.
+    """
+    try:
+        return _size(value)
+    except _Bad as bad:
+        raise ConfigError([f"{key}: {bad}"]) from None
+
+
+def format_size(n: int) -> str:
+    """*n* bytes in the largest unit that divides it, e.g. ``"64MiB"``; parse_size reads it back."""
+    for unit, name in _FORMAT_UNITS:
+        if n and n % unit == 0:
+            return f"{n // unit}{name}"
+    return f"{n}B"
+
+
+_FORMAT_UNITS = (
+    (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB"), (1000**3, "GB"), (1000**2, "MB"), (1000, "KB"),
+)
+_SIZE_EXPECTED = 'expected a size like "64MiB" or an integer number of bytes'
+
+
+def _size(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise _Bad(f"must not be negative, got {value}")
+        return value
+    if not isinstance(value, str):
+        raise _Bad(f"{_SIZE_EXPECTED}, got {_show(value)}")
+    match = _SIZE_RE.fullmatch(value)
+    if match is None:
+        raise _Bad(f"{_SIZE_EXPECTED}, got {_show(value)}")
+    number, unit = match.groups()
+    if unit.lower() not in _SIZE_UNITS:
+        raise _Bad(f"unknown unit {_show(unit)} in {_show(value)} "
+                   "(use B, KB, MB, GB, KiB, MiB or GiB)")
+    return int(number) * _SIZE_UNITS[unit.lower()]
+
+
+# ---------------------------------------------------------------------------
+# Checkers: each takes the TOML value and returns the parsed one or raises _Bad.
+
+
+class _Bad(Exception):
+    """One key's value is wrong; the message says how."""
+
+
+def _show(value: object) -> str:
+    """*value* as the operator wrote it in TOML."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return str(value)
+
+
+def _integer(lo: int, hi: int | None = None) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        # bool is an int subclass, and TOML's `true` must not pass as 1.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _Bad(f"expected an integer, got {_show(value)}")
+        if value < lo or (hi is not None and value > hi):
+            raise _Bad(_out_of_range(value, lo, hi, str))
+        return value
+    return check
+
+
+def _seconds(lo: float, *, inclusive: bool) -> Callable[[object], float]:
+    def check(value: object) -> float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _Bad(f"expected a number of seconds, got {_show(value)}")
+        if not math.isfinite(value):
+            raise _Bad(f"must be a finite number of seconds, got {_show(value)}")
+        if value < lo or (value == lo and not inclusive):
+            relation = "at least" if inclusive else "greater than"
+            raise _Bad(f"must be {relation} {lo:g}, got {value}")
+        return float(value)
+    return check
+
+
+def _size_between(lo: int, hi: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        n = _size(value)
+        if not lo <= n <= hi:
+            raise _Bad(_out_of_range(n, lo, hi, format_size))
+        return n
+    return check
+
+
+def _out_of_range(value: int, lo: int, hi: int | None, show: Callable[[int], str]) -> str:
+    if hi is None:
+        return f"must be at least {show(lo)}, got {show(value)}"
+    return f"must be between {show(lo)} and {show(hi)}, got {show(value)}"
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"expected a string, got {_show(value)}")
+    if "\0" in value:
+        raise _Bad("must not contain a NUL character")
+    return value
+
+
+def _path(value: object) -> str:
+    text = _string(value)
+    if not text:
+        raise _Bad("must not be empty")
+    return text
+
+
+def _tcp(value: object) -> str:
+    """"" (off) or "host:port"; an IPv6 host goes in brackets, "[::1]:7410"."""
+    text = _string(value)
+    if not text:
+        return text
+    host, colon, port = text.rpartition(":")
+    if not colon or not host.removeprefix("[").removesuffix("]"):
+        raise _Bad(f'expected "host:port" (e.g. "127.0.0.1:7410") or "" for off, got {_show(text)}')
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise _Bad(f'an IPv6 host goes in brackets, e.g. "[::1]:7410", got {_show(text)}')
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise _Bad(f"port must be an integer between 1 and 65535, got {_show(port)}")
+    return text
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        text = _string(value)
+        if text.lower() not in options:
+            raise _Bad(f"expected one of {', '.join(options)}, got {_show(text)}"
+                       + _did_you_mean(text.lower(), options))
+        return text.lower()
+    return check
+
+
+def _name(pattern: re.Pattern[str], rule: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        text = _string(value)
+        if pattern.fullmatch(text):
+            return text
+        hint = f' (did you mean "{text.upper()}"?)' if pattern.fullmatch(text.upper()) else ""
+        raise _Bad(f"{_show(text)} is not a valid name: {rule}{hint}")
+    return check
+
+
+_structure_name = _name(_STRUCTURE_NAME_RE, "1-16 characters of A-Z, 0-9, @, #, $ and _")
+_client_name = _name(_CLIENT_NAME_RE, "1-8 characters of A-Z, 0-9, @, # and $")
+
+
+def _sha256(value: object) -> str:
+    text = _string(value)
+    if not _SHA256_RE.fullmatch(text):
+        raise _Bad("expected 64 hexadecimal digits, the SHA-256 of the secret "
+                   "(e.g. from `printf %s SECRET | sha256sum`)")
+    return text.lower()
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# ---------------------------------------------------------------------------
+# Key tables
+
+_REQUIRED = object()  # default of a key that must be given
+_INVALID = object()  # value of a key whose problem has been reported
+
+
+class _Key(NamedTuple):
+    check: Callable[[object], Any]
+    default: object  # a TOML value run through check; None = derived from other keys
+
+
+_DAEMON: dict[str, _Key] = {
+    "data_dir": _Key(_path, "./cqsd-data"),
+    "socket": _Key(_path, None),  # <data_dir>/cqsd.sock
+    "tcp": _Key(_tcp, ""),
+    "tls_cert": _Key(_string, ""),
+    "tls_key": _Key(_string, ""),
+    "max_clients": _Key(_integer(1, MAX_CLIENTS_LIMIT), 32),
+    "max_connections": _Key(_integer(1), 256),
+    "resync_grace": _Key(_seconds(0, inclusive=True), 0),
+    "max_deliveries": _Key(_integer(1), 5),
+    "max_message": _Key(_size_between(1, MAX_MESSAGE_LIMIT), "100MiB"),
+    "handshake_timeout": _Key(_seconds(0, inclusive=False), 10),
+    "send_queue": _Key(_integer(MIN_SEND_QUEUE), 4096),
+    "max_wait": _Key(_seconds(0, inclusive=False), 3600),
+    "log_level": _Key(_choice(LOG_LEVELS), "info"),
+}
+
+_structure_size = _size_between(DATA_ELEMENT, MAX_STRUCTURE_SIZE)
+_STRUCTURE: dict[str, _Key] = {
+    "name": _Key(_structure_name, _REQUIRED),
+    "size": _Key(_structure_size, _REQUIRED),
+    "initsize": _Key(_structure_size, None),  # = size
+    "entry_max": _Key(_structure_size, "32KiB"),
+    "overflow": _Key(_structure_name, None),
+    "overflow_threshold": _Key(_integer(1, 100), 70),
+    "max_entries": _Key(_integer(1), None),  # = data elements in size
+}
+
+_CLIENT: dict[str, _Key] = {
+    "name": _Key(_client_name, _REQUIRED),
+    "secret_sha256": _Key(_sha256, _REQUIRED),
+}
+
+_TABLES = {"daemon": _DAEMON, "structure": _STRUCTURE, "client": _CLIENT}
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+class _Reader:
+    """Collects problems while the document is read."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    def keys(self, path: str, table: Mapping[str, object], spec: Mapping[str, _Key]
+             ) -> tuple[dict[str, Any], set[str]]:
+        """Every key of *spec* checked (or defaulted), and the set of keys given."""
+        for key in table:
+            if key not in spec:
+                self.add(_join(path, key), "unknown key" + _did_you_mean(key, spec))
+        values: dict[str, Any] = {}
+        for key, (check, default) in spec.items():
+            value = table.get(key, default)
+            if value is _REQUIRED:
+                self.add(_join(path, key), "required key is missing")
+                values[key] = _INVALID
+            elif value is None:
+                values[key] = None
+            else:
+                try:
+                    values[key] = check(value)
+                except _Bad as bad:
+                    self.add(_join(path, key), str(bad))
+                    values[key] = _INVALID
+        return values, {key for key in table if key in spec}
+
+    def array(self, name: str, value: object) -> list[tuple[str, Mapping[str, object]]]:
+        """The tables of an array of tables such as ``[[structure]]``, with their paths."""
+        if not isinstance(value, list):
+            self.add(name, f"expected an array of tables ([[{name}]]), got {_show(value)}")
+            return []
+        tables = []
+        for i, item in enumerate(value):
+            if isinstance(item, dict):
+                tables.append((f"{name}[{i}]", item))
+            else:
+                self.add(f"{name}[{i}]", f"expected a table, got {_show(item)}")
+        return tables
+
+
+def _join(path: str, key: str) -> str:
+    bare = re.fullmatch(r"[A-Za-z0-9_-]+", key) is not None
+    return f"{path}.{key if bare else json.dumps(key)}"
+
+
+def _valid(*values: object) -> bool:
+    return all(value is not _INVALID for value in values)
+
+
+def _read_document(r: _Reader, doc: Mapping[str, object]) -> Config | None:
+    for key in doc:
+        if key in _TABLES:
+            continue
+        if key in _DAEMON:
+            r.add(key, "unknown top-level key (did you mean to put it under [daemon]?)")
+        elif isinstance(doc[key], (dict, list)):
+            r.add(key, "unknown table" + _did_you_mean(key, _TABLES))
+        else:
+            r.add(key, "unknown top-level key" + _did_you_mean(key, _TABLES))
+
+    daemon_table = doc.get("daemon", {})
+    if not isinstance(daemon_table, dict):
+        r.add("daemon", f"expected a table ([daemon]), got {_show(daemon_table)}")
+        daemon_table = {}
+    daemon = _read_daemon(r, daemon_table)
+    structures = _read_structures(r, doc.get("structure", []))
+    clients = _read_clients(r, doc.get("client", []))
+    if isinstance(daemon["tcp"], str) and daemon["tcp"] and not clients:
+        r.add("daemon.tcp", "registering over TCP needs a secret, "
+              "but no [[client]] with a secret_sha256 is defined")
+    if r.problems:
+        return None
+    return Config(DaemonConfig(**daemon),
+                  tuple(StructureConfig(**s) for s in structures),
+                  tuple(ClientConfig(**c) for c in clients))
+
+
+def _read_daemon(r: _Reader, table: Mapping[str, object]) -> dict[str, Any]:
+    d, given = r.keys("daemon", table, _DAEMON)
+    if d["socket"] is None and _valid(d["data_dir"]):
+        d["socket"] = os.path.join(d["data_dir"], "cqsd.sock")
+    if isinstance(d["socket"], str) and len(os.fsencode(d["socket"])) > SOCKET_PATH_MAX:
+        derived = "" if "socket" in given else " (derived from data_dir)"
+        r.add("daemon.socket", f"{_show(d['socket'])}{derived} is "
+              f"{len(os.fsencode(d['socket']))} bytes; a Unix socket path is limited to "
+              f"{SOCKET_PATH_MAX} bytes (use a shorter path)")
+    if _valid(d["max_clients"], d["max_connections"]) and d["max_connections"] < d["max_clients"]:
+        default = "" if "max_connections" in given else " (the default)"
+        r.add("daemon.max_connections", f"{d['max_connections']}{default} is less than "
+              f"max_clients {d['max_clients']}")
+    _check_tls(r, d)
+    return d
+
+
+def _check_tls(r: _Reader, d: dict[str, Any]) -> None:
+    cert, key = d["tls_cert"], d["tls_key"]
+    if not _valid(cert, key) or not (cert or key):
+        return
+    if not (cert and key):
+        missing = "tls_key" if cert else "tls_cert"
+        r.add(f"daemon.{missing}", "tls_cert and tls_key must be given together")
+    if d["tcp"] == "":
+        r.add("daemon.tls_cert" if cert else "daemon.tls_key",
+              "TLS applies to the TCP listener only, but daemon.tcp is off")
+    for name, path in (("tls_cert", cert), ("tls_key", key)):
+        if path and not os.path.isfile(path):
+            r.add(f"daemon.{name}", f"no such file: {path}")
+        elif path and not os.access(path, os.R_OK):
+            r.add(f"daemon.{name}", f"cannot read file: {path}")
+
+
+def _read_structures(r: _Reader, value: object) -> list[dict[str, Any]]:
+    rows = []
+    for path, table in r.array("structure", value):
+        s, given = r.keys(path, table, _STRUCTURE)
+        _check_capacity(r, path, s, given)
+        rows.append((path, s))
+    if isinstance(value, list) and not value:
+        r.add("structure", "at least one [[structure]] must be defined")
+    _check_unique(r, rows)
+    _check_overflow(r, rows)
+    return [s for _, s in rows]
+
+
+def _check_capacity(r: _Reader, path: str, s: dict[str, Any], given: set[str]) -> None:
+    size = s["size"]
+    if not _valid(size):
+        s["initsize"] = s["max_entries"] = _INVALID
+        return
+    if s["initsize"] is None:
+        s["initsize"] = size
+    if s["max_entries"] is None:
+        s["max_entries"] = size // DATA_ELEMENT
+    for key in ("initsize", "entry_max"):
+        if _valid(s[key]) and s[key] > size:
+            default = "" if key in given else " (the default)"
+            r.add(f"{path}.{key}",
+                  f"{format_size(s[key])}{default} is larger than size {format_size(size)}")
+
+
+def _check_unique(r: _Reader, rows: list[tuple[str, dict[str, Any]]]) -> None:
+    first: dict[str, str] = {}
+    for path, row in rows:
+        name = row["name"]
+        if not _valid(name):
+            continue
+        if name in first:
+            r.add(f"{path}.name", f"{_show(name)} is already defined by {first[name]}")
+        else:
+            first[name] = path
+
+
+def _check_overflow(r: _Reader, rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """An overflow is another structure, with no overflow of its own, serving one primary."""
+    defined = {s["name"]: (path, s) for path, s in reversed(rows) if _valid(s["name"])}
+    owner: dict[str, str] = {}
+    for path, s in rows:
+        overflow, where = s["overflow"], f"{path}.overflow"
+        if overflow is None or not _valid(overflow, s["name"]):
+            continue
+        if overflow == s["name"]:
+            r.add(where, "a structure cannot be its own overflow structure")
+            continue
+        if overflow not in defined:
+            r.add(where, f"no structure named {overflow} is defined"
+                  + _did_you_mean(overflow, defined))
+            continue
+        target_path, target = defined[overflow]
+        if target["overflow"] is not None and _valid(target["overflow"]):
+            r.add(where, f"{overflow} ({target_path}) has an overflow structure of its own "
+                  f"({target['overflow']}); overflow structures cannot be chained")
+        if overflow in owner:
+            r.add(where, f"{overflow} is already the overflow structure of {owner[overflow]}")
+        else:
+            owner[overflow] = f"{s['name']} ({path})"
+
+
+def _read_clients(r: _Reader, value: object) -> list[dict[str, Any]]:
+    rows = [(path, r.keys(path, table, _CLIENT)[0]) for path, table in r.array("client", value)]
+    _check_unique(r, rows)
+    return [c for _, c in rows]
+
+
+# ---------------------------------------------------------------------------
+# Entry points
+
+
+def loads(text: str, source: str = "<string>") -> Config:
+    """The Config in TOML *text*; *source* names it in error messages.
+
+    Raises ConfigError listing every problem found.
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"not valid TOML: {exc}"], source) from None
+    r = _Reader()
+    config = _read_document(r, doc)
+    if config is None:
+        raise ConfigError(r.problems, source)
+    return config
+
+
+def load(path: str | os.PathLike[str] | None) -> Config:
+    """The Config in the file at *path*, or the embedded default when *path* is None.
+
+    Raises ConfigError, naming the file, when it cannot be read or is not a
+    valid config.
+    """
+    if path is None:
+        return loads(DEFAULT_TOML, "<default config>")
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError([f"cannot read config file: {exc.strerror or exc}"], source) from None
+    try:
+        text = data.decode("utf-8-sig")  # tolerate the BOM some editors write
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"not valid UTF-8 (at byte {exc.start})"], source) from None
+    return loads(text, source)
+
+
+# The embedded default (DESIGN §7, §9): what `cqsd run` uses without --config.
+# config/cqsd.toml is the same configuration with every key explained; a test
+# keeps the two equal.
+DEFAULT_TOML = """\
+[daemon]
+data_dir = "./cqsd-data"
+socket = "./cqsd-data/cqsd.sock"
+tcp = ""
+tls_cert = ""
+tls_key = ""
+max_clients = 32
+max_connections = 256
+resync_grace = 0
+max_deliveries = 5
+max_message = "100MiB"
+handshake_timeout = 10
+send_queue = 4096
+max_wait = 3600
+log_level = "info"
+
+[[structure]]
+name = "MSGQ01"
+size = "64MiB"
+initsize = "32MiB"
+entry_max = "32KiB"
+overflow = "MSGQ01OV"
+overflow_threshold = 70
+
+[[structure]]
+name = "MSGQ01OV"
+size = "16MiB"
+
+[[structure]]
+name = "EMHQ01"
+size = "32MiB"
+"""

@@ -1,0 +1,88 @@
+"""List entries: messages, their staging segments, and where each one lives.
+
+A message is one ``Entry`` on its ready queue (the first segment), plus, when it
+is longer than ``entry_max``, segment entries on the type's staging queue. The
+head keeps the whole payload so a read needs no reassembly; the segments hold
+zero-copy slices of it and occupy their own list entries and data elements, so
+capacity is counted as a coupling facility would count it.
+"""
+
+from sortedcontainers import SortedDict
+
+ELEMENT = 512  # bytes in a CF data element (seed 004, "List Structure Components")
+ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (DESIGN §3)
+
+# Where an entry is. Staged segments are never reachable by entry id.
+READY, LOCKED, COLD, STAGED = "ready", "locked", "cold", "staged"
+
+
+def elements(nbytes: int) -> int:
+    """Data elements used by a list entry carrying ``nbytes`` of payload."""
+    return (nbytes + ENTRY_CONTROLS + ELEMENT - 1) // ELEMENT
+
+
+class Entry:
+    """One list entry. Callers get these back from requests and must not mutate them."""
+
+    __slots__ = (
+        "entry_id", "qtype", "name", "data", "recoverable", "put_time",
+        "delivery_count", "owner", "where", "elements", "segments", "home",
+    )
+
+    def __init__(self, entry_id, qtype, name, data, recoverable, put_time, elements_):
+        self.entry_id: int = entry_id
+        self.qtype: int = qtype
+        self.name: str = name
+        self.data = data
+        self.recoverable: bool = recoverable
+        self.put_time: int = put_time
+        self.delivery_count = 0
+        self.owner: str | None = None
+        self.where = READY
+        self.elements: int = elements_  # this entry's own elements, segments excluded
+        self.segments: "Queue | None" = None  # staging sublist of a long message
+        self.home: tuple[int, str] | None = None  # the queue a suspended entry came from
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.qtype, self.name)
+
+    @property
+    def total_elements(self) -> int:
+        return self.elements + (self.segments.elements if self.segments else 0)
+
+    @property
+    def total_entries(self) -> int:
+        return 1 + (len(self.segments.entries) if self.segments else 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry({self.entry_id}, {self.qtype}:{self.name}, {len(self.data)}B, "
+            f"{self.where}, owner={self.owner}, deliveries={self.delivery_count})"
+        )
+
+
+class Queue:
+    """The sublist of one queue name in one list header: entries FIFO by entry id."""
+
+    __slots__ = ("qtype", "name", "lh", "entries", "elements")
+
+    def __init__(self, qtype: int, name: str, lh: int) -> None:
+        self.qtype = qtype
+        self.name = name
+        self.lh = lh
+        self.entries: SortedDict = SortedDict()  # entry id -> Entry
+        self.elements = 0
+
+    def add(self, entry: Entry) -> None:
+        self.entries[entry.entry_id] = entry
+        self.elements += entry.elements
+
+    def remove(self, entry: Entry) -> None:
+        del self.entries[entry.entry_id]
+        self.elements -= entry.elements
+
+    def pop_first(self) -> Entry:
+        entry = self.entries.popitem(0)[1]
+        self.elements -= entry.elements
+        return entry

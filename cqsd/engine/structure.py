@@ -1,0 +1,651 @@
+"""A list structure: the coupling-facility analogue that holds the queues.
+
+Design note. Every request is a synchronous method that either applies in full
+or raises ``CQSError`` having changed nothing; no method does I/O or awaits, so
+the daemon can call them from its event loop and the recovery fold can replay
+through them. Costs are independent of queue depth: a queue is a sorted map from
+entry id to entry (FIFO by id, O(log n) for a return to the middle), every
+message head is indexed by id, and locks are indexed by client.
+
+Where the seeds put an entry on a private list header we keep it in an index
+instead of a queue: the lock queue (LH 2) is the per-client lock maps, the cold
+queue (LH 1) a map by id. Browse shows them in entry-id order.
+
+Side effects the daemon needs but the reply does not carry are left in
+``events`` (empty→non-empty transitions, fullness changes) and, for keys a
+waiter watches, in ``readable``; the caller drains both after each request.
+"""
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
+
+from sortedcontainers import SortedDict
+
+from .entry import COLD, ELEMENT, LOCKED, READY, STAGED, Entry, Queue, elements
+from .errors import CQSError, Reason
+from .events import FullnessChanged, QueueWork
+from .qtypes import (
+    COLD_LH,
+    FIRST_CLIENT_LH,
+    LIST_HEADERS,
+    LOCK_LH,
+    STAGING_TYPES,
+    QueueType,
+    check_name,
+    headers_of,
+    list_header,
+    parse_qtype,
+    staging_type,
+)
+
+SERIAL = QueueType.TRAN_SERIAL
+SUSPEND = QueueType.TRAN_SUSPEND
+DEFAULT_ENTRY_MAX = 32 * 1024  # DESIGN §9
+DEFAULT_MAX_DELIVERIES = 5  # DESIGN §9
+BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
+    lh
+    for t in QueueType
+    if t not in STAGING_TYPES
+    for lh in headers_of(t)
+)
+
+Key = tuple[int, str]
+Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
+
+
+class Put(NamedTuple):
+    qtype: int | str
+    name: str
+    data: bytes
+    recoverable: bool = True
+
+
+class Delete(NamedTuple):
+    entry_id: int
+
+
+class Move(NamedTuple):
+    entry_id: int
+    qtype: int | str
+    name: str
+
+
+class Unlock(NamedTuple):
+    entry_id: int
+    failed: bool = False
+    qtype: int | str | None = None
+    name: str | None = None
+
+
+Op = Put | Delete | Move | Unlock
+
+
+class Structure:
+    """One list structure of 192 list headers (DESIGN §3)."""
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        *,
+        initsize: int | None = None,
+        entry_max: int = DEFAULT_ENTRY_MAX,
+        max_entries: int | None = None,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.name = name
+        self.size = size
+        self.current_size = initsize or size
+        self.entry_max = entry_max
+        self.max_deliveries = max_deliveries
+        self.elements_total = self.current_size // ELEMENT
+        self.entries_total = max_entries or size // ELEMENT
+        self.elements_used = 0
+        self.entries_used = 0
+        self.full = False
+        self.last_id = 0
+        self._clock = clock
+        self._entries: dict[int, Entry] = {}  # every message head, by id
+        self._queues: dict[Key, Queue] = {}  # non-empty ready queues
+        self._headers = [SortedDict() for _ in range(LIST_HEADERS)]  # name -> Queue
+        self._locks: dict[str, dict[int, Entry]] = {}  # the lock queue, by owner
+        self._locked_per_key: dict[Key, int] = {}
+        self._serial_busy: set[Key] = set()
+        self._cold: dict[int, Entry] = {}
+        self.events: list[QueueWork | FullnessChanged] = []
+        self.watched: set[Key] = set()
+        self.readable: set[Key] = set()
+
+    # -- requests ------------------------------------------------------------
+
+    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True) -> Entry:
+        """Put a message at the end of its queue. Raises STRUCTURE_FULL if it does not fit."""
+        qtype = parse_qtype(qtype)
+        check_name(name)
+        self._reserve(*self.cost(len(data)), f"put of {len(data)} bytes to {qtype.name}:{name}")
+        return self._insert(qtype, name, data, recoverable)
+
+    def read(self, client: str, qtype: int | str, name: str) -> Entry:
+        """Lock the first message of a queue for ``client``. Raises NO_MESSAGE."""
+        key = (parse_qtype(qtype), name)
+        queue = self._queues.get(key)
+        if queue is None or (key[0] == SERIAL and key in self._serial_busy):
+            raise CQSError(Reason.NO_MESSAGE, f"no readable message on {_show(key)}")
+        entry = queue.pop_first()
+        if not queue.entries:
+            self._drop_queue(queue)
+        self._lock(entry, client)
+        return entry
+
+    def delete(self, client: str | None, entry_id: int) -> Entry:
+        """Delete a message locked by ``client``; ``client=None`` is the operator,
+        who may delete any message not locked by a client."""
+        entry = self._find(entry_id)
+        self._check_deletable(client, entry)
+        self._take(entry)
+        self._free(entry)
+        return entry
+
+    def move(self, client: str | None, entry_id: int, qtype: int | str, name: str) -> Entry:
+        """Move a message (unlocked, or locked by ``client``) to its place by id in
+        another queue; a lock the caller held is released."""
+        entry = self._find(entry_id)
+        key = (parse_qtype(qtype), check_name(name))
+        self._check_movable(client, entry)
+        self._take(entry)
+        entry.qtype, entry.name = key
+        entry.home = None
+        self._place(entry)
+        return entry
+
+    def unlock(
+        self,
+        client: str,
+        entry_id: int,
+        *,
+        failed: bool = False,
+        qtype: int | str | None = None,
+        name: str | None = None,
+    ) -> Entry:
+        """Give back a message ``client`` holds: to its place, or to ``qtype``/``name``.
+
+        With ``failed``, a message already delivered ``max_deliveries`` times goes to
+        the suspend queue instead, so a message that keeps failing stops being retried.
+        """
+        entry = self._find(entry_id)
+        target = self._target(entry, qtype, name)
+        self._check_held(client, entry)
+        self._release(entry)
+        self._return(entry, target, failed)
+        return entry
+
+    def commit(self, client: str, ops: Iterable[Op]) -> list[Entry]:
+        """Apply puts, deletes, moves and unlocks all together or not at all.
+
+        Everything is checked before anything changes: each entry may appear once,
+        and the puts must fit in the space free after the batch's deletes.
+        """
+        ops = list(ops)
+        seen: set[int] = set()
+        need_elements = need_entries = 0
+        freed_elements = freed_entries = 0
+        puts: list[tuple[QueueType, str, bytes, bool]] = []
+        for op in ops:
+            if type(op) is Put:
+                qtype = parse_qtype(op.qtype)
+                check_name(op.name)
+                elements_, entries = self.cost(len(op.data))
+                need_elements += elements_
+                need_entries += entries
+                puts.append((qtype, op.name, op.data, bool(op.recoverable)))
+                continue
+            if op.entry_id in seen:
+                raise CQSError(
+                    Reason.INVALID_REQUEST, f"entry {op.entry_id} appears twice in one commit"
+                )
+            seen.add(op.entry_id)
+            entry = self._find(op.entry_id)
+            if type(op) is Delete:
+                self._check_deletable(client, entry)
+                freed_elements += entry.total_elements
+                freed_entries += entry.total_entries
+            elif type(op) is Move:
+                parse_qtype(op.qtype), check_name(op.name)
+                self._check_movable(client, entry)
+            elif type(op) is Unlock:
+                self._target(entry, op.qtype, op.name)
+                self._check_held(client, entry)
+            else:
+                raise CQSError(Reason.INVALID_REQUEST, f"unknown commit operation {op!r}")
+        if puts:
+            self._check_fits(
+                need_elements - freed_elements,
+                need_entries - freed_entries,
+                f"commit of {len(puts)} puts",
+            )
+        results: list[Entry | None] = []
+        for op in ops:  # the checks above guarantee none of these can fail
+            if type(op) is Delete:
+                results.append(self.delete(client, op.entry_id))
+            elif type(op) is Move:
+                results.append(self.move(client, op.entry_id, op.qtype, op.name))
+            elif type(op) is Unlock:
+                results.append(
+                    self.unlock(client, op.entry_id, failed=op.failed, qtype=op.qtype, name=op.name)
+                )
+            else:
+                results.append(None)
+        puts.reverse()
+        return [
+            result if result is not None else self._insert_reserved(*puts.pop())
+            for result in results
+        ]
+
+    def browse(
+        self,
+        qtype: int | str | None = None,
+        name: str | None = None,
+        *,
+        after: Cursor | None = None,
+        limit: int = 100,
+    ) -> tuple[list[Entry], Cursor | None]:
+        """Look without locking: one queue (``qtype`` and ``name``), one queue type
+        (``qtype``), or everything including the cold and lock queues (neither).
+
+        Returns up to ``limit`` entries in list-header, name, FIFO order and a cursor
+        to pass as ``after`` for the next page, or None when there is no more.
+        """
+        if name is not None and qtype is None:
+            raise CQSError(Reason.INVALID_REQUEST, "browse of a queue name needs its queue type")
+        if type(limit) is not int or limit < 1:
+            raise CQSError(Reason.INVALID_REQUEST, f"browse limit must be a positive integer, got {limit!r}")
+        if qtype is None:
+            lhs: Iterable[int] = BROWSE_ALL_LHS
+        else:
+            qtype = parse_qtype(qtype)
+            lhs = [list_header(qtype, check_name(name))] if name is not None else headers_of(qtype)
+        walk = self._walk(lhs, name, after)
+        found = [entry for _, entry in zip(range(limit), walk, strict=False)]
+        last = found[-1] if len(found) == limit else None
+        if last is None or next(walk, None) is None:
+            return found, None
+        return found, (self._lh_of(last), last.name if last.where == READY else "", last.entry_id)
+
+    # -- operator requests -----------------------------------------------------
+
+    def requeue(self, entry_id: int) -> Entry:
+        """Return a message from the cold queue or a suspend queue to the queue it came
+        from, with its delivery count reset: the operator is asking for a fresh try."""
+        entry = self._find(entry_id)
+        if entry.where == COLD:
+            del self._cold[entry_id]
+            entry.owner = None
+        elif entry.where == READY and entry.home is not None:
+            self._unplace(entry)
+            entry.qtype, entry.name = entry.home
+            entry.home = None
+        else:
+            raise CQSError(
+                Reason.INVALID_REQUEST,
+                f"entry {entry_id} is neither on the cold queue nor suspended",
+            )
+        entry.delivery_count = 0
+        self._place(entry)
+        return entry
+
+    def dequeue(self, qtype: int | str, name: str) -> list[Entry]:
+        """Delete every unlocked message of a queue (IMS /DEQUEUE)."""
+        queue = self._queues.get((parse_qtype(qtype), check_name(name)))
+        if queue is None:
+            return []
+        gone = list(queue.entries.values())
+        for entry in gone:
+            self.delete(None, entry.entry_id)
+        return gone
+
+    # -- clients ---------------------------------------------------------------
+
+    def client_locks(self, client: str) -> list[Entry]:
+        """The messages ``client`` holds, oldest first (what a warm restart resyncs)."""
+        return sorted(self._locks.get(client, {}).values(), key=lambda e: e.entry_id)
+
+    def release_client(self, client: str) -> list[Entry]:
+        """Peer recovery: every lock of a client that died goes back to its place, or to
+        the suspend queue once delivered ``max_deliveries`` times."""
+        released = self.client_locks(client)
+        for entry in released:
+            self._release(entry)
+            self._return(entry, None, failed=True)
+        return released
+
+    def cold_client(self, client: str) -> list[Entry]:
+        """Cold start: every lock left by a client's earlier life goes to the cold queue."""
+        moved = self.client_locks(client)
+        for entry in moved:
+            self._release(entry)
+            entry.where = COLD
+            entry.owner = client  # kept so the operator can see whose it was
+            self._cold[entry.entry_id] = entry
+        return moved
+
+    # -- queries ---------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """Structure totals as ``cqsctl display structures`` shows them."""
+        return {
+            "name": self.name,
+            "size": self.size,
+            "current_size": self.current_size,
+            "elements_used": self.elements_used,
+            "elements_total": self.elements_total,
+            "entries_used": self.entries_used,
+            "entries_total": self.entries_total,
+            "percent_full": round(100 * self.elements_used / max(1, self.elements_total), 2),
+            "full": self.full,
+            "messages": len(self._entries),
+            "queues": len(self._queues),
+            "locked": sum(len(locks) for locks in self._locks.values()),
+            "cold": len(self._cold),
+        }
+
+    def queue_stats(self, qtype: int | str, name: str) -> dict:
+        """Depth, data elements, oldest put time and locked count of one queue."""
+        key = (parse_qtype(qtype), check_name(name))
+        queue = self._queues.get(key)
+        return {
+            "qtype": QueueType(key[0]).name,
+            "queue": name,
+            "depth": len(queue.entries) if queue else 0,
+            "elements": queue.elements if queue else 0,
+            "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
+            "locked": self._locked_per_key.get(key, 0),
+        }
+
+    def queues(self) -> list[dict]:
+        """Every queue that holds or has lent out a message, in list-header order."""
+        keys = set(self._queues) | set(self._locked_per_key)
+        keys = {k for k in keys if k[0] not in STAGING_TYPES}
+        return [self.queue_stats(*k) for k in sorted(keys, key=lambda k: (list_header(*k), k[1]))]
+
+    def header_stats(self) -> list[dict]:
+        """Entries and data elements on each list header that holds any."""
+        rows = []
+        for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked()))):
+            if pool:  # heads only: a long message's segments stay on its staging queue
+                rows.append({"lh": lh, "entries": len(pool), "elements": sum(e.elements for e in pool)})
+        for lh in range(FIRST_CLIENT_LH, LIST_HEADERS):
+            header = self._headers[lh]
+            if header:
+                rows.append({"lh": lh, "entries": sum(len(q.entries) for q in header.values()),
+                             "elements": sum(q.elements for q in header.values())})
+        return rows
+
+    def client_stats(self) -> dict[str, int]:
+        """Locks held per client."""
+        return {client: len(locks) for client, locks in self._locks.items() if locks}
+
+    def get(self, entry_id: int) -> Entry:
+        """The message with this id, wherever it is. Raises ENTRY_NOT_FOUND."""
+        return self._find(entry_id)
+
+    def take_events(self) -> list[QueueWork | FullnessChanged]:
+        events, self.events = self.events, []
+        return events
+
+    def cost(self, nbytes: int) -> tuple[int, int]:
+        """(data elements, list entries) a message of ``nbytes`` occupies, segments included."""
+        step = self.entry_max
+        if nbytes <= step:
+            return elements(nbytes), 1
+        whole, rest = divmod(nbytes, step)
+        return whole * elements(step) + (elements(rest) if rest else 0), whole + (1 if rest else 0)
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Every message head, in entry-id order (for images and checks)."""
+        return iter(sorted(self._entries.values(), key=lambda e: e.entry_id))
+
+    # -- internals -------------------------------------------------------------
+
+    def _find(self, entry_id: int) -> Entry:
+        try:
+            return self._entries[entry_id]
+        except (KeyError, TypeError):
+            raise CQSError(
+                Reason.ENTRY_NOT_FOUND, f"entry {entry_id!r} is not in structure {self.name}"
+            ) from None
+
+    def _check_held(self, client: str, entry: Entry) -> None:
+        if entry.where != LOCKED or entry.owner != client:
+            holder = f"locked by {entry.owner}" if entry.where == LOCKED else "not locked"
+            raise CQSError(
+                Reason.LOCK_NOT_HELD,
+                f"entry {entry.entry_id} on {_show(entry.key)} is {holder}, not by {client}",
+            )
+
+    def _check_deletable(self, client: str | None, entry: Entry) -> None:
+        if client is not None or entry.where == LOCKED:
+            self._check_held(client or "the operator", entry)
+
+    def _check_movable(self, client: str | None, entry: Entry) -> None:
+        if entry.where == LOCKED and entry.owner != client:
+            self._check_held(client or "the operator", entry)
+
+    def _target(self, entry: Entry, qtype, name) -> Key | None:
+        if qtype is None and name is None:
+            return None
+        return (parse_qtype(qtype if qtype is not None else entry.qtype), check_name(name or entry.name))
+
+    def _cost_check(self, need_elements: int, need_entries: int) -> bool:
+        return (
+            self.elements_used + need_elements <= self.elements_total
+            and self.entries_used + need_entries <= self.entries_total
+        )
+
+    def _check_fits(self, need_elements: int, need_entries: int, what: str) -> None:
+        if not self._cost_check(need_elements, need_entries):
+            if not self.full:
+                self.full = True
+                self._fullness()
+            raise CQSError(
+                Reason.STRUCTURE_FULL,
+                f"structure {self.name} is full: {what} needs {need_elements} data elements "
+                f"and {need_entries} list entries; {self.elements_total - self.elements_used} "
+                f"elements and {self.entries_total - self.entries_used} entries are free",
+            )
+
+    def _reserve(self, need_elements: int, need_entries: int, what: str) -> None:
+        self._check_fits(need_elements, need_entries, what)
+        self.elements_used += need_elements
+        self.entries_used += need_entries
+        if self.full:
+            self.full = False
+            self._fullness()
+
+    def _fullness(self) -> None:
+        self.events.append(
+            FullnessChanged(self.name, self.full, self.elements_used, self.elements_total)
+        )
+
+    def _new_id(self, now: int) -> int:
+        self.last_id = now if now > self.last_id else self.last_id + 1
+        return self.last_id
+
+    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
+        self._reserve(*self.cost(len(data)), "commit")
+        return self._insert(qtype, name, data, recoverable)
+
+    def _insert(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
+        """Add a message whose space is reserved. Its 2nd..nth segments go to the
+        staging queue first and its head last, as IMS puts the first record last."""
+        now = self._clock()
+        step = self.entry_max
+        segments = None
+        if len(data) > step:
+            view = memoryview(data)
+            first_id = self._new_id(now)
+            stype = staging_type(qtype)
+            sname = "S" + _base36(first_id)
+            segments = Queue(stype, sname, list_header(stype, sname))
+            for offset in range(step, len(data), step):
+                chunk = view[offset : offset + step]
+                entry_id = first_id if offset == step else self._new_id(now)
+                seg = Entry(entry_id, stype, sname, chunk, recoverable, now, elements(len(chunk)))
+                seg.where = STAGED
+                segments.add(seg)
+            self._headers[segments.lh][sname] = segments
+        entry_id = self._new_id(now)
+        entry = Entry(entry_id, qtype, name, data, recoverable, now, elements(min(len(data), step)))
+        entry.segments = segments
+        self._entries[entry_id] = entry
+        self._place(entry)
+        return entry
+
+    def _place(self, entry: Entry) -> None:
+        """Put an entry on its ready queue at its place by id."""
+        key = (entry.qtype, entry.name)
+        queue = self._queues.get(key)
+        if queue is None:
+            lh = list_header(*key)
+            queue = self._queues[key] = Queue(entry.qtype, entry.name, lh)
+            self._headers[lh][entry.name] = queue
+            self.events.append(QueueWork(self.name, entry.qtype, entry.name))
+        queue.add(entry)
+        entry.where = READY
+        if key in self.watched:
+            self.readable.add(key)
+
+    def _unplace(self, entry: Entry) -> None:
+        queue = self._queues[(entry.qtype, entry.name)]
+        queue.remove(entry)
+        if not queue.entries:
+            self._drop_queue(queue)
+
+    def _drop_queue(self, queue: Queue) -> None:
+        del self._queues[(queue.qtype, queue.name)]
+        del self._headers[queue.lh][queue.name]
+
+    def _take(self, entry: Entry) -> None:
+        """Detach an entry from wherever it is (ready, lock or cold queue)."""
+        if entry.where == READY:
+            self._unplace(entry)
+        elif entry.where == LOCKED:
+            self._release(entry)
+        else:
+            del self._cold[entry.entry_id]
+            entry.owner = None
+
+    def _free(self, entry: Entry) -> None:
+        del self._entries[entry.entry_id]
+        self.elements_used -= entry.total_elements
+        self.entries_used -= entry.total_entries
+        if entry.segments is not None:
+            del self._headers[entry.segments.lh][entry.segments.name]
+
+    def _lock(self, entry: Entry, client: str) -> None:
+        entry.where = LOCKED
+        entry.owner = client
+        entry.delivery_count += 1
+        locks = self._locks.get(client)
+        if locks is None:
+            locks = self._locks[client] = {}
+        locks[entry.entry_id] = entry
+        key = (entry.qtype, entry.name)
+        self._locked_per_key[key] = self._locked_per_key.get(key, 0) + 1
+        if entry.qtype == SERIAL:
+            self._serial_busy.add(key)
+
+    def _release(self, entry: Entry) -> None:
+        """Take an entry off the lock queue; it is nowhere until placed again."""
+        locks = self._locks[entry.owner]
+        del locks[entry.entry_id]
+        if not locks:
+            del self._locks[entry.owner]
+        entry.owner = None
+        key = (entry.qtype, entry.name)
+        left = self._locked_per_key[key] - 1
+        if left:
+            self._locked_per_key[key] = left
+        else:
+            del self._locked_per_key[key]
+        if entry.qtype == SERIAL:
+            self._serial_busy.discard(key)
+            if key in self.watched and key in self._queues:
+                self.readable.add(key)
+
+    def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
+        if failed and entry.delivery_count >= self.max_deliveries:
+            if entry.home is None:
+                entry.home = (entry.qtype, entry.name)
+            entry.qtype = SUSPEND
+        elif target is not None:
+            entry.qtype, entry.name = target
+            entry.home = None
+        self._place(entry)
+
+    def _all_locked(self) -> Iterator[Entry]:
+        for locks in self._locks.values():
+            yield from locks.values()
+
+    def _lh_of(self, entry: Entry) -> int:
+        if entry.where == LOCKED:
+            return LOCK_LH
+        if entry.where == COLD:
+            return COLD_LH
+        return list_header(entry.qtype, entry.name)
+
+    def _walk(self, lhs: Iterable[int], only: str | None, after: Cursor | None) -> Iterator[Entry]:
+        """Entries strictly after the cursor, in (list header, name, entry id) order."""
+        a_lh, a_name, a_id = _check_cursor(after)
+        for lh in lhs:
+            if lh < a_lh:
+                continue
+            if lh in (COLD_LH, LOCK_LH):
+                pool = self._cold.values() if lh == COLD_LH else self._all_locked()
+                for entry in sorted(pool, key=lambda e: e.entry_id):
+                    if lh > a_lh or entry.entry_id > a_id:
+                        yield entry
+                continue
+            header = self._headers[lh]
+            if only is not None:
+                names: Iterable[str] = [only] if only in header else []
+            else:
+                names = header.irange(minimum=a_name) if lh == a_lh else header.keys()
+            for name in list(names):
+                queue = header[name]
+                if lh == a_lh and name == a_name:
+                    ids: Iterable[int] = queue.entries.irange(minimum=a_id, inclusive=(False, True))
+                elif lh == a_lh and name < a_name:
+                    continue
+                else:
+                    ids = queue.entries.keys()
+                for entry_id in ids:
+                    yield queue.entries[entry_id]
+
+
+def _check_cursor(after: object) -> Cursor:
+    if after is None:
+        return (-1, "", -1)
+    if (
+        isinstance(after, (tuple, list))
+        and len(after) == 3
+        and type(after[0]) is int
+        and type(after[1]) is str
+        and type(after[2]) is int
+    ):
+        return (after[0], after[1], after[2])
+    raise CQSError(Reason.INVALID_REQUEST, f"browse cursor {after!r} is not one this server gave")
+
+
+def _show(key: Key) -> str:
+    return f"{QueueType(key[0]).name}:{key[1]}"
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    out = ""
+    while n:
+        n, d = divmod(n, 36)
+        out = digits[d] + out
+    return out or "0"

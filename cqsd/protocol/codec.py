@@ -1,0 +1,327 @@
+"""The cqsd wire codec: length-prefixed msgpack maps, sans I/O.
+
+Design note
+-----------
+A connection carries a stream of frames in each direction::
+
+    +----------------------+---------------------------------------+
+    | N: uint32 big-endian | N bytes: one msgpack map, str keys    |
+    +----------------------+---------------------------------------+
+
+``N`` counts the body only, never the header, and is at least 1 (the
+smallest map, ``{}``, is the single byte ``0x80``). Bodies are packed with
+``use_bin_type=True`` so that ``bytes`` travel as msgpack *bin* and ``str`` as
+msgpack *str*; they are unpacked with ``raw=False`` so each comes back as the
+type it was sent as. Requests carry an ``id``, replies echo it, and
+notifications are maps without one; this module neither knows nor cares which
+is which. It frames, and it checks that every frame is a map with str keys.
+msgpack *ext* types, the timestamp included, are not part of the protocol and
+are refused.
+
+Nothing here does I/O, in the manner of h11: the caller reads bytes from
+wherever it likes and hands them to :meth:`FrameDecoder.receive_data`, then
+calls :meth:`FrameDecoder.next_frame` until it answers :data:`NEED_DATA`.
+That is why the same code serves the Trio daemon, the AnyIO SDK and the
+blocking socket client, and why it must never import any of them (a test
+checks).
+
+Two shapes of traffic have to be cheap. A 100 MiB message arrives as some
+1,600 reads of 64 KiB: each read is appended to one ``bytearray`` (amortised
+O(1) a byte) and the frame is decoded once, through a ``memoryview``, when its
+last byte is in. A pipelining client sends thousands of 100-byte frames in one
+read: they are decoded in place by advancing a read offset, and the consumed
+prefix is only dropped once it is at least as large as what remains, so every
+byte is moved at most a constant number of times.
+
+A frame whose header announces more than ``max_frame`` bytes is refused as
+soon as the header is in, before its body is buffered. Any error poisons the
+decoder: it drops what it holds, ignores what it is given, and raises the same
+error from every later call, because after a framing error the byte stream
+has no trustworthy boundaries left to resynchronise on.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any, Final
+
+import msgpack
+
+__all__ = [
+    "CLOSED",
+    "DEFAULT_MAX_FRAME",
+    "HEADER_SIZE",
+    "INVALID_REQUEST",
+    "MAX_FRAME_LIMIT",
+    "MESSAGE_TOO_LARGE",
+    "NEED_DATA",
+    "PROTOCOL_VERSION",
+    "FrameDecoder",
+    "ProtocolError",
+    "encode_frame",
+]
+
+# Bumped whenever a peer of the previous version could misread a frame or a
+# request; the two sides compare it in the `register` handshake (DESIGN §5).
+PROTOCOL_VERSION: Final = 1
+
+_MiB: Final = 1024 * 1024
+
+# The largest message cqsd accepts by default is 100 MiB, MQ's MAXMSGL; the
+# extra 1 MiB is headroom for the other fields of the request that carries it
+# (id, op, queue name, options), so a maximal message still fits in a frame.
+DEFAULT_MAX_FRAME: Final = 100 * _MiB + 1 * _MiB
+
+# The length prefix is a 4-byte big-endian unsigned integer, so no frame can
+# be longer than this however a limit is configured.
+_HEADER: Final = struct.Struct(">I")
+HEADER_SIZE: Final = _HEADER.size
+MAX_FRAME_LIMIT: Final = 2**32 - 1
+
+# Reason codes carried by ProtocolError; the daemon puts them in its error
+# reply (where it can still send one) before closing the connection.
+INVALID_REQUEST: Final = "INVALID_REQUEST"
+MESSAGE_TOO_LARGE: Final = "MESSAGE_TOO_LARGE"
+
+# How much of an offending map key an error message quotes: enough to
+# recognise it, while a bin key of many megabytes cannot bloat a log line.
+_KEY_QUOTE_LIMIT: Final = 40
+
+
+class ProtocolError(Exception):
+    """A frame broke the wire format.
+
+    ``reason`` is the reason code for the error reply (``INVALID_REQUEST`` or
+    ``MESSAGE_TOO_LARGE``); ``str(error)`` names the problem.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ProtocolError({self.reason!r}, {self.message!r})"
+
+
+class _Signal(enum.Enum):
+    # An Enum rather than bare object()s: members stay singletons through copy
+    # and pickle, and type checkers narrow `result is NEED_DATA` checks.
+    NEED_DATA = "NEED_DATA"
+    CLOSED = "CLOSED"
+
+    def __repr__(self) -> str:
+        return self.value
+
+    __str__ = __repr__
+
+
+NEED_DATA: Final = _Signal.NEED_DATA
+"""Returned by :meth:`FrameDecoder.next_frame` when it needs more bytes."""
+
+CLOSED: Final = _Signal.CLOSED
+"""Returned by :meth:`FrameDecoder.next_frame` once the peer closed cleanly."""
+
+
+def _check_max_frame(max_frame: int) -> None:
+    if not 1 <= max_frame <= MAX_FRAME_LIMIT:
+        raise ValueError(
+            f"max_frame must be between 1 and {MAX_FRAME_LIMIT} (the 4-byte length "
+            f"prefix), not {max_frame}"
+        )
+
+
+def _too_large(size: int, max_frame: int) -> ProtocolError:
+    return ProtocolError(
+        MESSAGE_TOO_LARGE, f"frame of {size} bytes exceeds the maximum of {max_frame}"
+    )
+
+
+def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """Return the frame for *obj*: its 4-byte length, then its msgpack body.
+
+    Raises ProtocolError(MESSAGE_TOO_LARGE) if the body would exceed
+    *max_frame* bytes (the peer would refuse it), ValueError if *max_frame* is
+    out of range, and TypeError if *obj* is not a dict with str keys. Values
+    msgpack cannot pack raise msgpack's own error (TypeError, OverflowError or
+    ValueError): those are bugs in the caller, not in the peer.
+    """
+    _check_max_frame(max_frame)
+    if not isinstance(obj, dict):
+        raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
+    for key in obj:
+        if not isinstance(key, str):
+            raise TypeError(f"frame map key {_quote(key)} is not a string")
+    body = msgpack.packb(obj, use_bin_type=True)
+    if len(body) > max_frame:
+        raise _too_large(len(body), max_frame)
+    # One copy of the body; a 100 MiB frame costs a few tens of milliseconds,
+    # which is cheaper than making every caller send two buffers.
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameDecoder:
+    """Turns the bytes of one connection back into frames.
+
+    Feed it with :meth:`receive_data` and drain it with :meth:`next_frame`.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        _check_max_frame(max_frame)
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        # Bytes before _start belong to frames already returned.
+        self._start = 0
+        self._eof = False
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """How many received bytes the decoder holds (for back-pressure)."""
+        return len(self._buf) - self._start
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes read from the peer; empty *data* means the peer closed.
+
+        Raises RuntimeError if called with more bytes after the end of the
+        stream, which is a bug in the caller. A poisoned decoder discards
+        whatever it is given.
+        """
+        if self._eof:
+            if len(data):
+                raise RuntimeError("received more data after the end of the stream")
+            return
+        if not len(data):
+            self._eof = True
+            return
+        if self._error is not None:
+            return
+        if self._start and self._start >= len(self._buf) - self._start:
+            # Drop the consumed prefix only when it is at least as big as what
+            # survives, so the copy is paid for by bytes already decoded.
+            self._buf = self._buf[self._start :]
+            self._start = 0
+        self._buf += data
+
+    def next_frame(self) -> dict[str, Any] | _Signal:
+        """Return the next frame, NEED_DATA, or CLOSED after a clean EOF.
+
+        Raises ProtocolError(MESSAGE_TOO_LARGE) as soon as a header announces
+        more than max_frame bytes, and ProtocolError(INVALID_REQUEST) for an
+        empty, malformed or truncated frame or one that is not a map with str
+        keys. Once it has raised, every later call raises the same error.
+        """
+        if self._error is not None:
+            # A fresh instance with the same reason and message, so the
+            # tracebacks of the first and later raises do not pile up.
+            raise ProtocolError(self._error.reason, self._error.message) from self._error
+        try:
+            return self._next_frame()
+        except ProtocolError as error:
+            self._error = error
+            self._buf = bytearray()
+            self._start = 0
+            raise
+
+    def _next_frame(self) -> dict[str, Any] | _Signal:
+        available = len(self._buf) - self._start
+        if available < HEADER_SIZE:
+            return self._starved(available, HEADER_SIZE, "header")
+        (size,) = _HEADER.unpack_from(self._buf, self._start)
+        if size > self.max_frame:
+            raise _too_large(size, self.max_frame)
+        if size == 0:
+            raise ProtocolError(
+                INVALID_REQUEST, "frame of 0 bytes: a frame body must be a msgpack map"
+            )
+        if available - HEADER_SIZE < size:
+            return self._starved(available - HEADER_SIZE, size, "body")
+        body_start = self._start + HEADER_SIZE
+        body_end = body_start + size
+        # The views are released on the way out: a bytearray with a live
+        # export refuses to grow, and the next receive_data must append.
+        with memoryview(self._buf) as view, view[body_start:body_end] as body:
+            frame = _decode_body(body)
+        if body_end == len(self._buf):
+            # Fully drained: let go of the storage now, so the memory of a
+            # 100 MiB frame does not outlive the frame.
+            self._buf = bytearray()
+            self._start = 0
+        else:
+            self._start = body_end
+        return frame
+
+    def _starved(self, have: int, want: int, part: str) -> _Signal:
+        if not self._eof:
+            return NEED_DATA
+        if have == 0 and part == "header":
+            return CLOSED
+        raise ProtocolError(
+            INVALID_REQUEST,
+            f"truncated frame: connection closed after {have} of {want} {part} bytes",
+        )
+
+
+class _ExtTypeRefused(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise _ExtTypeRefused(code)
+
+
+def _decode_body(body: memoryview) -> dict[str, Any]:
+    """Unpack one frame body and check it is a map with str keys."""
+    try:
+        # strict_map_key=False lets any hashable key through so that the key
+        # check below, not msgpack, words the error. max_ext_len=0 refuses ext
+        # data before msgpack decodes it: the timestamp ext (-1) is decoded
+        # natively and never reaches ext_hook, and ext_hook still catches
+        # the ext types with no data at all.
+        obj = msgpack.unpackb(
+            body,
+            raw=False,
+            strict_map_key=False,
+            max_ext_len=0,
+            ext_hook=_refuse_ext,
+        )
+    except _ExtTypeRefused as error:
+        raise _ext_refused(error.code) from None
+    except (ValueError, TypeError) as error:
+        # msgpack's UnpackException, ExtraData, FormatError and StackError are
+        # ValueErrors, as is UnicodeDecodeError from a bad str; an array or map
+        # used as a map key fails hashing with TypeError.
+        detail = str(error) or type(error).__name__
+        if "max_ext_len" in detail:
+            # Matching msgpack's wording only improves the message: the
+            # reason code is INVALID_REQUEST whether or not it matches.
+            raise _ext_refused(None) from error
+        message = f"frame body is not valid msgpack: {detail}"
+        raise ProtocolError(INVALID_REQUEST, message) from error
+    if not isinstance(obj, dict):
+        raise ProtocolError(
+            INVALID_REQUEST, f"frame body is not a msgpack map (got {type(obj).__name__})"
+        )
+    for key in obj:
+        if not isinstance(key, str):
+            raise ProtocolError(INVALID_REQUEST, f"frame map key {_quote(key)} is not a string")
+    return obj
+
+
+def _ext_refused(code: int | None) -> ProtocolError:
+    what = "an ext type" if code is None else f"ext type {code}"
+    return ProtocolError(
+        INVALID_REQUEST, f"frame body contains msgpack {what}, which the protocol does not use"
+    )
+
+
+def _quote(key: object) -> str:
+    if isinstance(key, (bytes, bytearray)):
+        key = bytes(key[:_KEY_QUOTE_LIMIT])
+    text = repr(key)
+    if len(text) > _KEY_QUOTE_LIMIT:
+        text = text[: _KEY_QUOTE_LIMIT - 3] + "..."
+    return text

@@ -1,0 +1,416 @@
+"""Each request of the structure engine, and each reason code it raises."""
+
+import itertools
+
+import pytest
+
+from cqsd.engine import (
+    CQSError,
+    Delete,
+    FullnessChanged,
+    Move,
+    Put,
+    QueueType,
+    QueueWork,
+    Reason,
+    Structure,
+    Unlock,
+    elements,
+)
+from cqsd.engine.qtypes import LOCK_LH, COLD_LH, list_header
+
+
+def make(size=1 << 20, **kw):
+    ticks = itertools.count(1000)
+    return Structure("MSGQ01", size, clock=lambda: next(ticks), **kw)
+
+
+def raises(reason):
+    return pytest.raises(CQSError, match=f"^{reason}")
+
+
+def ids(entries):
+    return [e.entry_id for e in entries]
+
+
+def test_put_then_read_gives_fifo_order():
+    """Messages on one queue are read in the order they were put."""
+    s = make()
+    put = [s.put("TRAN", "TRANX", bytes([i])).entry_id for i in range(5)]
+    got = [s.read("IMS1", "TRAN", "TRANX").entry_id for _ in range(5)]
+    assert got == put
+
+
+def test_entry_ids_strictly_increase_even_when_the_clock_stands_still():
+    """Ids come from the clock but never repeat or go back."""
+    s = Structure("S", 1 << 20, clock=lambda: 7)
+    a, b = s.put(1, "Q", b"a"), s.put(1, "Q", b"b")
+    assert a.entry_id == 7 and b.entry_id == 8
+
+
+def test_read_of_empty_queue_is_no_message():
+    """Reading an empty queue names it in a NO_MESSAGE error."""
+    with raises("NO_MESSAGE") as err:
+        make().read("IMS1", "TRAN", "NOTHING")
+    assert "TRAN:NOTHING" in str(err.value)
+
+
+def test_read_locks_and_counts_delivery():
+    """A read moves the entry to the lock queue, owned by the reader."""
+    s = make()
+    eid = s.put("TRAN", "Q", b"x").entry_id
+    m = s.read("IMS1", "TRAN", "Q")
+    assert (m.entry_id, m.owner, m.delivery_count) == (eid, "IMS1", 1)
+    assert s.client_locks("IMS1") == [m]
+    assert s.queue_stats("TRAN", "Q")["depth"] == 0 and s.queue_stats("TRAN", "Q")["locked"] == 1
+    with raises("NO_MESSAGE"):
+        s.read("IMS2", "TRAN", "Q")
+
+
+def test_queue_names_are_validated():
+    """Names longer than 15 bytes, empty, non-ASCII or not strings are refused."""
+    s = make()
+    for bad in ["", "X" * 16, "QUEUÉ", "A\nB", 42, b"Q"]:
+        with raises("INVALID_REQUEST"):
+            s.put("TRAN", bad, b"x")
+    assert s.put("TRAN", "X" * 15, b"x")
+
+
+def test_queue_types_are_validated():
+    """Unknown types, booleans and the internal staging types are refused."""
+    s = make()
+    for bad in [0, 12, "NOPE", True, 2, "LTERM_STAGING", None]:
+        with raises("INVALID_REQUEST"):
+            s.put(bad, "Q", b"x")
+    assert s.put("OTMA", "Q", b"x").qtype == QueueType.OTMA
+
+
+def test_names_in_a_list_header_are_in_collating_order():
+    """Browsing a queue type returns names in byte order, each FIFO."""
+    s = make()
+    names = [f"T{i:02d}" for i in range(40)]
+    for n in reversed(names):
+        s.put("TRAN", n, b"1")
+        s.put("TRAN", n, b"2")
+    found, _ = s.browse("TRAN", limit=1000)
+    by_lh = {}
+    for e in found:
+        by_lh.setdefault(list_header(e.qtype, e.name), []).append((e.name, e.data))
+    assert sorted(by_lh) == list(by_lh)
+    for rows in by_lh.values():
+        assert rows == sorted(rows)
+
+
+def test_delete_requires_the_callers_lock():
+    """A client deletes only what it holds; others get LOCK_NOT_HELD."""
+    s = make()
+    eid = s.put("TRAN", "Q", b"x").entry_id
+    with raises("LOCK_NOT_HELD"):
+        s.delete("IMS1", eid)
+    s.read("IMS1", "TRAN", "Q")
+    with raises("LOCK_NOT_HELD") as err:
+        s.delete("IMS2", eid)
+    assert "locked by IMS1" in str(err.value)
+    s.delete("IMS1", eid)
+    with raises("ENTRY_NOT_FOUND"):
+        s.delete("IMS1", eid)
+    assert s.elements_used == 0 and s.entries_used == 0
+
+
+def test_operator_delete_takes_unlocked_but_not_locked_entries():
+    """The operator deletes any entry by id unless a client holds it."""
+    s = make()
+    a = s.put("TRAN", "Q", b"a").entry_id
+    b = s.put("TRAN", "Q", b"b").entry_id
+    s.delete(None, b)
+    s.read("IMS1", "TRAN", "Q")
+    with raises("LOCK_NOT_HELD"):
+        s.delete(None, a)
+
+
+def test_move_to_another_name_and_type():
+    """Move puts the entry on another queue at its place by id, releasing a held lock."""
+    s = make()
+    a = s.put("TRAN", "A", b"a").entry_id
+    b = s.put("LTERM", "B", b"b").entry_id
+    s.move(None, a, "LTERM", "B")
+    assert ids(s.browse("LTERM", "B")[0]) == [a, b]
+    s.read("IMS1", "LTERM", "B")
+    with raises("LOCK_NOT_HELD"):
+        s.move("IMS2", a, "TRAN", "A")
+    s.move("IMS1", a, "TRAN", "C")
+    assert s.client_locks("IMS1") == [] and ids(s.browse("TRAN", "C")[0]) == [a]
+    with raises("ENTRY_NOT_FOUND"):
+        s.move(None, 12345, "TRAN", "A")
+    with raises("INVALID_REQUEST"):
+        s.move(None, a, "TRAN_STAGING", "A")
+
+
+def test_unlock_returns_to_original_place():
+    """An unlocked message goes back in front of later ones, by entry id."""
+    s = make()
+    first, second = (s.put("TRAN", "Q", bytes([i])).entry_id for i in range(2))
+    s.read("IMS1", "TRAN", "Q")
+    s.unlock("IMS1", first)
+    assert ids(s.browse("TRAN", "Q")[0]) == [first, second]
+    assert s.read("IMS2", "TRAN", "Q").delivery_count == 2
+
+
+def test_unlock_to_another_queue():
+    """Unlock may name another queue to put the message on."""
+    s = make()
+    eid = s.put("TRAN", "Q", b"x").entry_id
+    s.read("IMS1", "TRAN", "Q")
+    s.unlock("IMS1", eid, qtype="LTERM", name="OUT")
+    assert ids(s.browse("LTERM", "OUT")[0]) == [eid]
+
+
+def test_unlock_of_someone_elses_lock_fails():
+    """Only the holder may unlock."""
+    s = make()
+    eid = s.put("TRAN", "Q", b"x").entry_id
+    with raises("LOCK_NOT_HELD"):
+        s.unlock("IMS1", eid)
+    s.read("IMS1", "TRAN", "Q")
+    with raises("LOCK_NOT_HELD"):
+        s.unlock("IMS2", eid)
+    with raises("ENTRY_NOT_FOUND"):
+        s.unlock("IMS1", eid + 999)
+
+
+def test_failed_unlock_suspends_after_max_deliveries():
+    """A message failed max_deliveries times goes to the suspend queue, remembering home."""
+    s = make(max_deliveries=3)
+    eid = s.put("TRAN", "Q", b"poison").entry_id
+    for n in range(1, 4):
+        m = s.read("IMS1", "TRAN", "Q")
+        assert m.delivery_count == n
+        s.unlock("IMS1", eid, failed=True)
+    assert s.browse("TRAN", "Q")[0] == []
+    (suspended,) = s.browse("TRAN_SUSPEND", "Q")[0]
+    assert suspended.entry_id == eid and suspended.home == (QueueType.TRAN, "Q")
+    s.requeue(eid)
+    assert s.read("IMS1", "TRAN", "Q").delivery_count == 1
+
+
+def test_serial_queue_has_one_message_in_flight():
+    """A SERIAL queue yields its next message only after the locked one is gone."""
+    s = make()
+    a, b = (s.put("TRAN_SERIAL", "S", bytes([i])).entry_id for i in range(2))
+    s.watched.add((QueueType.TRAN_SERIAL, "S"))
+    assert s.read("IMS1", "TRAN_SERIAL", "S").entry_id == a
+    with raises("NO_MESSAGE"):
+        s.read("IMS2", "TRAN_SERIAL", "S")
+    s.readable.clear()
+    s.delete("IMS1", a)
+    assert (QueueType.TRAN_SERIAL, "S") in s.readable
+    assert s.read("IMS2", "TRAN_SERIAL", "S").entry_id == b
+
+
+def test_long_message_is_staged_and_read_whole():
+    """A payload over entry_max is stored as segments but read and browsed whole."""
+    s = make(entry_max=1024)
+    data = bytes(range(256)) * 20  # 5120 bytes: head + 4 segments
+    m = s.put("LTERM", "OUT", data)
+    assert m.total_entries == 5
+    assert s.entries_used == 5
+    assert s.elements_used == 5 * elements(1024)
+    assert s.browse()[0] == [m]
+    assert bytes(s.read("IMS1", "LTERM", "OUT").data) == data
+    staging = [h for h in s.header_stats() if 126 <= h["lh"] <= 136]
+    assert sum(h["entries"] for h in staging) == 4
+    s.delete("IMS1", m.entry_id)
+    assert s.elements_used == 0 and s.entries_used == 0 and s.header_stats() == []
+
+
+def test_staging_segments_are_placed_before_the_head():
+    """The head of a long message gets the last entry id, as IMS puts the first record last."""
+    s = make(entry_max=600)
+    m = s.put("TRAN", "Q", b"z" * 2000)
+    seg_ids = list(m.segments.entries)
+    assert max(seg_ids) < m.entry_id
+
+
+def test_structure_full_refuses_puts_but_not_reads_or_deletes():
+    """A put that does not fit fails; reads, browses and deletes work and free space at once."""
+    s = make(size=4096)  # 8 elements
+    for _ in range(3):
+        s.put("TRAN", "Q", b"x" * 800)  # 2 elements each: 6 in use
+    with raises("STRUCTURE_FULL") as err:
+        s.put("TRAN", "Q", b"x" * 1400)  # 3 elements
+    assert "MSGQ01" in str(err.value)
+    assert s.take_events()[-1] == FullnessChanged("MSGQ01", True, 6, 8)
+    m = s.read("IMS1", "TRAN", "Q")
+    assert len(s.browse("TRAN", "Q")[0]) == 2
+    s.delete("IMS1", m.entry_id)
+    s.put("TRAN", "Q", b"x" * 1400)
+    assert s.take_events()[-1] == FullnessChanged("MSGQ01", False, 7, 8)
+
+
+def test_entry_bound_is_enforced():
+    """max_entries bounds list entries even when data elements are free."""
+    s = make(max_entries=2)
+    s.put("TRAN", "Q", b"")
+    s.put("TRAN", "Q", b"")
+    with raises("STRUCTURE_FULL"):
+        s.put("TRAN", "Q", b"")
+
+
+def test_commit_applies_everything():
+    """A commit puts, deletes, moves and unlocks together and returns each result."""
+    s = make()
+    a, b, c = (s.put("TRAN", "IN", bytes([i])).entry_id for i in range(3))
+    for _ in range(3):
+        s.read("IMS1", "TRAN", "IN")
+    out = s.commit(
+        "IMS1",
+        [Put("LTERM", "OUT", b"reply"), Delete(a), Move(b, "TRAN", "OTHER"), Unlock(c)],
+    )
+    assert [e.entry_id for e in out[1:]] == [a, b, c]
+    assert out[0].name == "OUT"
+    assert ids(s.browse("TRAN", "OTHER")[0]) == [b]
+    assert ids(s.browse("TRAN", "IN")[0]) == [c]
+    assert s.client_locks("IMS1") == []
+
+
+def test_commit_is_all_or_nothing():
+    """A commit with one bad operation changes nothing."""
+    s = make(size=2048)  # 4 elements
+    a = s.put("TRAN", "IN", b"a").entry_id
+    s.read("IMS1", "TRAN", "IN")
+    before = (s.elements_used, s.entries_used, s.client_locks("IMS1"))
+    for ops, reason in [
+        ([Delete(a), Put("LTERM", "OUT", b"x" * 5000)], "STRUCTURE_FULL"),
+        ([Delete(a), Delete(a)], "INVALID_REQUEST"),
+        ([Put("LTERM", "OUT", b"x"), Delete(a + 1)], "ENTRY_NOT_FOUND"),
+        ([Put("LTERM", "OUT", b"x"), Unlock(a, qtype="TRAN_STAGING")], "INVALID_REQUEST"),
+        ([Delete(a), Put("LTERM", "X" * 16, b"x")], "INVALID_REQUEST"),
+    ]:
+        with raises(reason):
+            s.commit("IMS1", ops)
+        assert (s.elements_used, s.entries_used, s.client_locks("IMS1")) == before
+    with raises("LOCK_NOT_HELD"):
+        s.commit("IMS2", [Delete(a)])
+
+
+def test_commit_puts_may_use_space_its_deletes_free():
+    """Puts in a commit fit if the commit's own deletes make room."""
+    s = make(size=1024)  # 2 elements
+    a = s.put("TRAN", "IN", b"a" * 800).entry_id
+    s.read("IMS1", "TRAN", "IN")
+    s.commit("IMS1", [Put("LTERM", "OUT", b"b" * 800), Delete(a)])
+    assert s.elements_used == 2
+
+
+def test_browse_pages_with_a_cursor_and_locks_nothing():
+    """Browse returns pages and a cursor that resumes after the last entry."""
+    s = make()
+    put = [s.put("TRAN", "Q", bytes([i])).entry_id for i in range(25)]
+    seen, cursor = [], None
+    while True:
+        page, cursor = s.browse("TRAN", "Q", after=cursor, limit=10)
+        seen += ids(page)
+        if cursor is None:
+            break
+    assert seen == put
+    assert s.client_locks("ANY") == [] and s.queue_stats("TRAN", "Q")["depth"] == 25
+    with raises("INVALID_REQUEST"):
+        s.browse("TRAN", "Q", after=("x",))
+    with raises("INVALID_REQUEST"):
+        s.browse("TRAN", "Q", limit=0)
+    with raises("INVALID_REQUEST"):
+        s.browse(None, "Q")
+
+
+def test_browse_everything_includes_cold_and_lock_queues():
+    """Browse with no queue walks cold, lock and every client queue, pausing anywhere."""
+    s = make()
+    for i in range(6):
+        s.put("TRAN", f"Q{i % 3}", bytes([i]))
+    s.read("IMS1", "TRAN", "Q0")
+    s.read("IMS2", "TRAN", "Q1")
+    s.cold_client("IMS2")
+    everything = s.browse(limit=100)[0]
+    assert [e.where for e in everything[:2]] == ["cold", "locked"]
+    assert len(everything) == 6
+    paged, cursor = [], None
+    while True:
+        page, cursor = s.browse(after=cursor, limit=1)
+        paged += page
+        if cursor is None:
+            break
+    assert paged == everything
+
+
+def test_release_client_returns_locks_or_suspends():
+    """Peer recovery puts a dead client's locks back, suspending repeat offenders."""
+    s = make(max_deliveries=2)
+    a = s.put("TRAN", "Q", b"a").entry_id
+    b = s.put("TRAN", "Q", b"b").entry_id
+    s.read("IMS1", "TRAN", "Q")
+    s.release_client("IMS1")
+    s.read("IMS1", "TRAN", "Q")  # a, second delivery
+    s.read("IMS1", "TRAN", "Q")  # b, first delivery
+    released = s.release_client("IMS1")
+    assert ids(released) == [a, b]
+    assert ids(s.browse("TRAN", "Q")[0]) == [b]
+    assert ids(s.browse("TRAN_SUSPEND", "Q")[0]) == [a]
+    assert s.client_stats() == {}
+
+
+def test_cold_client_moves_locks_to_cold_queue():
+    """A cold start leaves the earlier life's locks on the cold queue for the operator."""
+    s = make()
+    eid = s.put("TRAN", "Q", b"a").entry_id
+    s.read("IMS1", "TRAN", "Q")
+    moved = s.cold_client("IMS1")
+    assert ids(moved) == [eid] and moved[0].where == "cold" and s.client_locks("IMS1") == []
+    with raises("NO_MESSAGE"):
+        s.read("IMS1", "TRAN", "Q")
+    s.requeue(eid)
+    assert s.read("IMS1", "TRAN", "Q").entry_id == eid
+    with raises("INVALID_REQUEST"):
+        s.requeue(eid)
+
+
+def test_dequeue_deletes_unlocked_messages_of_a_queue():
+    """The operator's dequeue empties a queue but leaves locked messages alone."""
+    s = make()
+    for i in range(4):
+        s.put("TRAN", "Q", bytes([i]))
+    s.read("IMS1", "TRAN", "Q")
+    assert len(s.dequeue("TRAN", "Q")) == 3
+    assert s.stats()["messages"] == 1
+
+
+def test_empty_to_non_empty_transitions_are_reported_once_each():
+    """Only a put onto an empty queue is reported as new work."""
+    s = make()
+    s.put("TRAN", "Q", b"1")
+    s.put("TRAN", "Q", b"2")
+    assert s.take_events() == [QueueWork("MSGQ01", QueueType.TRAN, "Q")]
+    for _ in range(2):
+        s.read("IMS1", "TRAN", "Q")
+    s.put("TRAN", "Q", b"3")
+    assert s.take_events() == [QueueWork("MSGQ01", QueueType.TRAN, "Q")]
+    m = s.read("IMS1", "TRAN", "Q")
+    s.unlock("IMS1", m.entry_id)
+    assert s.take_events() == [QueueWork("MSGQ01", QueueType.TRAN, "Q")]
+
+
+def test_queries_report_usage():
+    """Structure, queue, list header and client queries agree with what was put."""
+    s = make()
+    s.put("TRAN", "Q", b"x" * 1000)
+    s.put("TRAN", "Q", b"x")
+    s.read("IMS1", "TRAN", "Q")
+    st = s.stats()
+    assert st["elements_used"] == elements(1000) + elements(1) == 4
+    assert st["entries_used"] == 2 and st["locked"] == 1
+    q = s.queue_stats("TRAN", "Q")
+    assert (q["depth"], q["elements"], q["locked"]) == (1, 1, 1)
+    assert q["oldest_put_time"] is not None
+    assert s.queues() == [q]
+    assert {h["lh"] for h in s.header_stats()} == {LOCK_LH, list_header(1, "Q")}
+    assert s.client_stats() == {"IMS1": 1}
+    assert COLD_LH == 1

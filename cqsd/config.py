@@ -110,6 +110,7 @@ class DaemonConfig:
     send_queue: int
     max_wait: float
     log_level: str
+    log_file: str  # "" = standard error; a file is reopened on SIGHUP
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -366,6 +367,7 @@ _DAEMON: dict[str, _Key] = {
     "send_queue": _Key(_integer(MIN_SEND_QUEUE), 4096),
     "max_wait": _Key(_seconds(0, inclusive=False), 3600),
     "log_level": _Key(_choice(LOG_LEVELS), "info"),
+    "log_file": _Key(_string, ""),
 }
 
 _structure_size = _size_between(DATA_ELEMENT, MAX_STRUCTURE_SIZE)
@@ -639,6 +641,7 @@ handshake_timeout = 10
 send_queue = 4096
 max_wait = 3600
 log_level = "info"
+log_file = ""
 
 [[structure]]
 name = "MSGQ01"

@@ -305,6 +305,42 @@ class Structure:
             self.delete(None, entry.entry_id)
         return gone
 
+    def restore(
+        self,
+        entry_id: int,
+        qtype: int,
+        name: str,
+        data: bytes,
+        recoverable: bool,
+        put_time: int,
+        delivery_count: int = 0,
+        where: str = READY,
+        owner: str | None = None,
+        home: tuple[int, str] | None = None,
+    ) -> Entry:
+        """Re-create a message as an image or a log fold recorded it.
+
+        Space is taken without the full check: an image is what was there, and a
+        structure configured smaller than its content shows as over-full in stats
+        rather than losing messages.
+        """
+        if entry_id in self._entries:
+            raise CQSError(Reason.INVALID_REQUEST, f"entry {entry_id} restored twice")
+        cost_elements, cost_entries = self.cost(len(data))
+        self.elements_used += cost_elements
+        self.entries_used += cost_entries
+        entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time)
+        entry.home = (QueueType(home[0]), home[1]) if home else None
+        if where == LOCKED:
+            self._unplace(entry)
+            self._lock(entry, owner)
+        elif where == COLD:
+            self._unplace(entry)
+            entry.where, entry.owner = COLD, owner
+            self._cold[entry_id] = entry
+        entry.delivery_count = delivery_count
+        return entry
+
     # -- clients ---------------------------------------------------------------
 
     def client_locks(self, client: str) -> list[Entry]:
@@ -476,7 +512,15 @@ class Structure:
         self._reserve(*self.cost(len(data)), "commit")
         return self._insert(qtype, name, data, recoverable)
 
-    def _insert(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
+    def _insert(
+        self,
+        qtype: QueueType,
+        name: str,
+        data: bytes,
+        recoverable: bool,
+        entry_id: int | None = None,
+        put_time: int | None = None,
+    ) -> Entry:
         """Add a message whose space is reserved. Its 2nd..nth segments go to the
         staging queue first and its head last, as IMS puts the first record last."""
         now = self._clock()
@@ -490,13 +534,18 @@ class Structure:
             segments = Queue(stype, sname, list_header(stype, sname))
             for offset in range(step, len(data), step):
                 chunk = view[offset : offset + step]
-                entry_id = first_id if offset == step else self._new_id(now)
-                seg = Entry(entry_id, stype, sname, chunk, recoverable, now, elements(len(chunk)))
+                seg_id = first_id if offset == step else self._new_id(now)
+                seg = Entry(seg_id, stype, sname, chunk, recoverable, now, elements(len(chunk)))
                 seg.where = STAGED
                 segments.add(seg)
             self._headers[segments.lh][sname] = segments
-        entry_id = self._new_id(now)
-        entry = Entry(entry_id, qtype, name, data, recoverable, now, elements(min(len(data), step)))
+        if entry_id is None:
+            entry_id = self._new_id(now)
+        else:
+            self.last_id = max(self.last_id, entry_id)
+        entry = Entry(
+            entry_id, qtype, name, data, recoverable, put_time or now, elements(min(len(data), step))
+        )
         entry.segments = segments
         self._entries[entry_id] = entry
         self._place(entry)

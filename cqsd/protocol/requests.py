@@ -1,0 +1,133 @@
+"""The request table of docs/protocol.md: which fields each op takes, and their types.
+
+Checking shapes here, before any handler runs, is what lets the handlers stay
+three lines long and lets the daemon answer a wrong type with a message naming
+the field instead of a traceback. Semantics (does the queue type exist, is the
+name valid) belong to the engine; this module only knows wire types.
+"""
+
+from typing import Any
+
+from .codec import INVALID_REQUEST, ProtocolError
+
+REQUIRED = object()
+_NUMBER = (int, float)
+
+# op -> field -> (accepted types, default)
+_QTYPE = ((str, int), "TRAN")
+_STRUCTURE = ((str,), REQUIRED)
+_ENTRY = ((int,), REQUIRED)
+OPS: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
+    "register": {
+        "client": ((str,), REQUIRED),
+        "secret": ((str, type(None)), None),
+        "cold": ((bool,), False),
+        "version": ((int,), REQUIRED),
+    },
+    "deregister": {},
+    "connect": {"structure": _STRUCTURE},
+    "put": {
+        "structure": _STRUCTURE,
+        "queue": ((str,), REQUIRED),
+        "qtype": _QTYPE,
+        "data": ((bytes,), REQUIRED),
+        "recoverable": ((bool,), True),
+    },
+    "read": {
+        "structure": _STRUCTURE,
+        "queue": ((str,), REQUIRED),
+        "qtype": _QTYPE,
+        "n": ((int,), 1),
+        "wait": ((*_NUMBER, type(None)), None),
+    },
+    "browse": {
+        "structure": _STRUCTURE,
+        "queue": ((str, type(None)), None),
+        "qtype": ((str, int, type(None)), None),
+        "cursor": ((list, type(None)), None),
+        "limit": ((int,), 100),
+    },
+    "delete": {"structure": _STRUCTURE, "entry_id": _ENTRY, "operator": ((bool,), False)},
+    "move": {
+        "structure": _STRUCTURE,
+        "entry_id": _ENTRY,
+        "queue": ((str,), REQUIRED),
+        "qtype": _QTYPE,
+    },
+    "unlock": {
+        "structure": _STRUCTURE,
+        "entry_id": _ENTRY,
+        "failed": ((bool,), False),
+        "queue": ((str, type(None)), None),
+        "qtype": ((str, int, type(None)), None),
+    },
+    "commit": {"structure": _STRUCTURE, "ops": ((list,), REQUIRED)},
+    "register_interest": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
+    "deregister_interest": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
+    "query": {"kind": ((str,), REQUIRED), "structure": ((str, type(None)), None)},
+    "requeue": {"structure": _STRUCTURE, "entry_id": _ENTRY},
+    "dequeue": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
+}
+
+# The operations a commit may carry, and their fields (the "op" key aside).
+COMMIT_OPS = {
+    "put": {k: v for k, v in OPS["put"].items() if k != "structure"},
+    "delete": {"entry_id": _ENTRY},
+    "move": {k: v for k, v in OPS["move"].items() if k != "structure"},
+    "unlock": {k: v for k, v in OPS["unlock"].items() if k != "structure"},
+}
+MAX_COMMIT_OPS = 100_000  # a bound on one atomic batch, so one request cannot stall the daemon
+
+
+def parse(frame: dict) -> tuple[int, str, dict[str, Any]]:
+    """(request id, op, fields with defaults filled in) of a request frame.
+
+    Raises ProtocolError(INVALID_REQUEST) naming the op and field at fault.
+    """
+    request_id = frame.get("id")
+    if type(request_id) is not int:
+        raise ProtocolError(INVALID_REQUEST, f"request id must be an integer, got {request_id!r}")
+    op = frame.get("op")
+    spec = OPS.get(op) if type(op) is str else None
+    if spec is None:
+        raise ProtocolError(INVALID_REQUEST, f"unknown op {op!r}")
+    return request_id, op, fields(op, spec, frame, skip=("id", "op"))
+
+
+def fields(where: str, spec: dict, frame: dict, skip: tuple[str, ...] = ("op",)) -> dict[str, Any]:
+    """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen."""
+    for name in frame:
+        if name not in spec and name not in skip:
+            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {name!r}")
+    out = {}
+    for name, (types, default) in spec.items():
+        value = frame.get(name, default)
+        if value is REQUIRED:
+            raise ProtocolError(INVALID_REQUEST, f"{where}: field {name!r} is required")
+        # exact types: bool is an int in Python, but never a number or an id on the wire
+        if type(value) not in types:
+            wanted = " or ".join("nil" if t is type(None) else t.__name__ for t in types)
+            raise ProtocolError(
+                INVALID_REQUEST,
+                f"{where}: field {name!r} must be {wanted}, got {type(value).__name__}",
+            )
+        out[name] = value
+    return out
+
+
+def commit_ops(ops: list) -> list[tuple[str, dict[str, Any]]]:
+    """The operations of a commit request, each checked like a request of its own."""
+    if len(ops) > MAX_COMMIT_OPS:
+        raise ProtocolError(
+            INVALID_REQUEST, f"commit: {len(ops)} operations exceed the limit of {MAX_COMMIT_OPS}"
+        )
+    out = []
+    for i, op in enumerate(ops):
+        kind = op.get("op") if isinstance(op, dict) else None
+        spec = COMMIT_OPS.get(kind) if type(kind) is str else None
+        if spec is None:
+            raise ProtocolError(
+                INVALID_REQUEST, f"commit: ops[{i}] must be a map with op put, delete, move or unlock"
+            )
+        out.append((kind, fields(f"commit ops[{i}] ({kind})", spec, op)))
+    return out

@@ -1,0 +1,130 @@
+"""The record codec: bytes in, frames out, no I/O (layout in docs/logstream.md).
+
+`decode` is sans-I/O in the h11 manner: given a buffer and an offset it returns
+a `Frame`, `NeedData` (the buffer ends inside a record; read more, or at end of
+file call it a short record) or a `Damage` reason. It never raises on bad
+input, because deciding whether bad bytes are a torn tail or corruption needs
+context (where in the file, what follows) that only the caller has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any, NamedTuple
+
+import crc32c
+import msgpack
+
+from .errors import Damage
+
+MAGIC = b"\xc1LOG"
+# magic, crc, body length, lsn, timestamp
+HEADER = struct.Struct("<4sIIQQ")
+HEADER_SIZE = HEADER.size  # 28
+# Lengths above this are damage, not data: it bounds what a damaged length
+# field can make us allocate, and is far above any record cqsd writes.
+MAX_BODY = 16 * 1024 * 1024
+MAX_U64 = 2**64 - 1
+
+_CRC_FROM = 8  # the CRC covers everything after itself
+_TAIL = struct.Struct("<IQQ")  # the CRC-covered part of the header
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One record as readers see it: whose, which, when, and what."""
+
+    writer: str
+    lsn: int
+    timestamp: int
+    body: Any
+
+
+class Frame(NamedTuple):
+    """A decoded record with its body still packed, and where the next one starts."""
+
+    lsn: int
+    timestamp: int
+    body: bytes
+    end: int
+
+
+class NeedData(NamedTuple):
+    """The buffer ends inside a record that needs `size` bytes from its start."""
+
+    size: int
+
+
+def pack_body(body: Any) -> bytes:
+    """Pack a body with msgpack; raises TypeError or ValueError if it cannot be."""
+    try:
+        packed: bytes = msgpack.packb(body, use_bin_type=True)
+    except OverflowError as error:  # an int beyond 64 bits
+        raise ValueError(str(error)) from error
+    if len(packed) > MAX_BODY:
+        raise ValueError(f"record body of {len(packed)} bytes exceeds {MAX_BODY}")
+    return packed
+
+
+def unpack_body(packed: bytes) -> Any:
+    """Unpack a body; raises ValueError (or a msgpack error) if it is not one object."""
+    return msgpack.unpackb(packed, raw=False, strict_map_key=False)
+
+
+def encode_packed(lsn: int, timestamp: int, packed: bytes) -> bytes:
+    """Frame an already packed body; the writer's hot path."""
+    tail = _TAIL.pack(len(packed), lsn, timestamp)
+    crc = crc32c.crc32c(packed, crc32c.crc32c(tail))
+    return MAGIC + crc.to_bytes(4, "little") + tail + packed
+
+
+def encode(lsn: int, timestamp: int, body: Any) -> bytes:
+    """Frame a record; raises ValueError for out-of-range numbers or bodies."""
+    if not 1 <= lsn <= MAX_U64:
+        raise ValueError(f"LSN {lsn} is not in 1..2**64-1")
+    if not 0 <= timestamp <= MAX_U64:
+        raise ValueError(f"timestamp {timestamp} is not in 0..2**64-1")
+    return encode_packed(lsn, timestamp, pack_body(body))
+
+
+def decode(buf: bytes, offset: int = 0) -> Frame | NeedData | Damage:
+    """Decode the record starting at `offset` of `buf` (see module docstring)."""
+    available = len(buf) - offset
+    if available < HEADER_SIZE:
+        # Judge what is there: a wrong first byte is damage however short the rest.
+        if available > 0 and not MAGIC.startswith(bytes(buf[offset : offset + len(MAGIC)])):
+            return Damage.BAD_MAGIC
+        return NeedData(HEADER_SIZE)
+    magic, crc, length, lsn, timestamp = HEADER.unpack_from(buf, offset)
+    if magic != MAGIC:
+        return Damage.BAD_MAGIC
+    if length > MAX_BODY:
+        return Damage.BAD_LENGTH
+    end = offset + HEADER_SIZE + length
+    if end > len(buf):
+        return NeedData(HEADER_SIZE + length)
+    covered = memoryview(buf)[offset + _CRC_FROM : end]
+    try:
+        if crc32c.crc32c(covered) != crc:
+            return Damage.BAD_CRC
+    finally:
+        covered.release()
+    return Frame(lsn, timestamp, bytes(buf[offset + HEADER_SIZE : end]), end)
+
+
+def find_frame(buf: bytes, start: int, min_lsn: int) -> int | None:
+    """Offset of the first good frame at or after `start` with LSN >= `min_lsn`.
+
+    This is how damage is told from a torn tail: a crash can only leave bad
+    bytes at the end, so a good later record means the bad bytes are
+    corruption. Searching for the magic keeps this at memory speed; the LSN
+    bound keeps a record image stored inside a body from counting.
+    """
+    pos = buf.find(MAGIC, start)
+    while pos != -1:
+        found = decode(buf, pos)
+        if isinstance(found, Frame) and found.lsn >= min_lsn:
+            return pos
+        pos = buf.find(MAGIC, pos + 1)
+    return None

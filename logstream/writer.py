@@ -1,0 +1,397 @@
+"""One writer's series: cheap appends, group-committed flushes, sticky failure.
+
+Design note. The daemon appends from its event-loop thread and flushes from
+worker threads, so the two paths share as little as possible:
+
+- `_lock` guards the active file, its size and the appended LSN. `append` holds
+  it for one `os.write`, so a record is whole in the file before its LSN counts
+  as appended, and a flush that snapshots the appended LSN under `_lock` knows
+  the file holds everything up to it.
+- `_sync` (a Condition) guards the durable LSN, the "an fsync is running" flag
+  and the failure. At most one fsync runs at a time; callers arriving meanwhile
+  wait on `_sync`, and when it ends one of them leads the next fsync, which
+  covers every record appended before it started: that is the group commit.
+- The leader fsyncs a dup of the active fd, so a rotation that closes the fd
+  meanwhile cannot make it fsync a reused descriptor.
+- Lock order is `_lock` then `_sync`; the leader never holds both.
+
+Failure is sticky (fsyncgate): after a failed write or fsync the dirty pages
+may be gone while a retried fsync reports success, so nothing is retried and
+every later append and flush raises LogWriteFailed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import durable, record, segment
+from .errors import CorruptLog, Damage, LogstreamError, LogWriteFailed, WriterBusy
+from .repair import Repair, cut_tail
+from .scan import scan_to_end
+from .series import SegmentFile, list_segments, read_header
+from .trim import trim
+
+DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
+# Below this a configuration typo (64 meaning MiB) would make a file per record.
+MIN_SEGMENT_SIZE = 4096
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriterStats:
+    """Counters for tests and benchmarks; `fsyncs` counts every fsync call made."""
+
+    appended_lsn: int
+    durable_lsn: int
+    records: int  # appended since open
+    bytes_written: int  # record bytes written since open
+    fsyncs: int  # all fsync calls: group commits, rotations, directories, open
+    group_commits: int  # fsyncs issued on behalf of flush callers
+    flushes: int  # flush calls
+    flush_waiting: int  # flush callers waiting for someone else's fsync right now
+    segments_created: int
+    failed: bool
+
+
+class Writer:
+    """Appends records to one writer's series. Create with `Writer.open`."""
+
+    def __init__(self, directory: Path, writer_id: str, segment_size: int):
+        self.directory = directory
+        self.writer_id = writer_id
+        self.segment_size = segment_size
+        self.repair: Repair | None = None
+        self._lock = threading.Lock()
+        self._sync = threading.Condition(threading.Lock())
+        self._count_lock = threading.Lock()
+        self._lock_fd = -1
+        self._fd = -1
+        self._path = directory
+        self._size = 0
+        self._appended_lsn = 0
+        self._durable_lsn = 0
+        self._last_timestamp = 0
+        self._syncing = False
+        self._failure: LogWriteFailed | None = None
+        self._closed = False
+        self._records = self._bytes = self._fsyncs = self._group_commits = 0
+        self._flushes = self._waiting = self._segments_created = 0
+
+    # -- opening ----------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        writer_id: str,
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        repair: bool = True,
+        verify: bool = False,
+    ) -> Writer:
+        """Open (or start) `writer_id`'s series in `directory`, creating the directory.
+
+        Scans the last segment, repairs a torn tail there (or raises TornTail if
+        `repair` is false), and with `verify` also scans every earlier segment.
+        Raises ValueError for a bad id or size, WriterBusy if the series is open
+        elsewhere, CorruptLog for corruption, LogWriteFailed if an fsync fails.
+        """
+        segment.check_writer_id(writer_id)
+        if segment_size < MIN_SEGMENT_SIZE:
+            raise ValueError(f"segment_size {segment_size} is below {MIN_SEGMENT_SIZE}")
+        self = cls(Path(directory), writer_id, segment_size)
+        try:
+            durable.make_dirs(self.directory, self._fsync)
+            self._take_lock()
+            self._recover(repair=repair, verify=verify)
+        except BaseException:
+            self._close_files()
+            raise
+        return self
+
+    def _take_lock(self) -> None:
+        path = self.directory / segment.lock_name(self.writer_id)
+        self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WriterBusy(f"{path}: writer {self.writer_id!r} is already open") from None
+
+    def _remove_stale_temps(self) -> None:
+        for name in os.listdir(self.directory):
+            if name.endswith(durable.TEMP_SUFFIX):
+                parsed = segment.parse_segment_name(name[: -len(durable.TEMP_SUFFIX)])
+                if parsed is not None and parsed[0] == self.writer_id:
+                    os.unlink(self.directory / name)
+
+    def _recover(self, *, repair: bool, verify: bool) -> None:
+        self._remove_stale_temps()
+        segments = list_segments(self.directory, self.writer_id)
+        if not segments:
+            self._start_segment(1)
+            return
+        for seg in segments:
+            read_header(seg)
+        if verify:
+            _verify_complete(segments)
+        last = segments[-1]
+        scan = scan_to_end(last, last=True)
+        if scan.torn is not None:
+            if not repair:
+                raise scan.torn
+            self.repair = cut_tail(scan.torn, self._fsync)
+        self._last_timestamp = scan.last_timestamp or 0
+        if scan.last_timestamp is None and len(segments) > 1:
+            # An empty last segment: timestamps continue from the one before.
+            before = scan_to_end(segments[-2], last=False)
+            _check_follows(before.next_lsn, last)
+            self._last_timestamp = before.last_timestamp or 0
+        self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._path, self._size = last.path, scan.end_offset
+        self._appended_lsn = self._durable_lsn = scan.next_lsn - 1
+        try:
+            self._fsync(self._fd)  # what a crashed process left in the page cache
+        except OSError as error:
+            raise LogWriteFailed(last.path, error) from error
+
+    def _start_segment(self, first_lsn: int) -> None:
+        """Durably create the segment starting at `first_lsn` and make it active."""
+        path = self.directory / segment.segment_name(self.writer_id, first_lsn)
+        header = segment.encode_header(self.writer_id, first_lsn)
+        try:
+            fd = durable.create_file(path, header, self._fsync)
+        except OSError as error:
+            raise self._fail(path, error) from error
+        old, self._fd, self._path, self._size = self._fd, fd, path, segment.HEADER_SIZE
+        self._segments_created += 1
+        if old >= 0:
+            os.close(old)
+
+    # -- appending --------------------------------------------------------
+
+    def append(self, body: Any, timestamp: int | None = None) -> int:
+        """Write one record (not yet durable) and return its LSN.
+
+        `timestamp` defaults to now; it must not be below the previous one.
+        Raises TypeError/ValueError for a bad body or timestamp (nothing is
+        written), LogWriteFailed if the writer has failed or fails now.
+        """
+        packed = record.pack_body(body)
+        if timestamp is not None and (
+            type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
+        ):
+            raise ValueError(f"timestamp {timestamp!r} is not an int in 0..2**64-1")
+        with self._lock:
+            if self._failure is not None:
+                raise self._failed()
+            if self._closed:
+                raise LogstreamError(f"writer {self.writer_id!r} is closed")
+            if timestamp is None:
+                timestamp = max(time.time_ns(), self._last_timestamp)
+            elif timestamp < self._last_timestamp:
+                raise ValueError(f"timestamp {timestamp} is below {self._last_timestamp}")
+            lsn = self._appended_lsn + 1
+            frame = record.encode_packed(lsn, timestamp, packed)
+            if self._size + len(frame) > self.segment_size and self._size > segment.HEADER_SIZE:
+                self._rotate(lsn)
+            try:
+                written = os.write(self._fd, frame)
+                if written != len(frame):
+                    # A regular file writes short only when it cannot write the
+                    # rest (a full disk): a failure, not something to retry.
+                    raise OSError(errno.ENOSPC, f"short write: {written} of {len(frame)} bytes")
+            except OSError as error:
+                raise self._fail(self._path, error) from error
+            self._size += len(frame)
+            self._appended_lsn = lsn
+            self._last_timestamp = timestamp
+            self._records += 1
+            self._bytes += len(frame)
+        return lsn
+
+    def _rotate(self, first_lsn: int) -> None:
+        """Seal the active segment (fsync) and start the next; caller holds `_lock`."""
+        try:
+            self._fsync(self._fd)
+        except OSError as error:
+            raise self._fail(self._path, error) from error
+        with self._sync:
+            self._durable_lsn = max(self._durable_lsn, self._appended_lsn)
+            self._sync.notify_all()
+        self._start_segment(first_lsn)
+
+    # -- flushing ---------------------------------------------------------
+
+    def flush(self, upto: int | None = None) -> int:
+        """Make records up to `upto` (default: all appended so far) durable.
+
+        Returns the durable LSN, which is >= `upto`. Raises ValueError if
+        `upto` was never appended, LogWriteFailed if the writer has failed
+        (even if `upto` was durable before the failure).
+        """
+        with self._sync:
+            self._flushes += 1
+            target = self._appended_lsn if upto is None else upto
+            if target > self._appended_lsn:
+                raise ValueError(f"LSN {upto} has not been appended")
+            while True:
+                while True:
+                    if self._failure is not None:
+                        raise self._failed()
+                    if self._durable_lsn >= target:
+                        return self._durable_lsn
+                    if not self._syncing:
+                        break
+                    self._waiting += 1
+                    try:
+                        self._sync.wait()
+                    finally:
+                        self._waiting -= 1
+                # This caller leads the next fsync; others wait for its outcome.
+                self._syncing = True
+                synced = None
+                self._sync.release()
+                try:
+                    synced = self._sync_once()
+                finally:
+                    self._sync.acquire()
+                    self._syncing = False
+                    if synced is not None:
+                        self._durable_lsn = max(self._durable_lsn, synced)
+                        self._group_commits += 1
+                    self._sync.notify_all()
+
+    def _sync_once(self) -> int | None:
+        """Fsync everything appended so far; the LSN it covers, or None on failure."""
+        with self._lock:
+            if self._failure is not None:
+                return None  # an append failed meanwhile: no more fsyncs
+            if self._fd < 0:
+                raise LogstreamError(f"writer {self.writer_id!r} is closed")
+            lsn, path = self._appended_lsn, self._path
+            try:
+                fd = os.dup(self._fd)
+            except OSError as error:
+                self._fail(path, error)
+                return None
+        try:
+            self._fsync(fd)
+        except OSError as error:
+            self._fail(path, error)
+            return None
+        finally:
+            os.close(fd)
+        return lsn
+
+    def _fsync(self, fd: int) -> None:
+        with self._count_lock:
+            self._fsyncs += 1
+        os.fsync(fd)
+
+    # -- failure ----------------------------------------------------------
+
+    def _fail(self, path: Path, error: OSError) -> LogWriteFailed:
+        """Make the writer failed (once) and wake every flush waiter to see it."""
+        with self._sync:
+            if self._failure is None:
+                self._failure = LogWriteFailed(path, error)
+            self._sync.notify_all()
+            return self._failed()
+
+    def _failed(self) -> LogWriteFailed:
+        # A fresh exception per raise: one instance raised in many threads
+        # would share (and tangle) its traceback.
+        assert self._failure is not None
+        return LogWriteFailed(self._failure.path, self._failure.error)
+
+    @property
+    def failure(self) -> LogWriteFailed | None:
+        """The write error that killed this writer, if any."""
+        return self._failure
+
+    # -- the rest ---------------------------------------------------------
+
+    @property
+    def appended_lsn(self) -> int:
+        """The LSN of the last record written to the file (durable or not)."""
+        return self._appended_lsn
+
+    @property
+    def durable_lsn(self) -> int:
+        """The LSN up to which every record is known to be durable."""
+        return self._durable_lsn
+
+    def stats(self) -> WriterStats:
+        """A snapshot of the counters."""
+        with self._lock, self._sync, self._count_lock:
+            return WriterStats(
+                appended_lsn=self._appended_lsn,
+                durable_lsn=self._durable_lsn,
+                records=self._records,
+                bytes_written=self._bytes,
+                fsyncs=self._fsyncs,
+                group_commits=self._group_commits,
+                flushes=self._flushes,
+                flush_waiting=self._waiting,
+                segments_created=self._segments_created,
+                failed=self._failure is not None,
+            )
+
+    def trim(self, before_lsn: int) -> list[Path]:
+        """Delete this series' segments whose every LSN is below `before_lsn`."""
+        return trim(self.directory, self.writer_id, before_lsn, fsync=self._fsync)
+
+    def close(self) -> None:
+        """Flush (unless failed), then close the files and release the series lock."""
+        if self._closed:
+            return
+        try:
+            if self._failure is None:
+                self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                self._close_files()
+
+    def _close_files(self) -> None:
+        fd, self._fd = self._fd, -1
+        lock_fd, self._lock_fd = self._lock_fd, -1
+        if fd >= 0:
+            os.close(fd)
+        if lock_fd >= 0:
+            os.close(lock_fd)  # releases the flock
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Writer {self.writer_id!r} in {self.directory} appended={self._appended_lsn}"
+            f" durable={self._durable_lsn}{' FAILED' if self._failure else ''}>"
+        )
+
+
+def _check_follows(next_lsn: int, seg: SegmentFile) -> None:
+    if seg.first_lsn != next_lsn:
+        raise CorruptLog(seg.path, 0, Damage.LSN_GAP, f"expected first LSN {next_lsn}")
+
+
+def _verify_complete(segments: list[SegmentFile]) -> None:
+    """Scan every segment but the last, and check they follow each other."""
+    for seg, after in zip(segments, segments[1:]):
+        _check_follows(scan_to_end(seg, last=False).next_lsn, after)

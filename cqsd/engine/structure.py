@@ -347,13 +347,14 @@ class Structure:
         """The messages ``client`` holds, oldest first (what a warm restart resyncs)."""
         return sorted(self._locks.get(client, {}).values(), key=lambda e: e.entry_id)
 
-    def release_client(self, client: str) -> list[Entry]:
+    def release_client(self, client: str, failed: bool = True) -> list[Entry]:
         """Peer recovery: every lock of a client that died goes back to its place, or to
-        the suspend queue once delivered ``max_deliveries`` times."""
+        the suspend queue once delivered ``max_deliveries`` times. A client that ends
+        normally (``failed=False``) just gives its locks back."""
         released = self.client_locks(client)
         for entry in released:
             self._release(entry)
-            self._return(entry, None, failed=True)
+            self._return(entry, None, failed)
         return released
 
     def cold_client(self, client: str) -> list[Entry]:

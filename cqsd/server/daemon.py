@@ -1,0 +1,415 @@
+"""The daemon: listeners, connections, registration, peer recovery, and shutdown.
+
+Design note. Every request is handled to completion, synchronously, by the
+task reading its connection: the engine never awaits, so one request's
+changes and the notifications and waiter hand-offs they cause happen with no
+other request in between. Only waiting reads become tasks. Each connection has
+one writer task draining a bounded queue of encoded frames, batching what has
+piled up into one send, which is what makes pipelining cheap.
+
+Task tree: run → (signals, listeners → connection → (writer, handshake
+deadline, reader → waiting reads), grace timers of dropped clients).
+"""
+
+import os
+import signal
+import socket as stdlib_socket
+import ssl
+from pathlib import Path
+
+import structlog
+import trio
+
+from ..config import Config
+from ..engine import CQSError, FullnessChanged, QueueType, Reason, Structure
+from ..protocol import requests
+from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
+from ..storage import image
+from ..storage.datadir import DataDir, DataDirError
+from .handlers import DEFERRED, HANDLERS
+from .session import Session
+from .waiters import ReadWaiters
+
+log = structlog.get_logger()
+RECEIVE_SIZE = 256 * 1024
+FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
+SEND_BATCH = 256 * 1024  # bytes of small frames joined into one send
+DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdown
+
+
+class Daemon:
+    def __init__(self, config: Config, log_sink=None) -> None:
+        self.config = config
+        self.log_sink = log_sink
+        d = config.daemon
+        self.structures = {
+            sc.name: Structure(
+                sc.name, sc.size, initsize=sc.initsize, entry_max=sc.entry_max,
+                max_entries=sc.max_entries, max_deliveries=d.max_deliveries,
+            )
+            for sc in config.structures
+        }
+        self._structure_list = list(self.structures.values())
+        self.datadir = DataDir(d.data_dir)
+        self.max_frame = d.max_message + FRAME_HEADROOM
+        self.clients: dict[str, Session] = {}
+        self.sessions: set[Session] = set()
+        self.pending_recovery: dict[str, trio.CancelScope] = {}
+        self.interest: dict[tuple[str, int, str], set[Session]] = {}
+        self.waiters = ReadWaiters()
+        self.shutting_down = False
+        self.stopped = trio.Event()
+        self._sessions_gone = trio.Event()
+        self.nursery: trio.Nursery | None = None
+        self._socket_made = False
+
+    # -- used by handlers ------------------------------------------------------
+
+    def structure(self, name: str) -> Structure:
+        s = self.structures.get(name)
+        if s is None:
+            raise CQSError(
+                Reason.UNKNOWN_STRUCTURE,
+                f"no structure named {name!r}; this daemon has {', '.join(self.structures)}",
+            )
+        return s
+
+    def check_size(self, data: bytes) -> None:
+        if len(data) > self.config.daemon.max_message:
+            raise CQSError(
+                Reason.MESSAGE_TOO_LARGE,
+                f"message of {len(data)} bytes exceeds max_message {self.config.daemon.max_message}",
+            )
+
+    def notification(self, structure: str, qtype: int, queue: str) -> dict:
+        return {"notify": "work", "structure": structure, "qtype": QueueType(qtype).name,
+                "queue": queue}
+
+    def drop_interest(self, session: Session, key: tuple[str, int, str]) -> None:
+        session.interests.discard(key)
+        sessions = self.interest.get(key)
+        if sessions is not None:
+            sessions.discard(session)
+            if not sessions:
+                del self.interest[key]
+
+    # -- requests ------------------------------------------------------------
+
+    def dispatch(self, session: Session, frame: dict) -> None:
+        """Handle one request to completion and send its reply (or start its wait)."""
+        try:
+            rid, op, args = requests.parse(frame)
+        except ProtocolError as err:
+            rid = frame.get("id")
+            session.fail(rid if type(rid) is int else None, err.reason, err.message)
+            return
+        if session.client is None and op != "register":
+            session.fail(rid, Reason.NOT_REGISTERED, f"{op}: register first")
+            return
+        if self.shutting_down:
+            session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
+            return
+        try:
+            result = HANDLERS[op](self, session, rid, **args)
+        except (CQSError, ProtocolError) as err:
+            log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
+                      message=err.message)
+            session.fail(rid, err.reason, err.message)
+        except Exception:  # a bug must cost one request, not the daemon
+            log.exception("internal_error", client=session.client, op=op)
+            session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")
+        else:
+            if result is not DEFERRED:
+                session.reply(rid, result)
+        self.settle()
+
+    def settle(self) -> None:
+        """Turn what the last request did into notifications, waiter hand-offs and logs."""
+        for s in self._structure_list:
+            if s.events:
+                for event in s.take_events():
+                    if type(event) is FullnessChanged:
+                        log.warning("structure_full" if event.full else "structure_not_full",
+                                    structure=s.name, elements_used=event.elements_used,
+                                    elements_total=event.elements_total)
+                        continue
+                    sessions = self.interest.get((s.name, event.qtype, event.name))
+                    if sessions:
+                        frame = encode_frame(self.notification(*event))
+                        for session in list(sessions):
+                            session.send_bytes(frame)
+            if s.readable:
+                self.waiters.serve(s)
+
+    # -- connections -----------------------------------------------------------
+
+    async def serve_connection(self, stream: trio.abc.Stream, over_tcp: bool) -> None:
+        limit = self.config.daemon.max_connections
+        if self.shutting_down or len(self.sessions) >= limit:
+            reason = Reason.SHUTTING_DOWN if self.shutting_down else Reason.CLIENT_LIMIT
+            with trio.move_on_after(1):
+                await stream.send_all(encode_frame({
+                    "id": None, "ok": False, "reason": str(reason),
+                    "message": f"{len(self.sessions)} connections open, the maximum is {limit}"
+                    if reason == Reason.CLIENT_LIMIT else "the daemon is stopping",
+                }))
+            await trio.aclose_forcefully(stream)
+            return
+        session = Session(_peer(stream), over_tcp, self.config.daemon.send_queue, self.max_frame)
+        self.sessions.add(session)
+        try:
+            with trio.CancelScope() as session.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, session, stream)
+                    nursery.start_soon(self._handshake_deadline, session)
+                    async with trio.open_nursery() as waits:
+                        session.waits = waits
+                        with trio.CancelScope() as session.reader_scope:
+                            await self._reader(session, stream)
+                        waits.cancel_scope.cancel()
+                    session.finish_sending()
+        finally:
+            self.sessions.discard(session)
+            self._connection_lost(session)
+            if not self.sessions:
+                self._sessions_gone.set()
+            await trio.aclose_forcefully(stream)
+
+    async def _reader(self, session: Session, stream: trio.abc.Stream) -> None:
+        decoder = FrameDecoder(self.max_frame)
+        while True:
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            decoder.receive_data(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except ProtocolError as err:
+                    log.info("protocol_error", client=session.client, peer=session.peer,
+                             reason=err.reason, message=err.message)
+                    session.fail(None, err.reason, err.message)
+                    return
+                if frame is NEED_DATA:
+                    break
+                if frame is CLOSED:
+                    return
+                self.dispatch(session, frame)
+                if session.deregistered:
+                    return
+
+    async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
+        try:
+            async for frame in session.outgoing:
+                batch, size = [frame], len(frame)
+                while size < SEND_BATCH:
+                    try:
+                        more = session.outgoing.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batch.append(more)
+                    size += len(more)
+                await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            session.scope.cancel()
+
+    async def _handshake_deadline(self, session: Session) -> None:
+        await trio.sleep(self.config.daemon.handshake_timeout)
+        if session.client is None:
+            log.info("handshake_timeout", peer=session.peer)
+            session.scope.cancel()
+
+    def _connection_lost(self, session: Session) -> None:
+        for key in list(session.interests):
+            self.drop_interest(session, key)
+        client = session.client
+        if client is None or self.clients.get(client) is not session:
+            return
+        del self.clients[client]
+        if session.deregistered or self.shutting_down:
+            return  # at shutdown, locks stay in the image for the client to resync
+        log.info("connection_lost", client=client, peer=session.peer,
+                 cut_off=session.cut_off)
+        self.schedule_peer_recovery(client)
+
+    # -- peer recovery ---------------------------------------------------------
+
+    def schedule_peer_recovery(self, client: str) -> None:
+        """Release a dropped client's locks after ``resync_grace`` unless it comes back."""
+        grace = self.config.daemon.resync_grace
+        if grace == 0:
+            self._recover_peer(client)
+            return
+        scope = trio.CancelScope()
+        self.pending_recovery[client] = scope
+        self.nursery.start_soon(self._grace, client, scope, grace)
+
+    async def _grace(self, client: str, scope: trio.CancelScope, grace: float) -> None:
+        with scope:
+            await trio.sleep(grace)
+            if self.pending_recovery.get(client) is scope:
+                del self.pending_recovery[client]
+                self._recover_peer(client)
+
+    def _recover_peer(self, client: str) -> None:
+        for s in self._structure_list:
+            released = s.release_client(client)
+            if released:
+                suspended = sum(1 for e in released if e.qtype == QueueType.TRAN_SUSPEND)
+                log.info("peer_recovery", client=client, structure=s.name,
+                         returned=len(released) - suspended, suspended=suspended)
+        self.settle()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Open the data directory, load images, serve until SIGTERM/SIGINT, save images."""
+        self.datadir.open()
+        try:
+            owners = self._load_images()
+            listeners = await self._listen()
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                for client in sorted(owners):
+                    self.schedule_peer_recovery(client)
+                nursery.start_soon(self._signals)
+                serving = await nursery.start(self._serve, listeners)
+                log.info("ready", socket=self.config.daemon.socket, tcp=self.config.daemon.tcp,
+                         structures=list(self.structures), pid=os.getpid())
+                task_status.started(self)
+                await self.stopped.wait()
+                serving.cancel()
+                await self._drain()
+                nursery.cancel_scope.cancel()
+            self._save_images()
+            log.info("stopped")
+        finally:
+            if self._socket_made:
+                _remove_socket(self.config.daemon.socket)
+            self.datadir.close()
+
+    async def _serve(self, listeners, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                for listener, over_tcp in listeners:
+                    nursery.start_soon(trio.serve_listeners, _handler(self, over_tcp), [listener])
+                task_status.started(scope)
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    if self.log_sink is not None:
+                        self.log_sink.reopen()
+                    log.info("logs_reopened")
+                    continue
+                self.stop(signal.Signals(signum).name)
+                return
+
+    def stop(self, why: str) -> None:
+        """Begin a graceful stop: refuse new work, finish what is in flight."""
+        if not self.shutting_down:
+            self.shutting_down = True
+            log.info("stopping", why=why)
+            self.stopped.set()
+
+    async def _drain(self) -> None:
+        for session in list(self.sessions):
+            if session.reader_scope is not None:
+                session.reader_scope.cancel()
+            if session.waits is not None:
+                session.waits.cancel_scope.cancel()
+        if self.sessions:
+            with trio.move_on_after(DRAIN_TIMEOUT):
+                await self._sessions_gone.wait()
+        for session in list(self.sessions):
+            session.scope.cancel()
+
+    def _load_images(self) -> set[str]:
+        """Load each structure's clean-shutdown image; returns the clients holding locks."""
+        owners = set()
+        for s in self._structure_list:
+            path = image.path_for(self.datadir.images, s.name)
+            if not path.exists():
+                continue
+            count = image.load(path, s)
+            s.take_events()
+            owners.update(s.client_stats())
+            path.unlink()
+            log.info("image_loaded", structure=s.name, messages=count, path=str(path))
+        return owners
+
+    def _save_images(self) -> None:
+        for s in self._structure_list:
+            path = image.path_for(self.datadir.images, s.name)
+            count = image.save(path, s)
+            log.info("image_saved", structure=s.name, messages=count, path=str(path))
+
+    async def _listen(self) -> list[tuple[trio.abc.Listener, bool]]:
+        d = self.config.daemon
+        listeners: list[tuple[trio.abc.Listener, bool]] = [(_unix_listener(d.socket), False)]
+        self._socket_made = True
+        if d.tcp_address:
+            host, port = d.tcp_address
+            tcp = await trio.open_tcp_listeners(port, host=host)
+            if d.tls_cert:
+                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                context.load_cert_chain(d.tls_cert, d.tls_key)
+                tcp = [trio.SSLListener(t, context) for t in tcp]
+            listeners += [(t, True) for t in tcp]
+        return listeners
+
+
+def _handler(daemon: Daemon, over_tcp: bool):
+    async def handle(stream):
+        await daemon.serve_connection(stream, over_tcp)
+    return handle
+
+
+def _peer(stream) -> str:
+    sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)
+    try:
+        name = sock.getpeername() if sock is not None else None
+    except OSError:
+        name = None
+    if isinstance(name, tuple):
+        return f"{name[0]}:{name[1]}"
+    return "unix"
+
+
+def _unix_listener(path: str) -> trio.SocketListener:
+    """A Unix socket listener created mode 0600; a stale socket file is replaced,
+    a live one (another daemon answering on it) is refused."""
+    p = Path(path)
+    if p.exists() or p.is_symlink():
+        if not p.is_socket():
+            raise DataDirError(f"socket path {path} exists and is not a socket")
+        probe = stdlib_socket.socket(stdlib_socket.AF_UNIX)
+        try:
+            probe.connect(path)
+        except OSError:
+            p.unlink()
+        else:
+            raise DataDirError(f"another daemon is listening on {path}")
+        finally:
+            probe.close()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    sock = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    return trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+
+
+def _remove_socket(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,232 @@
+"""One handler per op of docs/protocol.md.
+
+Each handler checks what only the daemon knows (the structure exists, the
+caller may do this), calls the engine, and returns the result map; the
+dispatcher sends it and settles the structure's events. A handler that must
+wait (a read with ``wait``) starts a task and returns ``DEFERRED``.
+"""
+
+import hashlib
+import hmac
+import re
+
+import structlog
+import trio
+
+from ..engine import CQSError, Delete, Move, Put, Reason, Unlock, parse_qtype
+from ..engine.qtypes import QueueType, check_name
+from ..protocol import requests
+from ..protocol.codec import PROTOCOL_VERSION
+from . import wire
+from .waiters import Waiter, _read_up_to
+
+log = structlog.get_logger()
+DEFERRED = object()
+CLIENT_NAME = re.compile(r"[A-Za-z0-9@#$_.-]{1,16}")
+MAX_READ_BATCH = 10_000  # bounds one reply; read_batch callers loop for more
+MAX_BROWSE = 10_000
+
+
+def _bad(message: str) -> CQSError:
+    return CQSError(Reason.INVALID_REQUEST, message)
+
+
+def op_register(d, session, rid, client, secret, cold, version):
+    if session.client is not None:
+        raise _bad(f"this connection is already registered as {session.client}")
+    if version != PROTOCOL_VERSION:
+        raise _bad(f"protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}")
+    if not CLIENT_NAME.fullmatch(client):
+        raise _bad(f"client name {client!r} must be 1 to 16 of A-Z a-z 0-9 @ # $ _ . -")
+    _authorize(d, session, client, secret)
+    if client in d.clients:
+        raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+    if len(d.clients) >= d.config.daemon.max_clients:
+        raise CQSError(
+            Reason.CLIENT_LIMIT, f"{len(d.clients)} clients are registered, the maximum"
+        )
+    session.client = client
+    d.clients[client] = session
+    pending = d.pending_recovery.pop(client, None)
+    if pending is not None:
+        pending.cancel()
+    locks = []
+    for s in d.structures.values():
+        if cold:
+            moved = s.cold_client(client)
+            if moved:
+                log.info("cold_start_locks", client=client, structure=s.name, messages=len(moved))
+        else:
+            locks += [wire.lock(s.name, e) for e in s.client_locks(client)]
+    log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks))
+    return {
+        "version": PROTOCOL_VERSION,
+        "server": "cqsd",
+        "max_message": d.config.daemon.max_message,
+        "structures": list(d.structures),
+        "locks": locks,
+    }
+
+
+def _authorize(d, session, client, secret):
+    known = {c.name: c.secret_sha256 for c in d.config.clients}
+    if not known:
+        if session.over_tcp:
+            raise CQSError(Reason.NOT_AUTHORIZED, "registration over TCP needs a configured client")
+        return
+    digest = hashlib.sha256(secret.encode()).hexdigest() if secret is not None else ""
+    if client not in known or not hmac.compare_digest(digest, known[client]):
+        raise CQSError(Reason.NOT_AUTHORIZED, f"client {client} is not authorized with that secret")
+
+
+def op_deregister(d, session, rid):
+    session.deregistered = True
+    for s in d.structures.values():
+        s.release_client(session.client, failed=False)
+    log.info("deregister", client=session.client)
+    return {}
+
+
+def op_connect(d, session, rid, structure):
+    return d.structure(structure).stats()
+
+
+def op_put(d, session, rid, structure, queue, qtype, data, recoverable):
+    d.check_size(data)
+    return {"entry_id": d.structure(structure).put(qtype, queue, data, recoverable).entry_id}
+
+
+def op_read(d, session, rid, structure, queue, qtype, n, wait):
+    s = d.structure(structure)
+    key = (parse_qtype(qtype), check_name(queue))
+    if not 1 <= n <= MAX_READ_BATCH:
+        raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
+    got = _read_up_to(s, session.client, key, n)
+    if got:
+        return {"messages": [wire.message(e) for e in got]}
+    if not wait:
+        raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
+    if not 0 < wait <= d.config.daemon.max_wait:
+        raise _bad(f"read: wait must be 0 to {d.config.daemon.max_wait} seconds, got {wait}")
+    session.waits.start_soon(_wait_read, d, session, rid, s, key, n, wait)
+    return DEFERRED
+
+
+async def _wait_read(d, session, rid, s, key, n, wait):
+    waiter = Waiter(session.client, n)
+    d.waiters.add(s, key, waiter)
+    try:
+        with trio.move_on_after(wait):
+            await waiter.event.wait()
+    finally:
+        if waiter.messages is None:
+            d.waiters.remove(s, key, waiter)
+            if d.shutting_down:
+                session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
+        else:
+            session.reply(rid, {"messages": [wire.message(e) for e in waiter.messages]})
+    if waiter.messages is None and not d.shutting_down:
+        session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
+
+
+def op_browse(d, session, rid, structure, queue, qtype, cursor, limit):
+    if not 1 <= limit <= MAX_BROWSE:
+        raise _bad(f"browse: limit must be 1 to {MAX_BROWSE}, got {limit}")
+    found, after = d.structure(structure).browse(qtype, queue, after=cursor, limit=limit)
+    return {"messages": [wire.browsed(e) for e in found], "cursor": list(after) if after else None}
+
+
+def op_delete(d, session, rid, structure, entry_id, operator):
+    d.structure(structure).delete(None if operator else session.client, entry_id)
+    return {}
+
+
+def op_move(d, session, rid, structure, entry_id, queue, qtype):
+    d.structure(structure).move(session.client, entry_id, qtype, queue)
+    return {}
+
+
+def op_unlock(d, session, rid, structure, entry_id, failed, queue, qtype):
+    e = d.structure(structure).unlock(session.client, entry_id, failed=failed, qtype=qtype, name=queue)
+    return {"qtype": QueueType(e.qtype).name, "queue": e.name}
+
+
+def op_commit(d, session, rid, structure, ops):
+    s = d.structure(structure)
+    batch = []
+    for kind, f in requests.commit_ops(ops):
+        if kind == "put":
+            d.check_size(f["data"])
+            batch.append(Put(f["qtype"], f["queue"], f["data"], f["recoverable"]))
+        elif kind == "delete":
+            batch.append(Delete(f["entry_id"]))
+        elif kind == "move":
+            batch.append(Move(f["entry_id"], f["qtype"], f["queue"]))
+        else:
+            batch.append(Unlock(f["entry_id"], f["failed"], f["qtype"], f["queue"]))
+    results = s.commit(session.client, batch)
+    return {"entry_ids": [e.entry_id for op, e in zip(batch, results) if type(op) is Put]}
+
+
+def op_register_interest(d, session, rid, structure, queue, qtype):
+    s = d.structure(structure)
+    key = (s.name, parse_qtype(qtype), check_name(queue))
+    d.interest.setdefault(key, set()).add(session)
+    session.interests.add(key)
+    if s.queue_stats(key[1], queue)["depth"]:
+        session.send(d.notification(*key))
+    return {}
+
+
+def op_deregister_interest(d, session, rid, structure, queue, qtype):
+    key = (d.structure(structure).name, parse_qtype(qtype), check_name(queue))
+    d.drop_interest(session, key)
+    return {}
+
+
+def op_query(d, session, rid, kind, structure):
+    chosen = [d.structure(structure)] if structure is not None else list(d.structures.values())
+    if kind == "structures":
+        rows = [s.stats() for s in chosen]
+    elif kind == "queues":
+        rows = [{"structure": s.name, **q} for s in chosen for q in s.queues()]
+    elif kind == "headers":
+        rows = [{"structure": s.name, **h} for s in chosen for h in s.header_stats()]
+    elif kind == "locks":
+        rows = [
+            {**wire.lock(s.name, e), "owner": e.owner}
+            for s in chosen
+            for client in sorted(s.client_stats())
+            for e in s.client_locks(client)
+        ]
+    elif kind == "clients":
+        rows = [
+            {
+                "client": name,
+                "peer": sess.peer,
+                "tcp": sess.over_tcp,
+                "interests": len(sess.interests),
+                "locks": sum(s.client_stats().get(name, 0) for s in chosen),
+            }
+            for name, sess in sorted(d.clients.items())
+        ]
+    else:
+        raise _bad(f"query: unknown kind {kind!r} (structures, queues, clients, locks, headers)")
+    return {"rows": rows}
+
+
+def op_requeue(d, session, rid, structure, entry_id):
+    e = d.structure(structure).requeue(entry_id)
+    log.info("requeue", client=session.client, structure=structure, entry_id=entry_id)
+    return {"qtype": QueueType(e.qtype).name, "queue": e.name}
+
+
+def op_dequeue(d, session, rid, structure, queue, qtype):
+    gone = d.structure(structure).dequeue(qtype, queue)
+    log.info("dequeue", client=session.client, structure=structure, queue=queue, messages=len(gone))
+    return {"count": len(gone)}
+
+
+HANDLERS = {name.removeprefix("op_"): fn for name, fn in dict(globals()).items()
+            if name.startswith("op_")}
+assert set(HANDLERS) == set(requests.OPS), "every op of the protocol has one handler"

@@ -1,0 +1,61 @@
+"""One client connection: who registered on it, and the bounded queue of frames
+waiting to be sent to it.
+
+The queue bound is what stops a client that no longer reads from growing the
+daemon's memory: when it is full the client is cut off, never waited for,
+because waiting would stall every other client served by the same loop.
+"""
+
+import itertools
+
+import structlog
+import trio
+
+from ..protocol.codec import encode_frame
+
+log = structlog.get_logger()
+_ids = itertools.count(1)
+
+
+class Session:
+    def __init__(self, peer: str, over_tcp: bool, send_queue: int, max_frame: int) -> None:
+        self.id = next(_ids)
+        self.peer = peer
+        self.over_tcp = over_tcp
+        self.client: str | None = None
+        self.deregistered = False
+        self.interests: set[tuple[str, int, str]] = set()
+        self.max_frame = max_frame
+        self._outbox, self.outgoing = trio.open_memory_channel[bytes](send_queue)
+        self.cut_off = False
+        self.scope: trio.CancelScope | None = None  # the whole connection
+        self.reader_scope: trio.CancelScope | None = None
+        self.waits: trio.Nursery | None = None  # waiting reads of this connection
+
+    def send_bytes(self, frame: bytes) -> None:
+        """Queue an encoded frame; a client whose queue is full is cut off."""
+        if self.cut_off:
+            return
+        try:
+            self._outbox.send_nowait(frame)
+        except trio.WouldBlock:
+            self.cut_off = True
+            log.warning("client_cut_off", client=self.client, peer=self.peer,
+                        why="too many replies and notifications waiting to be sent")
+            if self.scope is not None:
+                self.scope.cancel()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    def send(self, frame: dict) -> None:
+        self.send_bytes(encode_frame(frame, self.max_frame))
+
+    def reply(self, request_id: int, result: dict) -> None:
+        self.send({"id": request_id, "ok": True, "result": result})
+
+    def fail(self, request_id: int | None, reason: str, message: str) -> None:
+        self.send({"id": request_id, "ok": False, "reason": str(reason), "message": message})
+
+    def finish_sending(self) -> None:
+        """No more frames: the writer sends what is queued, then ends."""
+        self._outbox.close()

@@ -1,0 +1,72 @@
+"""Readers waiting server-side for a message, served first come, first served.
+
+A waiter is served by whichever request makes its queue readable (a put, an
+unlock, a move, a delete on a SERIAL queue): that request's handler reads on
+the waiter's behalf, synchronously, so no other reader can slip in between the
+message arriving and the waiter getting it.
+"""
+
+from collections import deque
+
+import trio
+
+from ..engine import CQSError, Entry, Reason, Structure
+
+Key = tuple[int, str]
+
+
+class Waiter:
+    __slots__ = ("client", "n", "event", "messages")
+
+    def __init__(self, client: str, n: int) -> None:
+        self.client = client
+        self.n = n
+        self.event = trio.Event()
+        self.messages: list[Entry] | None = None
+
+
+class ReadWaiters:
+    def __init__(self) -> None:
+        self._queues: dict[tuple[str, Key], deque[Waiter]] = {}
+
+    def add(self, structure: Structure, key: Key, waiter: Waiter) -> None:
+        self._queues.setdefault((structure.name, key), deque()).append(waiter)
+        structure.watched.add(key)
+
+    def remove(self, structure: Structure, key: Key, waiter: Waiter) -> None:
+        queue = self._queues.get((structure.name, key))
+        if queue is not None and waiter in queue:
+            queue.remove(waiter)
+            if not queue:
+                self._forget(structure, key)
+
+    def serve(self, structure: Structure) -> None:
+        """Hand newly readable messages to the oldest waiters on their queues."""
+        while structure.readable:
+            key = structure.readable.pop()
+            queue = self._queues.get((structure.name, key))
+            while queue:
+                waiter = queue[0]
+                got = _read_up_to(structure, waiter.client, key, waiter.n)
+                if not got:
+                    break
+                queue.popleft()
+                waiter.messages = got
+                waiter.event.set()
+            if not queue:
+                self._forget(structure, key)
+
+    def _forget(self, structure: Structure, key: Key) -> None:
+        self._queues.pop((structure.name, key), None)
+        structure.watched.discard(key)
+
+
+def _read_up_to(structure: Structure, client: str, key: Key, n: int) -> list[Entry]:
+    got = []
+    try:
+        while len(got) < n:
+            got.append(structure.read(client, *key))
+    except CQSError as err:
+        if err.reason != Reason.NO_MESSAGE:
+            raise
+    return got

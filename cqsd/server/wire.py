@@ -1,0 +1,29 @@
+"""Engine objects as they travel in replies (docs/protocol.md, "Messages")."""
+
+from ..engine import Entry, QueueType
+
+
+def message(entry: Entry) -> dict:
+    return {
+        "entry_id": entry.entry_id,
+        "queue": entry.name,
+        "qtype": QueueType(entry.qtype).name,
+        "data": entry.data,
+        "recoverable": entry.recoverable,
+        "put_time": entry.put_time,
+        "delivery_count": entry.delivery_count,
+    }
+
+
+def browsed(entry: Entry) -> dict:
+    out = message(entry)
+    out["where"] = entry.where
+    out["owner"] = entry.owner
+    if entry.home is not None:
+        out["home"] = [QueueType(entry.home[0]).name, entry.home[1]]
+    return out
+
+
+def lock(structure: str, entry: Entry) -> dict:
+    return {"structure": structure, "entry_id": entry.entry_id, "queue": entry.name,
+            "qtype": QueueType(entry.qtype).name, "delivery_count": entry.delivery_count}

@@ -1,0 +1,1 @@
+"""What cqsd keeps on disk besides the logstream: structure images and the data directory."""

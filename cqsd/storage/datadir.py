@@ -1,0 +1,42 @@
+"""The data directory, and the lock that keeps a second daemon out of it."""
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class DataDirError(Exception):
+    """The data directory cannot be used; the message says why and which path."""
+
+
+class DataDir:
+    """``data_dir`` and its layout: ``cqsd.lock``, ``images/`` (clean-shutdown images)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+        self.images = self.root / "images"
+        self._lock_fd: int | None = None
+
+    def open(self) -> None:
+        """Create the layout if missing and take the lock, or raise DataDirError."""
+        try:
+            self.images.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / "cqsd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise DataDirError(f"data directory {self.root}: {err.strerror}") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise DataDirError(
+                f"data directory {self.root} is in use by a live daemon (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None

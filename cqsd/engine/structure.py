@@ -400,9 +400,10 @@ class Structure:
             "locked": self._locked_per_key.get(key, 0),
         }
 
-    def queues(self) -> list[dict]:
-        """Every queue that holds or has lent out a message, in list-header order."""
-        keys = set(self._queues) | set(self._locked_per_key)
+    def queues(self, also: Iterable[Key] = ()) -> list[dict]:
+        """Every queue that holds or has lent out a message (and those in ``also``),
+        in list-header order."""
+        keys = set(self._queues) | set(self._locked_per_key) | set(also)
         keys = {k for k in keys if k[0] not in STAGING_TYPES}
         return [self.queue_stats(*k) for k in sorted(keys, key=lambda k: (list_header(*k), k[1]))]
 

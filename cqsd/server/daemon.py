@@ -11,6 +11,7 @@ Task tree: run → (signals, listeners → connection → (writer, handshake
 deadline, reader → waiting reads), grace timers of dropped clients).
 """
 
+import functools
 import os
 import signal
 import socket as stdlib_socket
@@ -295,7 +296,12 @@ class Daemon:
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 for listener, over_tcp in listeners:
-                    nursery.start_soon(trio.serve_listeners, _handler(self, over_tcp), [listener])
+                    # connections live in the daemon's nursery, so that closing the
+                    # listeners at shutdown does not cancel requests in flight
+                    nursery.start_soon(functools.partial(
+                        trio.serve_listeners, _handler(self, over_tcp), [listener],
+                        handler_nursery=self.nursery,
+                    ))
                 task_status.started(scope)
 
     async def _signals(self) -> None:

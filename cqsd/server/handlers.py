@@ -189,7 +189,12 @@ def op_query(d, session, rid, kind, structure):
     if kind == "structures":
         rows = [s.stats() for s in chosen]
     elif kind == "queues":
-        rows = [{"structure": s.name, **q} for s in chosen for q in s.queues()]
+        rows = [
+            {"structure": s.name, **q,
+             "waiting": d.waiters.count(s.name, (QueueType[q["qtype"]], q["queue"]))}
+            for s in chosen
+            for q in s.queues(also=s.watched)
+        ]
     elif kind == "headers":
         rows = [{"structure": s.name, **h} for s in chosen for h in s.header_stats()]
     elif kind == "locks":

@@ -40,6 +40,9 @@ class ReadWaiters:
             if not queue:
                 self._forget(structure, key)
 
+    def count(self, structure: str, key: Key) -> int:
+        return len(self._queues.get((structure, key), ()))
+
     def serve(self, structure: Structure) -> None:
         """Hand newly readable messages to the oldest waiters on their queues."""
         while structure.readable:

@@ -1,0 +1,53 @@
+"""cqsclient: the client SDK of cqsd (DESIGN §6).
+
+::
+
+    import cqsclient
+    with cqsclient.connect("unix:///run/cqsd/cqsd.sock", client="IMS1") as c:
+        s = c.structure("MSGQ01")
+        eid = s.put("TRANX", b"...")
+        m = s.read("TRANX", wait=5.0)   # Message | None, locked by this client
+        s.delete(m.entry_id)
+
+The blocking client here is thread-safe and pipelines the requests of many
+threads on one connection. ``cqsclient.aio`` has the same names for AnyIO
+(Trio or asyncio); it is imported on first use, so importing ``cqsclient``
+pulls in neither trio nor anyio.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from . import errors
+from .address import DEFAULT_ADDRESS, default_address, parse_address
+from .client import Client, StructureHandle, UnitOfWork, connect
+from .errors import CQSError, ConnectionLost
+from .model import BrowsePage, HeldLock, Location, Message, Notification
+
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "BrowsePage",
+    "CQSError",
+    "Client",
+    "ConnectionLost",
+    "HeldLock",
+    "Location",
+    "Message",
+    "Notification",
+    "StructureHandle",
+    "UnitOfWork",
+    "connect",
+    "default_address",
+    "errors",
+    "parse_address",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # `cqsclient.aio` without importing it first, and without importing anyio
+    # for users of the blocking client.
+    if name == "aio":
+        return importlib.import_module(".aio", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,88 @@
+"""The values the SDK hands back: messages, notifications, held locks, places.
+
+All are frozen dataclasses with slots: they are results, not handles, and
+thousands of them may be alive after a large browse or batch read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BrowsePage", "HeldLock", "Location", "Message", "Notification"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as read or browsed.
+
+    ``qtype`` is the queue type's name (``"TRAN"``, ``"LTERM"``, ...);
+    ``put_time`` is nanoseconds since the epoch; ``delivery_count`` counts the
+    reads with a lock, the current one included. ``where`` (``"ready"``,
+    ``"locked"``, ``"cold"``), ``owner`` and ``home`` (the ``(qtype, queue)`` a
+    suspended message came from) are set by browse only.
+    """
+
+    entry_id: int
+    queue: str
+    qtype: str
+    data: bytes
+    recoverable: bool
+    put_time: int
+    delivery_count: int
+    structure: str = ""
+    where: str | None = None
+    owner: str | None = None
+    home: tuple[str, str] | None = None
+
+    def __repr__(self) -> str:
+        # Payloads can be 100 MiB: a repr must not print them whole.
+        data = self.data if len(self.data) <= 32 else self.data[:32] + b"..."
+        return (
+            f"Message(entry_id={self.entry_id}, structure={self.structure!r}, "
+            f"qtype={self.qtype!r}, queue={self.queue!r}, data={data!r} ({len(self.data)} bytes), "
+            f"delivery_count={self.delivery_count})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A queue of ``structure`` went from empty to non-empty (or held work at registration)."""
+
+    structure: str
+    qtype: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLock:
+    """A message this client still held when its previous connection dropped (warm resync)."""
+
+    structure: str
+    entry_id: int
+    queue: str
+    qtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where an unlocked or requeued message went."""
+
+    qtype: str
+    queue: str
+
+
+class BrowsePage(list[Message]):
+    """One page of a browse: a list of messages plus the ``cursor`` for the next page.
+
+    ``cursor`` is None when the browse is complete.
+    """
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, messages: list[Message], cursor: Any = None) -> None:
+        super().__init__(messages)
+        self.cursor = cursor
+
+    def __repr__(self) -> str:
+        return f"BrowsePage({list.__repr__(self)}, cursor={self.cursor!r})"

@@ -1,0 +1,411 @@
+"""Every request the SDK can make, built once for both the blocking and async clients.
+
+Design note
+-----------
+A request is a :class:`Call`: the map to send (without its ``id``, which the
+connection assigns) and how to turn the reply into a Python value. The
+blocking client does ``call.finish(connection.roundtrip(call.request))`` and
+the async client ``call.finish(await connection.roundtrip(call.request))``;
+neither knows a field name of any op. That keeps the two clients from
+drifting apart, and it is why the client-side checks (payload size against the
+server's ``max_message``, str payloads refused) live here: both clients get
+them, and an oversized message is refused before a byte of it is buffered by
+the daemon.
+
+``Call.empty`` says what a ``NO_MESSAGE`` reply means for this call: for a
+read it is an ordinary outcome (``None`` or ``[]``), for anything else it is an
+error like any other. Defaults are sent explicitly, so a request on the wire
+reads the same whatever the server's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cqsd.protocol.codec import PROTOCOL_VERSION
+
+from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
+from .model import BrowsePage, HeldLock, Location, Message, Notification
+
+__all__ = ["Call", "Session", "message_from_wire"]
+
+QType = str | int
+Payload = bytes | bytearray | memoryview
+
+# The largest page a browse asks for when following cursors on its own; the
+# daemon's default page is 100, and bigger pages mean fewer round trips.
+BROWSE_PAGE: Final = 100
+
+
+class _Raise:
+    def __repr__(self) -> str:
+        return "RAISE"
+
+
+RAISE: Final = _Raise()
+"""``Call.empty`` value meaning NO_MESSAGE is raised like any other error."""
+
+
+class Call:
+    """One request: the map to send and how to read its reply."""
+
+    __slots__ = ("empty", "locks", "parse", "request")
+
+    def __init__(
+        self,
+        request: dict[str, Any],
+        parse: Callable[[dict[str, Any]], Any],
+        empty: Any = RAISE,
+        locks: bool = False,
+    ) -> None:
+        self.request = request
+        self.parse = parse
+        # The value a NO_MESSAGE reply stands for, or RAISE.
+        self.empty = empty
+        # True if a successful reply locks messages for this client (reads): an
+        # async caller cancelled while waiting must give them back.
+        self.locks = locks
+
+    def finish(self, reply: dict[str, Any]) -> Any:
+        """The result of this call given its *reply*; raises the reply's CQSError."""
+        if reply.get("ok") is True:
+            result = reply.get("result")
+            try:
+                return self.parse(result if result is not None else {})
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                op = self.request.get("op")
+                raise ProtocolViolation(
+                    f"malformed result for {op!r}: {error!r} in {_abbrev(result)}"
+                ) from error
+        error = error_from_reply(reply)
+        if self.empty is not RAISE and isinstance(error, NoMessage):
+            return self.empty
+        raise error
+
+
+def _abbrev(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _nothing(result: dict[str, Any]) -> None:
+    return None
+
+
+def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(result["rows"])
+
+
+def _location(result: dict[str, Any]) -> Location:
+    return Location(result["qtype"], result["queue"])
+
+
+def message_from_wire(wire: dict[str, Any], structure: str) -> Message:
+    """A Message from its protocol map (docs/protocol.md, "Messages")."""
+    home = wire.get("home")
+    return Message(
+        entry_id=wire["entry_id"],
+        queue=wire["queue"],
+        qtype=wire["qtype"],
+        data=wire["data"],
+        recoverable=wire["recoverable"],
+        put_time=wire["put_time"],
+        delivery_count=wire["delivery_count"],
+        structure=structure,
+        where=wire.get("where"),
+        owner=wire.get("owner"),
+        home=(home[0], home[1]) if home else None,
+    )
+
+
+def _messages(structure: str) -> Callable[[dict[str, Any]], list[Message]]:
+    def parse(result: dict[str, Any]) -> list[Message]:
+        return [message_from_wire(m, structure) for m in result["messages"]]
+
+    return parse
+
+
+def _first_message(structure: str) -> Callable[[dict[str, Any]], Message]:
+    def parse(result: dict[str, Any]) -> Message:
+        return message_from_wire(result["messages"][0], structure)
+
+    return parse
+
+
+def _page(structure: str) -> Callable[[dict[str, Any]], BrowsePage]:
+    def parse(result: dict[str, Any]) -> BrowsePage:
+        messages = [message_from_wire(m, structure) for m in result["messages"]]
+        return BrowsePage(messages, result.get("cursor"))
+
+    return parse
+
+
+def check_payload(data: Payload, max_message: int | None) -> bytes | bytearray | memoryview:
+    """*data* if it may be put; raises TypeError for str, MessageTooLarge past *max_message*."""
+    if isinstance(data, str):
+        raise TypeError("message data must be bytes, not str: encode it first")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"message data must be bytes, not {type(data).__name__}")
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if max_message is not None and size > max_message:
+        raise MessageTooLarge(
+            f"message of {size} bytes exceeds the server's max_message of {max_message} bytes"
+        )
+    return data
+
+
+# --- session ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """What the server said at registration."""
+
+    server: str
+    version: int
+    max_message: int
+    structures: list[str]
+    locks: list[HeldLock]
+
+
+def _session(result: dict[str, Any]) -> Session:
+    return Session(
+        server=str(result.get("server", "")),
+        version=int(result.get("version", PROTOCOL_VERSION)),
+        max_message=int(result["max_message"]),
+        structures=list(result.get("structures", [])),
+        locks=[
+            HeldLock(lock["structure"], lock["entry_id"], lock["queue"], lock["qtype"])
+            for lock in result.get("locks", [])
+        ],
+    )
+
+
+def register(client: str, secret: str | None, cold: bool) -> Call:
+    """``register``: log in as *client*; the result is a :class:`Session`."""
+    request = {
+        "op": "register",
+        "client": client,
+        "secret": secret,
+        "cold": cold,
+        "version": PROTOCOL_VERSION,
+    }
+    return Call(request, _session)
+
+
+def deregister() -> Call:
+    """``deregister``: end the session cleanly; the server then closes the connection."""
+    return Call({"op": "deregister"}, _nothing)
+
+
+def connect(structure: str) -> Call:
+    """``connect``: check the structure exists; the result is its stats row."""
+    return Call({"op": "connect", "structure": structure}, dict)
+
+
+# --- messages ---------------------------------------------------------------
+
+
+def put(
+    structure: str,
+    queue: str,
+    data: Payload,
+    qtype: QType,
+    recoverable: bool,
+    max_message: int | None,
+) -> Call:
+    """``put``: the result is the new entry id."""
+    request = {
+        "op": "put",
+        "structure": structure,
+        "queue": queue,
+        "qtype": qtype,
+        "data": check_payload(data, max_message),
+        "recoverable": recoverable,
+    }
+    return Call(request, lambda result: int(result["entry_id"]))
+
+
+def read(structure: str, queue: str, qtype: QType, wait: float | None) -> Call:
+    """``read`` of one message: a locked Message, or None when there is none."""
+    request = {
+        "op": "read",
+        "structure": structure,
+        "queue": queue,
+        "qtype": qtype,
+        "n": 1,
+        "wait": wait,
+    }
+    return Call(request, _first_message(structure), empty=None, locks=True)
+
+
+def read_batch(structure: str, queue: str, n: int, qtype: QType, wait: float | None) -> Call:
+    """``read`` of up to *n* messages: a list of locked Messages, [] when there is none."""
+    request = {
+        "op": "read",
+        "structure": structure,
+        "queue": queue,
+        "qtype": qtype,
+        "n": n,
+        "wait": wait,
+    }
+    return Call(request, _messages(structure), empty=[], locks=True)
+
+
+def browse(
+    structure: str,
+    queue: str | None,
+    qtype: QType | None,
+    limit: int,
+    cursor: Any,
+) -> Call:
+    """``browse``: one :class:`BrowsePage`, nothing locked.
+
+    With a queue and no qtype the qtype is TRAN, as for every other
+    queue-naming request; with neither, the whole structure is browsed.
+    """
+    if queue is not None and qtype is None:
+        qtype = "TRAN"
+    request = {
+        "op": "browse",
+        "structure": structure,
+        "queue": queue,
+        "qtype": qtype,
+        "cursor": cursor,
+        "limit": limit,
+    }
+    return Call(request, _page(structure))
+
+
+def delete(structure: str, entry_id: int, operator: bool = False) -> Call:
+    """``delete``: of an entry this client holds locked, or any unlocked one as operator."""
+    request = {"op": "delete", "structure": structure, "entry_id": entry_id, "operator": operator}
+    return Call(request, _nothing)
+
+
+def move(structure: str, entry_id: int, queue: str, qtype: QType) -> Call:
+    """``move``: an entry not locked by another client to another queue."""
+    request = {
+        "op": "move",
+        "structure": structure,
+        "entry_id": entry_id,
+        "queue": queue,
+        "qtype": qtype,
+    }
+    return Call(request, _nothing)
+
+
+def unlock(
+    structure: str,
+    entry_id: int,
+    failed: bool = False,
+    queue: str | None = None,
+    qtype: QType | None = None,
+) -> Call:
+    """``unlock``: return a locked entry (or move it; ``failed`` counts a failed delivery)."""
+    request = {
+        "op": "unlock",
+        "structure": structure,
+        "entry_id": entry_id,
+        "failed": failed,
+        "queue": queue,
+        "qtype": qtype,
+    }
+    return Call(request, _location)
+
+
+def commit(structure: str, ops: list[dict[str, Any]]) -> Call:
+    """``commit``: apply *ops* atomically; the result is the entry ids of its puts."""
+    request = {"op": "commit", "structure": structure, "ops": ops}
+    return Call(request, lambda result: [int(e) for e in result["entry_ids"]])
+
+
+def put_batch(
+    structure: str,
+    queue: str,
+    payloads: Iterable[Payload],
+    qtype: QType,
+    recoverable: bool,
+    max_message: int | None,
+) -> Call:
+    """One ``commit`` of a put per payload; the result is their entry ids, in order."""
+    ops = [put_op(queue, data, qtype, recoverable, max_message) for data in payloads]
+    return commit(structure, ops)
+
+
+# Commit ops: the same checks and spellings as the single requests.
+
+
+def put_op(
+    queue: str, data: Payload, qtype: QType, recoverable: bool, max_message: int | None
+) -> dict[str, Any]:
+    return {
+        "op": "put",
+        "queue": queue,
+        "qtype": qtype,
+        "data": check_payload(data, max_message),
+        "recoverable": recoverable,
+    }
+
+
+def delete_op(entry_id: int) -> dict[str, Any]:
+    return {"op": "delete", "entry_id": entry_id}
+
+
+def move_op(entry_id: int, queue: str, qtype: QType) -> dict[str, Any]:
+    return {"op": "move", "entry_id": entry_id, "queue": queue, "qtype": qtype}
+
+
+def unlock_op(
+    entry_id: int, failed: bool, queue: str | None, qtype: QType | None
+) -> dict[str, Any]:
+    return {"op": "unlock", "entry_id": entry_id, "failed": failed, "queue": queue, "qtype": qtype}
+
+
+# --- interest and operator requests -------------------------------------------
+
+
+def register_interest(structure: str, queue: str, qtype: QType) -> Call:
+    """``register_interest``: be notified when the queue gets work."""
+    request = {"op": "register_interest", "structure": structure, "queue": queue, "qtype": qtype}
+    return Call(request, _nothing)
+
+
+def deregister_interest(structure: str, queue: str, qtype: QType) -> Call:
+    """``deregister_interest``: stop the notifications for the queue."""
+    request = {"op": "deregister_interest", "structure": structure, "queue": queue, "qtype": qtype}
+    return Call(request, _nothing)
+
+
+def query(kind: str, structure: str | None = None) -> Call:
+    """``query``: the rows of a display (structures, queues, clients, locks, headers)."""
+    return Call({"op": "query", "kind": kind, "structure": structure}, _rows)
+
+
+def requeue(structure: str, entry_id: int) -> Call:
+    """``requeue``: a cold or suspended message back to its home queue."""
+    return Call({"op": "requeue", "structure": structure, "entry_id": entry_id}, _location)
+
+
+def dequeue(structure: str, queue: str, qtype: QType) -> Call:
+    """``dequeue``: delete every message of the queue; the result is how many."""
+    request = {"op": "dequeue", "structure": structure, "queue": queue, "qtype": qtype}
+    return Call(request, lambda result: int(result["count"]))
+
+
+def notification_from_wire(frame: dict[str, Any]) -> Notification | None:
+    """The Notification for an unsolicited frame, or None if it is not one we know."""
+    if frame.get("notify") != "work":
+        return None
+    try:
+        return Notification(frame["structure"], frame["qtype"], frame["queue"])
+    except KeyError:
+        return None
+
+
+def unexpected_close_detail(frame: dict[str, Any]) -> str:
+    """Words for the server's id-less error frame that precedes it closing the connection."""
+    error: CQSError = error_from_reply(frame)
+    return f"the server refused a frame and closed the connection ({error})"

@@ -1,0 +1,24 @@
+import pytest
+
+from .harness import Daemon
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon().start()
+    yield d
+    d.cleanup()
+
+
+@pytest.fixture
+def make_daemon():
+    made = []
+
+    def make(*args, **kw):
+        d = Daemon(*args, **kw)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.cleanup()

@@ -1,0 +1,227 @@
+"""Bad input from a raw socket gets a clear error or a close for that connection
+only; the daemon carries on for everyone else."""
+
+import os
+import stat
+import struct
+import subprocess
+import sys
+
+import msgpack
+
+from .harness import Daemon, Raw
+
+
+def healthy(daemon) -> None:
+    """Another client can still register, put and read."""
+    other = Raw(daemon.socket)
+    assert other.register(f"OK{os.getpid() % 1000}{len(daemon.lines)}")["ok"]
+    assert other.request("put", structure="MSGQ01", queue="HEALTH", data=b"x")["ok"]
+    assert other.request("read", structure="MSGQ01", queue="HEALTH")["ok"]
+    other.request("deregister")
+    other.close()
+
+
+def test_socket_is_created_mode_0600(daemon):
+    """Only the daemon's user may connect to the Unix socket."""
+    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o600
+
+
+def test_garbage_gets_an_error_and_a_close(daemon):
+    """Bytes that are not a frame get INVALID_REQUEST with no id, then the connection closes."""
+    raw = Raw(daemon.socket)
+    raw.send(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")
+    reply = raw.receive()
+    assert reply["id"] is None and reply["reason"] == "INVALID_REQUEST"
+    assert "msgpack" in reply["message"]
+    assert raw.receive() is None
+    healthy(daemon)
+
+
+def test_non_map_frame_is_refused(daemon):
+    """A frame holding a list instead of a map is refused by name."""
+    raw = Raw(daemon.socket)
+    body = msgpack.packb([1, 2, 3])
+    raw.send(struct.pack(">I", len(body)) + body)
+    assert "not a msgpack map" in raw.receive()["message"]
+    healthy(daemon)
+
+
+def test_oversized_frame_is_refused_before_its_body(make_daemon):
+    """A frame larger than max_message is refused from its header alone."""
+    d = make_daemon('max_message = "1KiB"').start()
+    raw = Raw(d.socket)
+    raw.register("BIG")
+    raw.send(struct.pack(">I", 50 * 1024 * 1024))  # the body never comes
+    reply = raw.receive()
+    assert reply["reason"] == "MESSAGE_TOO_LARGE"
+    assert raw.receive() is None
+    healthy(d)
+
+
+def test_message_over_max_message_is_too_large_but_connection_stays(make_daemon):
+    """A put whose payload exceeds max_message fails with MESSAGE_TOO_LARGE only."""
+    d = make_daemon('max_message = "1KiB"').start()
+    raw = Raw(d.socket)
+    raw.register("BIG")
+    assert raw.request("put", structure="MSGQ01", queue="Q", data=b"x" * 2000)["reason"] == (
+        "MESSAGE_TOO_LARGE"
+    )
+    assert raw.request("put", structure="MSGQ01", queue="Q", data=b"x" * 1000)["ok"]
+
+
+def test_truncated_frame_then_close_leaves_others_alone(daemon):
+    """A client that dies mid-frame costs nothing but its own connection."""
+    raw = Raw(daemon.socket)
+    raw.register("TRUNC")
+    raw.send(struct.pack(">I", 100) + b"\x85")
+    raw.close()
+    healthy(daemon)
+
+
+def test_wrong_field_types_name_the_field(daemon):
+    """Wrong types get INVALID_REQUEST naming the field; the connection stays usable."""
+    raw = Raw(daemon.socket)
+    raw.register("TYPES")
+    cases = [
+        ({"structure": "MSGQ01", "queue": "Q", "data": "text"}, "'data' must be bytes"),
+        ({"structure": "MSGQ01", "queue": 7, "data": b"x"}, "'queue' must be str"),
+        ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "recoverable": 1}, "'recoverable'"),
+        ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "qtype": "NOPE"}, "queue type"),
+        ({"structure": "MSGQ01", "queue": "Q" * 16, "data": b"x"}, "queue name"),
+        ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "colour": 1}, "unknown field 'colour'"),
+        ({"queue": "Q", "data": b"x"}, "'structure' is required"),
+    ]
+    for fields, words in cases:
+        reply = raw.request("put", **fields)
+        assert reply["reason"] == "INVALID_REQUEST" and words in reply["message"], reply
+    assert raw.request("delete", structure="MSGQ01", entry_id=True)["reason"] == "INVALID_REQUEST"
+    assert raw.request("frobnicate")["message"] == "unknown op 'frobnicate'"
+    raw.send(msgpack_frame({"op": "put"}))
+    assert "request id" in raw.receive()["message"]
+    assert raw.request("put", structure="MSGQ01", queue="Q", data=b"ok")["ok"]
+
+
+def msgpack_frame(obj) -> bytes:
+    body = msgpack.packb(obj)
+    return struct.pack(">I", len(body)) + body
+
+
+def test_requests_before_register_are_refused(daemon):
+    """Every op but register gets NOT_REGISTERED until the client registers."""
+    raw = Raw(daemon.socket)
+    assert raw.request("put", structure="MSGQ01", queue="Q", data=b"x")["reason"] == (
+        "NOT_REGISTERED"
+    )
+    assert raw.register("LATE")["ok"]
+    assert raw.register("AGAIN")["reason"] == "INVALID_REQUEST"
+
+
+def test_unregistered_connection_is_closed_after_handshake_timeout(make_daemon):
+    """A connection that never registers is closed after handshake_timeout."""
+    d = make_daemon("handshake_timeout = 0.3").start()
+    raw = Raw(d.socket)
+    assert raw.receive() is None
+    d.wait_for("handshake_timeout")
+
+
+def test_client_that_stops_reading_is_cut_off(make_daemon):
+    """Replies piling up past send_queue cut that client off; others carry on."""
+    d = make_daemon("send_queue = 16").start()
+    raw = Raw(d.socket)
+    raw.register("SLOW")
+    raw.request("put", structure="MSGQ01", queue="BIG", data=b"x" * 60000)
+    frame = msgpack_frame({"id": 1, "op": "browse", "structure": "MSGQ01", "queue": "BIG",
+                           "qtype": "TRAN"})
+    try:
+        for _ in range(2000):
+            raw.send(frame)
+    except OSError:
+        pass  # the daemon hung up on us, as it should
+    d.wait_for("client_cut_off")
+    healthy(d)
+
+
+def test_connection_limit(make_daemon):
+    """Connections past max_connections are told why and closed."""
+    d = make_daemon("max_clients = 2\nmax_connections = 2").start()
+    a, b = Raw(d.socket), Raw(d.socket)
+    a.register("A")
+    b.register("B")
+    c = Raw(d.socket)
+    assert c.receive()["reason"] == "CLIENT_LIMIT"
+
+
+def test_client_limit_and_active_name(make_daemon):
+    """max_clients bounds registrations; a name in use is CLIENT_ACTIVE."""
+    d = make_daemon("max_clients = 2").start()
+    a, b, c = Raw(d.socket), Raw(d.socket), Raw(d.socket)
+    assert a.register("A")["ok"]
+    assert b.register("A")["reason"] == "CLIENT_ACTIVE"
+    assert b.register("B")["ok"]
+    assert c.register("C")["reason"] == "CLIENT_LIMIT"
+
+
+def test_secrets_are_checked(make_daemon):
+    """With [[client]] entries only those names register, and only with their secret."""
+    digest = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"  # "secret"
+    d = make_daemon(extra=f'[[client]]\nname = "IMS1"\nsecret_sha256 = "{digest}"\n').start()
+    assert Raw(d.socket).register("IMS1", secret="wrong")["reason"] == "NOT_AUTHORIZED"
+    assert Raw(d.socket).register("IMS2", secret="secret")["reason"] == "NOT_AUTHORIZED"
+    assert Raw(d.socket).register("IMS1")["reason"] == "NOT_AUTHORIZED"
+    assert Raw(d.socket).register("IMS1", secret="secret")["ok"]
+
+
+def run_cqsd(*args):
+    return subprocess.run([sys.executable, "-m", "cqsd", "run", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_bad_config_gives_readable_errors_and_touches_nothing(tmp_path):
+    """A bad config names each key at fault, exits 2 and creates no data."""
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f'[daemon]\ndata_dir = "{tmp_path / "data"}"\nmax_clients = "many"\n'
+                   '[[structure]]\nname = "Q1"\nsize = "1MiB"\ninitsize = "2MiB"\nsise = 3\n')
+    result = run_cqsd("--config", str(cfg))
+    assert result.returncode == 2
+    assert "daemon.max_clients" in result.stderr
+    assert "structure[0].initsize" in result.stderr
+    assert "sise" in result.stderr and "did you mean 'size'" in result.stderr
+    assert not (tmp_path / "data").exists()
+    missing = run_cqsd("--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "nope.toml" in missing.stderr
+
+
+def test_second_daemon_on_the_same_data_dir_is_refused(daemon):
+    """A data directory held by a live daemon is refused with a clear error."""
+    result = run_cqsd("--config", str(daemon.config))
+    assert result.returncode == 1
+    assert "in use by a live daemon" in result.stderr
+    healthy(daemon)
+
+
+def test_corrupt_image_is_refused_by_name(make_daemon):
+    """A damaged clean-shutdown image stops the start, naming the file, and is kept."""
+    d = make_daemon().start()
+    raw = Raw(d.socket)
+    raw.register("IMG")
+    raw.request("put", structure="MSGQ01", queue="Q", data=b"keep me")
+    raw.close()
+    assert d.stop() == 0
+    img = d.dir / "data" / "images" / "MSGQ01.img"
+    data = bytearray(img.read_bytes())
+    data[-3] ^= 0xFF
+    img.write_bytes(bytes(data))
+    result = run_cqsd("--config", str(d.config))
+    assert result.returncode == 1 and "MSGQ01.img" in result.stderr
+    assert img.exists()
+
+
+def test_daemon_survives_every_error(daemon):
+    """After all of the above kinds of abuse in one daemon, it still serves."""
+    for payload in [b"\x00\x00\x00\x00", b"\xff" * 8, msgpack_frame({"id": "x"})]:
+        raw = Raw(daemon.socket)
+        raw.send(payload)
+        raw.close()
+    healthy(daemon)
+    assert daemon.proc.poll() is None

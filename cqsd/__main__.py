@@ -8,7 +8,9 @@ import trio
 from . import logs
 from .config import ConfigError, load
 from .storage.datadir import DataDirError
+from .recovery.fold import FoldError
 from .storage.image import ImageError
+from logstream import LogstreamError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,11 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
         return 2
     sink = logs.configure(config.daemon.log_level, config.daemon.log_file)
-    from .server.daemon import Daemon  # after logging is configured
+    from .server.daemon import Daemon, LogFailed  # after logging is configured
 
     try:
         trio.run(Daemon(config, sink).run)
-    except (DataDirError, ImageError, OSError) as err:
+    except LogFailed as err:
+        print(f"cqsd: {err}", file=sys.stderr)
+        return 3
+    except (DataDirError, ImageError, FoldError, LogstreamError, OSError) as err:
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1
     return 0

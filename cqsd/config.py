@@ -111,6 +111,7 @@ class DaemonConfig:
     max_wait: float
     log_level: str
     log_file: str  # "" = standard error; a file is reopened on SIGHUP
+    log_segment: int  # bytes per logstream segment file before it rotates
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -368,6 +369,7 @@ _DAEMON: dict[str, _Key] = {
     "max_wait": _Key(_seconds(0, inclusive=False), 3600),
     "log_level": _Key(_choice(LOG_LEVELS), "info"),
     "log_file": _Key(_string, ""),
+    "log_segment": _Key(_size_between(64 * KiB, 4 * GiB), "64MiB"),
 }
 
 _structure_size = _size_between(DATA_ELEMENT, MAX_STRUCTURE_SIZE)
@@ -642,6 +644,7 @@ send_queue = 4096
 max_wait = 3600
 log_level = "info"
 log_file = ""
+log_segment = "64MiB"
 
 [[structure]]
 name = "MSGQ01"

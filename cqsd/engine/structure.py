@@ -50,6 +50,9 @@ BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
     for lh in headers_of(t)
 )
 
+# Effect kinds (docs/recovery.md)
+PUT, LOCK, DELETE, READY_AT, COLD_BY = "P", "L", "D", "R", "C"
+
 Key = tuple[int, str]
 Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
 
@@ -115,6 +118,7 @@ class Structure:
         self._serial_busy: set[Key] = set()
         self._cold: dict[int, Entry] = {}
         self.events: list[QueueWork | FullnessChanged] = []
+        self.effects: list[tuple] = []  # what happened to recoverable messages (docs/recovery.md)
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
 
@@ -125,7 +129,7 @@ class Structure:
         qtype = parse_qtype(qtype)
         check_name(name)
         self._reserve(*self.cost(len(data)), f"put of {len(data)} bytes to {qtype.name}:{name}")
-        return self._insert(qtype, name, data, recoverable)
+        return self._put_effect(self._insert(qtype, name, data, recoverable))
 
     def read(self, client: str, qtype: int | str, name: str) -> Entry:
         """Lock the first message of a queue for ``client``. Raises NO_MESSAGE."""
@@ -137,6 +141,8 @@ class Structure:
         if not queue.entries:
             self._drop_queue(queue)
         self._lock(entry, client)
+        if entry.recoverable:
+            self.effects.append((LOCK, entry.entry_id, client))
         return entry
 
     def delete(self, client: str | None, entry_id: int) -> Entry:
@@ -146,6 +152,8 @@ class Structure:
         self._check_deletable(client, entry)
         self._take(entry)
         self._free(entry)
+        if entry.recoverable:
+            self.effects.append((DELETE, entry.entry_id))
         return entry
 
     def move(self, client: str | None, entry_id: int, qtype: int | str, name: str) -> Entry:
@@ -158,6 +166,7 @@ class Structure:
         entry.qtype, entry.name = key
         entry.home = None
         self._place(entry)
+        self._ready_effect(entry)
         return entry
 
     def unlock(
@@ -179,6 +188,7 @@ class Structure:
         self._check_held(client, entry)
         self._release(entry)
         self._return(entry, target, failed)
+        self._ready_effect(entry)
         return entry
 
     def commit(self, client: str, ops: Iterable[Op]) -> list[Entry]:
@@ -293,6 +303,7 @@ class Structure:
             )
         entry.delivery_count = 0
         self._place(entry)
+        self._ready_effect(entry)
         return entry
 
     def dequeue(self, qtype: int | str, name: str) -> list[Entry]:
@@ -355,6 +366,7 @@ class Structure:
         for entry in released:
             self._release(entry)
             self._return(entry, None, failed)
+            self._ready_effect(entry)
         return released
 
     def cold_client(self, client: str) -> list[Entry]:
@@ -365,6 +377,8 @@ class Structure:
             entry.where = COLD
             entry.owner = client  # kept so the operator can see whose it was
             self._cold[entry.entry_id] = entry
+            if entry.recoverable:
+                self.effects.append((COLD_BY, entry.entry_id, client))
         return moved
 
     # -- queries ---------------------------------------------------------------
@@ -512,7 +526,20 @@ class Structure:
 
     def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
         self._reserve(*self.cost(len(data)), "commit")
-        return self._insert(qtype, name, data, recoverable)
+        return self._put_effect(self._insert(qtype, name, data, recoverable))
+
+    # Effects are what the log records: the outcome of a request for each recoverable
+    # message it touched, never the request itself, so replay needs no configuration.
+
+    def _put_effect(self, e: Entry) -> Entry:
+        if e.recoverable:
+            self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, e.data, e.put_time))
+        return e
+
+    def _ready_effect(self, e: Entry) -> None:
+        if e.recoverable:
+            home = (int(e.home[0]), e.home[1]) if e.home else None
+            self.effects.append((READY_AT, e.entry_id, int(e.qtype), e.name, home, e.delivery_count))
 
     def _insert(
         self,

@@ -23,11 +23,14 @@ import trio
 
 from ..config import Config
 from ..engine import CQSError, FullnessChanged, QueueType, Reason, Structure
+from ..engine.structure import LOCK
+from ..recovery.restart import rebuild_all
 from ..protocol import requests
 from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
 from ..storage import image
 from ..storage.datadir import DataDir, DataDirError
 from .handlers import DEFERRED, HANDLERS
+from .journal import WRITER, Journal
 from .session import Session
 from .waiters import ReadWaiters
 
@@ -35,7 +38,12 @@ log = structlog.get_logger()
 RECEIVE_SIZE = 256 * 1024
 FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
 SEND_BATCH = 256 * 1024  # bytes of small frames joined into one send
-DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdown
+DRAIN_TIMEOUT = 10.0
+NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged  # seconds connections get to flush their replies at shutdown
+
+
+class LogFailed(Exception):
+    """The log could not be written: the daemon stopped so a restart can recover."""
 
 
 class Daemon:
@@ -119,13 +127,16 @@ class Daemon:
         except Exception:  # a bug must cost one request, not the daemon
             log.exception("internal_error", client=session.client, op=op)
             session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")
+            self.settle()
         else:
+            lsn = self.settle()
             if result is not DEFERRED:
-                session.reply(rid, result)
-        self.settle()
+                session.reply(rid, result, lsn)
 
-    def settle(self) -> None:
-        """Turn what the last request did into notifications, waiter hand-offs and logs."""
+    def settle(self) -> int:
+        """Turn what the last request did into notifications, waiter hand-offs and log
+        records; returns the LSN a reply must wait for (0: none)."""
+        wait_for = 0
         for s in self._structure_list:
             if s.events:
                 for event in s.take_events():
@@ -141,6 +152,12 @@ class Daemon:
                             session.send_bytes(frame)
             if s.readable:
                 self.waiters.serve(s)
+            if s.effects:
+                effects, s.effects = s.effects, []
+                lsn = self.journal.append({"s": s.name, "e": effects})
+                if any(e[0] != LOCK for e in effects):
+                    wait_for = lsn or NEVER
+        return wait_for
 
     # -- connections -----------------------------------------------------------
 
@@ -201,21 +218,39 @@ class Daemon:
                     return
 
     async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
+        """Send queued frames in order, batched, each only once what it acknowledges is
+        durable: a reply never runs ahead of the log."""
         try:
-            async for frame in session.outgoing:
-                batch, size = [frame], len(frame)
+            async for item in session.outgoing:
+                batch, size, need = [item], len(item[2]), item[0]
                 while size < SEND_BATCH:
                     try:
                         more = session.outgoing.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     batch.append(more)
-                    size += len(more)
-                await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+                    size += len(more[2])
+                    need = max(need, more[0])
+                if need and not await self.journal.wait_durable(need):
+                    batch = [self._unacknowledged(item) for item in batch]
+                await stream.send_all(
+                    batch[0][2] if len(batch) == 1 else b"".join(item[2] for item in batch)
+                )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             session.scope.cancel()
+
+    def _unacknowledged(self, item: tuple[int, int | None, bytes]) -> tuple:
+        """A reply whose log record did not become durable turns into an error."""
+        lsn, request_id, frame = item
+        if lsn == 0 or 0 < lsn <= self.journal.durable:
+            return item
+        return (0, request_id, encode_frame({
+            "id": request_id, "ok": False, "reason": str(Reason.SHUTTING_DOWN),
+            "message": f"not acknowledged: the log write failed ({self.journal.failed}); "
+                       "the daemon is stopping for recovery",
+        }))
 
     async def _handshake_deadline(self, session: Session) -> None:
         await trio.sleep(self.config.daemon.handshake_timeout)
@@ -267,15 +302,21 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Open the data directory, load images, serve until SIGTERM/SIGINT, save images."""
+        """Open the data directory, rebuild the structures, serve until SIGTERM/SIGINT
+        (or a log failure), then write the clean-shutdown images."""
         self.datadir.open()
         try:
-            owners = self._load_images()
+            self.journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
+            self.journal.on_failure = lambda err: self.stop(f"log write failed: {err}")
+            held, crashed = self._rebuild()
             listeners = await self._listen()
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
-                for client in sorted(owners):
-                    self.schedule_peer_recovery(client)
+                nursery.start_soon(self.journal.run)
+                for client in sorted(crashed):
+                    self._recover_peer(client)  # their holder died with the daemon
+                for client in sorted(held):
+                    self.schedule_peer_recovery(client)  # they may come back and resync
                 nursery.start_soon(self._signals)
                 serving = await nursery.start(self._serve, listeners)
                 log.info("ready", socket=self.config.daemon.socket, tcp=self.config.daemon.tcp,
@@ -285,6 +326,10 @@ class Daemon:
                 serving.cancel()
                 await self._drain()
                 nursery.cancel_scope.cancel()
+            if self.journal.failed is not None:
+                raise LogFailed(f"stopped without an image: the log write failed "
+                                f"({self.journal.failed}); restart to recover from the log")
+            self.journal.close()
             self._save_images()
             log.info("stopped")
         finally:
@@ -334,24 +379,24 @@ class Daemon:
         for session in list(self.sessions):
             session.scope.cancel()
 
-    def _load_images(self) -> set[str]:
-        """Load each structure's clean-shutdown image; returns the clients holding locks."""
-        owners = set()
-        for s in self._structure_list:
-            path = image.path_for(self.datadir.images, s.name)
-            if not path.exists():
-                continue
-            count = image.load(path, s)
-            s.take_events()
-            owners.update(s.client_stats())
-            path.unlink()
-            log.info("image_loaded", structure=s.name, messages=count, path=str(path))
-        return owners
+    def _rebuild(self) -> tuple[set[str], set[str]]:
+        """Rebuild every structure from its image and the log; returns the clients whose
+        locks survived a clean stop, and those whose locks a crash left behind."""
+        held, crashed = set(), set()
+        for r in rebuild_all(self._structure_list, self.datadir.images,
+                             self.datadir.logstream, WRITER):
+            log.info("structure_rebuilt", structure=r.structure, clean=r.clean,
+                     messages=r.messages, records_replayed=r.replayed,
+                     image_seconds=round(r.image_seconds, 3),
+                     replay_seconds=round(r.replay_seconds, 3))
+            (held if r.clean else crashed).update(r.lock_owners)
+        return held, crashed - held
 
     def _save_images(self) -> None:
+        position = {WRITER: self.journal.position}
         for s in self._structure_list:
             path = image.path_for(self.datadir.images, s.name)
-            count = image.save(path, s)
+            count = image.save(path, s, position)
             log.info("image_saved", structure=s.name, messages=count, path=str(path))
 
     async def _listen(self) -> list[tuple[trio.abc.Listener, bool]]:

@@ -26,18 +26,22 @@ class Session:
         self.deregistered = False
         self.interests: set[tuple[str, int, str]] = set()
         self.max_frame = max_frame
-        self._outbox, self.outgoing = trio.open_memory_channel[bytes](send_queue)
+        # (LSN that must be durable first, request id, encoded frame)
+        self._outbox, self.outgoing = trio.open_memory_channel[tuple[int, int | None, bytes]](
+            send_queue
+        )
         self.cut_off = False
         self.scope: trio.CancelScope | None = None  # the whole connection
         self.reader_scope: trio.CancelScope | None = None
         self.waits: trio.Nursery | None = None  # waiting reads of this connection
 
-    def send_bytes(self, frame: bytes) -> None:
-        """Queue an encoded frame; a client whose queue is full is cut off."""
+    def send_bytes(self, frame: bytes, lsn: int = 0, request_id: int | None = None) -> None:
+        """Queue an encoded frame, to go once log position ``lsn`` is durable; a client
+        whose queue is full is cut off."""
         if self.cut_off:
             return
         try:
-            self._outbox.send_nowait(frame)
+            self._outbox.send_nowait((lsn, request_id, frame))
         except trio.WouldBlock:
             self.cut_off = True
             log.warning("client_cut_off", client=self.client, peer=self.peer,
@@ -47,11 +51,11 @@ class Session:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
 
-    def send(self, frame: dict) -> None:
-        self.send_bytes(encode_frame(frame, self.max_frame))
+    def send(self, frame: dict, lsn: int = 0) -> None:
+        self.send_bytes(encode_frame(frame, self.max_frame), lsn, frame.get("id"))
 
-    def reply(self, request_id: int, result: dict) -> None:
-        self.send({"id": request_id, "ok": True, "result": result})
+    def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
+        self.send({"id": request_id, "ok": True, "result": result}, lsn)
 
     def fail(self, request_id: int | None, reason: str, message: str) -> None:
         self.send({"id": request_id, "ok": False, "reason": str(reason), "message": message})

@@ -10,17 +10,22 @@ class DataDirError(Exception):
 
 
 class DataDir:
-    """``data_dir`` and its layout: ``cqsd.lock``, ``images/`` (clean-shutdown images)."""
+    """``data_dir`` and its layout (docs/datadir.md): ``cqsd.lock``, ``images/``
+    (clean-shutdown images and crash-recovery bases), ``logstream/``."""
 
     def __init__(self, root: str) -> None:
         self.root = Path(root)
         self.images = self.root / "images"
+        self.logstream = self.root / "logstream"
         self._lock_fd: int | None = None
 
     def open(self) -> None:
         """Create the layout if missing and take the lock, or raise DataDirError."""
         try:
             self.images.mkdir(parents=True, exist_ok=True)
+            self.logstream.mkdir(exist_ok=True)
+            for d in (self.root, self.images, self.logstream):
+                os.listdir(d)  # unreadable is refused now, not half-way through a restart
             fd = os.open(self.root / "cqsd.lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as err:
             raise DataDirError(f"data directory {self.root}: {err.strerror}") from err

@@ -5,7 +5,8 @@ so a clean stop writes each one out whole — recoverable and non-recoverable
 messages, locks and the cold queue included — and the next start loads it.
 
 Format (msgpack stream): a header map ``{"format": "cqsd-image", "version": 1,
-"structure", "last_id", "count", "created"}``, then one array per message
+"structure", "last_id", "count", "created", "lsn"}`` (``lsn``: the log position
+the image covers, ``{writer: last LSN}``), then one array per message
 ``[entry_id, qtype, name, data, recoverable, put_time, delivery_count, where,
 owner, home]`` in entry-id order, then a trailer map ``{"end": true, "count",
 "crc32c"}`` whose CRC covers the packed messages. The file is written to a
@@ -36,7 +37,7 @@ def path_for(directory: Path, structure: str) -> Path:
     return directory / f"{structure}.img"
 
 
-def save(path: Path, structure: Structure) -> int:
+def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     """Write ``structure`` to ``path`` durably; returns the number of messages."""
     entries = list(structure)
     tmp = path.with_name(path.name + ".tmp")
@@ -46,6 +47,7 @@ def save(path: Path, structure: Structure) -> int:
         f.write(pack({
             "format": FORMAT, "version": VERSION, "structure": structure.name,
             "last_id": structure.last_id, "count": len(entries), "created": time.time_ns(),
+            "lsn": lsn,
         }))
         for e in entries:
             row = pack([
@@ -63,8 +65,8 @@ def save(path: Path, structure: Structure) -> int:
     return len(entries)
 
 
-def load(path: Path, structure: Structure) -> int:
-    """Restore the messages of the image at ``path`` into an empty ``structure``.
+def read_rows(path: Path, structure: str) -> tuple[dict, dict[int, list]]:
+    """The header and the message rows (docs/recovery.md) of the image at ``path``.
 
     Raises ImageError naming the file if it is damaged or belongs to another structure.
     """
@@ -75,30 +77,35 @@ def load(path: Path, structure: Structure) -> int:
         raise ImageError(f"{path}: cannot read image: {err.strerror}") from err
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(raw), 1))
     unpacker.feed(raw)
+    rows: dict[int, list] = {}
     try:
         header = next(unpacker)
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise ImageError(f"{path}: not a cqsd structure image")
         if header.get("version") != VERSION:
             raise ImageError(f"{path}: image version {header.get('version')} is not {VERSION}")
-        if header.get("structure") != structure.name:
-            raise ImageError(
-                f"{path}: image of structure {header.get('structure')}, not {structure.name}"
-            )
-        crc, count = 0, 0
+        if header.get("structure") != structure:
+            raise ImageError(f"{path}: image of structure {header.get('structure')}, not {structure}")
+        crc = 0
         pack = msgpack.Packer(use_bin_type=True).pack
         for item in unpacker:
             if isinstance(item, dict):
-                if item.get("count") != count or item.get("crc32c") != crc:
-                    raise ImageError(f"{path}: trailer does not match the {count} messages read")
-                structure.last_id = max(structure.last_id, header.get("last_id", 0))
-                return count
+                if item.get("count") != len(rows) or item.get("crc32c") != crc:
+                    raise ImageError(f"{path}: trailer does not match the {len(rows)} messages read")
+                return header, rows
             crc = crc32c(pack(item), crc)
-            eid, qtype, name, data, recoverable, put_time, count_, where, owner, home = item
-            structure.restore(eid, qtype, name, data, recoverable, put_time, count_, where, owner, home)
-            count += 1
+            if not isinstance(item, list) or len(item) != 10:
+                raise ImageError(f"{path}: message row {len(rows)} is malformed")
+            rows[item[0]] = item
     except ImageError:
         raise
     except (StopIteration, ValueError, TypeError, msgpack.UnpackException) as err:
         raise ImageError(f"{path}: damaged image ({type(err).__name__}: {err})") from err
-    raise ImageError(f"{path}: image is truncated (no trailer after {count} messages)")
+    raise ImageError(f"{path}: image is truncated (no trailer after {len(rows)} messages)")
+
+
+def restore(structure: Structure, rows: dict[int, list]) -> None:
+    """Put image rows into an empty structure, in entry-id order."""
+    for eid in sorted(rows):
+        structure.restore(*rows[eid])
+    structure.take_events()

@@ -417,6 +417,8 @@ class FakeServer:
         entry["owner"] = None
         if frame.get("queue") is not None:
             entry.update(queue=frame["queue"], qtype=self._qtype(frame.get("qtype") or "TRAN"))
+        key = (structure, entry["qtype"], entry["queue"])
+        afters.append(lambda: self._serve_parked(key))
         return {"qtype": entry["qtype"], "queue": entry["queue"]}
 
     def op_commit(self, conn, frame, afters):

@@ -8,6 +8,8 @@ so it is slow and obviously right; the engine must agree with it after every ste
 import itertools
 import math
 
+import msgpack
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -19,6 +21,7 @@ from hypothesis.stateful import (
 )
 
 from cqsd.engine import CQSError, Delete, Move, Put, QueueType, Structure, Unlock
+from cqsd.recovery.fold import RECOVERABLE, fold, rows_of
 
 ENTRY_MAX = 700
 SIZE = 40 * 512  # 40 data elements: small enough to fill often
@@ -59,6 +62,7 @@ class EngineVersusModel(RuleBasedStateMachine):
         )
         self.msgs: dict[int, Msg] = {}
         self.serial = 0
+        self.replayed: dict[int, list] = {}  # the fold of every effect logged so far
 
     # -- model helpers --
 
@@ -112,11 +116,13 @@ class EngineVersusModel(RuleBasedStateMachine):
 
     # -- rules --
 
-    @rule(key=keys, size=sizes)
-    def put(self, key, size):
+    @rule(key=keys, size=sizes, recoverable=st.booleans())
+    def put(self, key, size, recoverable):
         data = self.payload(size)
         fits = self.fits([size])
-        e = self.expect(None if fits else "STRUCTURE_FULL", lambda: self.s.put(*key, data))
+        e = self.expect(
+            None if fits else "STRUCTURE_FULL", lambda: self.s.put(*key, data, recoverable)
+        )
         if e is not None:
             self.msgs[e.entry_id] = Msg(e.entry_id, key, data)
 
@@ -296,6 +302,16 @@ class EngineVersusModel(RuleBasedStateMachine):
         for key in {m.key for m in self.msgs.values()}:
             queue = [e.entry_id for e in self.s.browse(*key, limit=1000)[0]]
             assert queue == sorted(queue)
+
+    @invariant()
+    def log_effects_fold_to_the_recoverable_content(self):
+        """Replaying the effects (through msgpack, as the log stores them) gives the
+        recoverable messages exactly as the engine holds them."""
+        record = msgpack.unpackb(msgpack.packb({"s": "SQ", "e": self.s.effects}), raw=False)
+        self.s.effects.clear()
+        fold(self.replayed, [record], "SQ")
+        live = {i: row for i, row in rows_of(self.s).items() if row[RECOVERABLE]}
+        assert self.replayed == live
 
     @invariant()
     def capacity_arithmetic(self):

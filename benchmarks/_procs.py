@@ -1,0 +1,187 @@
+"""The servers under test, started and stopped by the benchmarks: cqsd and Redis.
+
+Both are started in the foreground as child processes in a temporary
+directory, listen only on a Unix socket there, and are waited for by reading
+their own "ready" log line (never by sleeping). Both context managers stop
+their server (SIGTERM, then SIGKILL after a bound) on the way out, whatever
+happened inside, and the caller removes the temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+STARTUP_TIMEOUT = 30.0  # seconds a server has to say it is ready
+STOP_TIMEOUT = 20.0  # seconds a server has to exit after SIGTERM before SIGKILL
+LOG_TAIL = 40  # lines of a server's log kept for error messages
+
+REDIS_INSTALL_HINT = (
+    "redis-server is not installed; as root: apt-get update && apt-get install -y redis-server"
+)
+
+
+class ServerFailed(RuntimeError):
+    """A server did not start, or died; the message carries the tail of its log."""
+
+
+class LineWatcher:
+    """Drains a child's output stream on a thread (so the pipe never fills),
+    keeps its last lines, and sets ``matched`` at the first line *match* accepts."""
+
+    def __init__(self, stream: IO[bytes], match: Callable[[str], bool]) -> None:
+        self.tail: deque[str] = deque(maxlen=LOG_TAIL)
+        self.matched = False
+        # Set at the matching line or at the end of the stream (the child died).
+        self._settled = threading.Event()
+        self._match = match
+        self._stream = stream
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for raw in self._stream:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.tail.append(line)
+                if not self.matched and self._match(line):
+                    self.matched = True
+                    self._settled.set()
+        finally:
+            self._settled.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once the line came; False if the stream ended or *timeout* passed first."""
+        self._settled.wait(timeout)
+        return self.matched
+
+    def text(self) -> str:
+        return "\n".join(self.tail)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT) -> int | None:
+    """SIGTERM *proc* (one we started), wait up to *timeout*, SIGKILL if still alive."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+def _is_ready_event(line: str) -> bool:
+    if '"ready"' not in line:
+        return False
+    try:
+        return json.loads(line).get("event") == "ready"
+    except ValueError:
+        return False
+
+
+def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Path:
+    """Write the daemon's config into *tmp*; returns its path."""
+    path = tmp / "cqsd.toml"
+    path.write_text(
+        "[daemon]\n"
+        f'data_dir = "{tmp / "data"}"\n'
+        f'socket = "{tmp / "s"}"\n'
+        f"max_clients = {max_clients}\n"
+        'log_level = "info"\n'
+        "[[structure]]\n"
+        'name = "MSGQ01"\n'
+        f'size = "{structure_size}"\n'
+    )
+    return path
+
+
+@contextlib.contextmanager
+def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[str]:
+    """A running daemon; yields its address (``unix://...``).
+
+    With *profile*, the daemon runs under cProfile and writes its stats there
+    when it stops (cProfile dumps on a normal exit, which SIGTERM gives).
+    """
+    config = cqsd_config(tmp, max_clients)
+    cmd = [sys.executable]
+    if profile is not None:
+        cmd += ["-m", "cProfile", "-o", str(profile)]
+    cmd += ["-m", "cqsd", "run", "--config", str(config)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, cwd=tmp)
+    try:
+        watcher = LineWatcher(proc.stderr, _is_ready_event)
+        if not watcher.wait(STARTUP_TIMEOUT):
+            raise ServerFailed(f"cqsd did not become ready (exit {proc.poll()}):\n{watcher.text()}")
+        yield f"unix://{tmp / 's'}"
+        if proc.poll() is not None:
+            raise ServerFailed(f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
+    finally:
+        code = stop_process(proc)
+        if code not in (0, None):
+            print(f"cqsd exited with {code}", file=sys.stderr)
+
+
+def redis_server_path(install: bool = True) -> str | None:
+    """The redis-server binary; installs Debian's package first when root and *install*.
+
+    Returns None (after printing how to install it) when it cannot be had.
+    """
+    found = shutil.which("redis-server")
+    if found or not install:
+        return found
+    if os.geteuid() != 0:
+        print(REDIS_INSTALL_HINT, file=sys.stderr)
+        return None
+    print("installing redis-server with apt-get ...", file=sys.stderr)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "env": env}
+    if subprocess.run(["apt-get", "install", "-y", "redis-server"], **quiet).returncode:
+        subprocess.run(["apt-get", "update"], **quiet)
+        subprocess.run(["apt-get", "install", "-y", "redis-server"], **quiet)
+    found = shutil.which("redis-server")
+    if not found:
+        print(REDIS_INSTALL_HINT, file=sys.stderr)
+    return found
+
+
+@contextlib.contextmanager
+def redis(tmp: Path, binary: str) -> Iterator[str]:
+    """A running redis-server on a Unix socket in *tmp*, no TCP, no persistence;
+    yields the socket path once it answers PING."""
+    import redis as redis_py
+
+    sock = tmp / "redis.sock"
+    cmd = [binary, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+           "--save", "", "--appendonly", "no", "--dir", str(tmp), "--daemonize", "no",
+           "--loglevel", "notice"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=tmp)
+    try:
+        watcher = LineWatcher(proc.stdout, lambda line: "Ready to accept connections" in line)
+        if not watcher.wait(STARTUP_TIMEOUT):
+            raise ServerFailed(f"redis-server did not become ready (exit {proc.poll()}):\n"
+                               f"{watcher.text()}")
+        client = redis_py.Redis(unix_socket_path=str(sock), socket_timeout=STARTUP_TIMEOUT)
+        try:
+            if not client.ping():
+                raise ServerFailed("redis-server does not answer PING")
+        finally:
+            client.close()
+        yield str(sock)
+        if proc.poll() is not None:
+            raise ServerFailed(f"redis-server died during the run (exit {proc.returncode}):\n"
+                               f"{watcher.text()}")
+    finally:
+        stop_process(proc)

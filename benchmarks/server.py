@@ -1,0 +1,484 @@
+"""cqsd daemon benchmarks, with Redis 7 measured in the same run for comparison.
+
+Three figures (issue targets in brackets):
+
+1. throughput  - 1 KiB non-recoverable messages, 4 producer and 4 consumer
+   processes, end-to-end put + read + delete messages per second. cqsd:
+   put_batch of 100; read_batch(100, wait) and one unit_of_work commit deleting
+   the batch. Redis: pipelined LPUSH; pipelined BLMOVE/LMOVE into a processing
+   list, then pipelined LREM (the reliable-queue pattern). [cqsd >= Redis]
+2. roundtrip   - one client, one request at a time: p50/p99 of a small put and
+   of a read + delete pair; Redis LPUSH (and LMOVE + LREM) for context.
+   [p50 < 150 us, p99 < 1 ms]
+3. fanout      - 32 client processes registered for one queue; a put makes it
+   non-empty, each client stamps its notification; per round the latency is
+   the slowest client's receipt minus the put's start. [p99 < 5 ms]
+
+Run: .venv/bin/python benchmarks/server.py [--quick] [--only throughput ...]
+     [--no-redis] [--profile DIR]
+One JSON line per figure on stdout, then a summary (lines starting "# ").
+Each benchmark gets a fresh daemon (and redis-server) in a temporary directory,
+on Unix sockets only; every wait is bounded, and servers, client processes and
+the directory are cleaned up whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import _clients
+import _procs
+from _clients import RECEIPT, STRUCTURE, Worker
+
+ROUNDTRIP_QUEUE = "BENCHRT"
+SMALL = b"s" * 64  # the "small put" of the round-trip figure
+REDIS_RT_LIST = "bench:rt"
+JOIN_TIMEOUT = 10.0  # seconds a client process gets to exit once told to stop
+MAX_CLIENTS = 64  # the fan-out's 32 listeners + its producer, with room to spare
+
+
+# --- helpers ----------------------------------------------------------------------
+
+
+def emit(record: dict, lines: list[dict]) -> None:
+    lines.append(record)
+    print(json.dumps(record), flush=True)
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def spread(samples_ns: list[int], unit: float, suffix: str) -> dict:
+    """p50/p99/max of *samples_ns*, divided by *unit*, keys ending in *suffix*."""
+    ordered = sorted(samples_ns)
+    return {
+        f"p50_{suffix}": round(percentile(ordered, 50) / unit, 1),
+        f"p99_{suffix}": round(percentile(ordered, 99) / unit, 1),
+        f"max_{suffix}": round(ordered[-1] / unit, 1) if ordered else math.nan,
+    }
+
+
+@contextlib.contextmanager
+def profiling(path: Path | None) -> Iterator[None]:
+    """cProfile the block into *path* (nothing without a path)."""
+    if path is None:
+        yield
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+
+def summarize_profile(path: Path, top: int = 25) -> None:
+    """Write the top functions by own time next to a .prof file (as .txt)."""
+    if not path.exists():
+        print(f"# no profile at {path}", file=sys.stderr)
+        return
+    with open(path.with_suffix(".txt"), "w") as out:
+        stats = pstats.Stats(str(path), stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(top)
+
+
+@contextlib.contextmanager
+def servers(tmp: Path, name: str, args) -> Iterator[tuple[str, str | None]]:
+    """A fresh cqsd (and redis-server, if wanted) for benchmark *name*: (address, redis socket)."""
+    where = tmp / name
+    where.mkdir()
+    profile = args.profile / f"cqsd-{name}.prof" if args.profile else None
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(_procs.cqsd(where, MAX_CLIENTS, profile))
+        redis_sock = None
+        if args.redis_binary:
+            redis_sock = stack.enter_context(_procs.redis(where, args.redis_binary))
+        yield address, redis_sock
+    if profile is not None:
+        summarize_profile(profile)
+
+
+def stop_processes(procs: list, stop) -> None:
+    """Tell client processes to stop, join them (bounded), kill any that hang."""
+    stop.set()
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    for p in procs:
+        if p.pid is not None:
+            p.join(max(0.1, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+# --- 1. throughput ----------------------------------------------------------------
+
+
+def run_throughput(server: str, address: str, args, lines: list[dict]) -> float | None:
+    """One end-to-end run against *server*; emits its line, returns msgs/s (None if it failed)."""
+    ctx = multiprocessing.get_context("spawn")
+    reports, start, stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    consumed = ctx.Value("q", 0)
+    total = args.messages
+    deadline = time.monotonic() + args.time_limit
+    specs = []
+    for i in range(args.producers):
+        share = total // args.producers + (1 if i < total % args.producers else 0)
+        specs.append(Worker(server, address, "producer", i, share, args.batch, deadline))
+    for i in range(args.consumers):
+        specs.append(Worker(server, address, "consumer", i, total, args.batch, deadline))
+    if args.profile:
+        specs = [Worker(**{**w.__dict__, "profile": str(
+            args.profile / f"throughput-{server}-{w.role}{w.index}.prof")}) for w in specs]
+    procs = [ctx.Process(target=_clients.throughput_worker, args=(w, reports, start, stop, consumed),
+                         daemon=True) for w in specs]
+    done: list[tuple] = []
+    error = None
+    try:
+        for p in procs:
+            p.start()
+        error = _collect(reports, "ready", len(procs), deadline, [])
+        if error is None:
+            start.set()
+            error = _collect(reports, "done", len(procs), deadline, done)
+    finally:
+        stop_processes(procs, stop)
+    record = {"bench": "throughput", "server": server, "messages": total,
+              "producers": args.producers, "consumers": args.consumers, "batch": args.batch,
+              "payload": _clients.PAYLOAD_SIZE, "recoverable": False}
+    if error is not None:
+        emit({**record, "error": error}, lines)
+        return None
+    firsts = [d[3] for d in done if d[1] == "producer"]
+    lasts = [d[4] for d in done if d[1] == "consumer"]
+    got = sum(d[5] for d in done if d[1] == "consumer")
+    seconds = (max(lasts) - min(firsts)) / 1e9
+    rate = got / seconds if seconds > 0 else math.nan
+    extra = {} if got == total else {"error": f"only {got} of {total} consumed before the limit"}
+    emit({**record, "consumed": got, "seconds": round(seconds, 3),
+          "msgs_per_s": round(rate), **extra}, lines)
+    return rate if got == total else None
+
+
+def _collect(reports, kind: str, n: int, deadline: float, into: list) -> str | None:
+    """Take *n* reports of *kind* from the workers; an error message if one failed or time ran out."""
+    seen = 0
+    while seen < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return f"timed out waiting for {n - seen} of {n} '{kind}' reports"
+        try:
+            report = reports.get(timeout=remaining)
+        except Exception:  # queue.Empty
+            continue
+        if report[0] == "error":
+            return f"{report[1]} {report[2]} failed:\n{report[3]}"
+        if report[0] == kind:
+            into.append(report)
+            seen += 1
+    return None
+
+
+def check_drained_cqsd(address: str) -> str | None:
+    """None if the throughput queue is empty (nothing ready, nothing locked)."""
+    import cqsclient
+
+    with cqsclient.connect(address, client="CHECK") as c:
+        left = c.structure(STRUCTURE).browse(_clients.THROUGHPUT_QUEUE, limit=10)
+    return f"{len(left)}+ messages left on the queue" if left else None
+
+
+def check_drained_redis(sock: str, consumers: int) -> str | None:
+    import redis
+
+    r = redis.Redis(unix_socket_path=sock)
+    try:
+        keys = [_clients.REDIS_SOURCE] + [f"bench:processing:{i}" for i in range(consumers)]
+        left = {k: r.llen(k) for k in keys}
+    finally:
+        r.close()
+    left = {k: v for k, v in left.items() if v}
+    return f"left in lists: {left}" if left else None
+
+
+def bench_throughput(tmp: Path, args, lines: list[dict]) -> None:
+    with servers(tmp, "throughput", args) as (address, redis_sock):
+        cqsd_rate = run_throughput("cqsd", address, args, lines)
+        problem = check_drained_cqsd(address) if cqsd_rate else None
+        redis_rate = None
+        if redis_sock:
+            redis_rate = run_throughput("redis", redis_sock, args, lines)
+            problem = problem or (check_drained_redis(redis_sock, args.consumers)
+                                  if redis_rate else None)
+    if problem:
+        emit({"bench": "throughput", "error": problem}, lines)
+    if cqsd_rate and redis_rate:
+        ratio = cqsd_rate / redis_rate
+        emit({"bench": "throughput_ratio", "cqsd_over_redis": round(ratio, 3),
+              "target": "cqsd >= redis", "met": ratio >= 1.0}, lines)
+
+
+# --- 2. round trip ----------------------------------------------------------------
+
+
+def bench_roundtrip(tmp: Path, args, lines: list[dict]) -> None:
+    with servers(tmp, "roundtrip", args) as (address, redis_sock):
+        prof = args.profile / "roundtrip-client.prof" if args.profile else None
+        with profiling(prof):
+            put_ns, pair_ns, read_ns, delete_ns = cqsd_roundtrips(address, args)
+        targets = {"target": "p50 < 150 us and p99 < 1000 us"}
+        for op, samples in (("put", put_ns), ("read+delete", pair_ns)):
+            figures = spread(samples, 1e3, "us")
+            met = figures["p50_us"] < 150 and figures["p99_us"] < 1000
+            emit({"bench": "roundtrip", "server": "cqsd", "op": op, "samples": len(samples),
+                  **figures, **targets, "met": met}, lines)
+        for op, samples in (("read", read_ns), ("delete", delete_ns)):
+            emit({"bench": "roundtrip", "server": "cqsd", "op": op, "samples": len(samples),
+                  **spread(samples, 1e3, "us"), "note": "the halves of read+delete"}, lines)
+        if redis_sock:
+            lpush_ns, reliable_ns = redis_roundtrips(redis_sock, args)
+            emit({"bench": "roundtrip", "server": "redis", "op": "lpush",
+                  "samples": len(lpush_ns), **spread(lpush_ns, 1e3, "us")}, lines)
+            emit({"bench": "roundtrip", "server": "redis", "op": "lmove+lrem",
+                  "samples": len(reliable_ns), **spread(reliable_ns, 1e3, "us")}, lines)
+
+
+def cqsd_roundtrips(address: str, args):
+    """Samples (ns) of put, read+delete, and the read and delete halves."""
+    import cqsclient
+
+    clock = time.perf_counter_ns
+    n, warm = args.samples, args.warmup
+    with cqsclient.connect(address, client="RTT") as c:
+        s = c.structure(STRUCTURE)
+        put_ns, pair_ns, read_ns, delete_ns = [], [], [], []
+        for i in range(warm + n):
+            t0 = clock()
+            s.put(ROUNDTRIP_QUEUE, SMALL, recoverable=False)
+            if i >= warm:
+                put_ns.append(clock() - t0)
+        for i in range(warm + n):
+            t0 = clock()
+            m = s.read(ROUNDTRIP_QUEUE)
+            t1 = clock()
+            s.delete(m.entry_id)
+            t2 = clock()
+            if i >= warm:
+                pair_ns.append(t2 - t0)
+                read_ns.append(t1 - t0)
+                delete_ns.append(t2 - t1)
+    return put_ns, pair_ns, read_ns, delete_ns
+
+
+def redis_roundtrips(sock: str, args):
+    """Samples (ns) of LPUSH, and of the reliable pair LMOVE + LREM."""
+    import redis
+
+    clock = time.perf_counter_ns
+    n, warm = args.samples, args.warmup
+    r = redis.Redis(unix_socket_path=sock, socket_timeout=30)
+    try:
+        lpush_ns, pair_ns = [], []
+        for i in range(warm + n):
+            value = b"%08d" % i + SMALL[8:]
+            t0 = clock()
+            r.lpush(REDIS_RT_LIST, value)
+            if i >= warm:
+                lpush_ns.append(clock() - t0)
+        for i in range(warm + n):
+            t0 = clock()
+            value = r.lmove(REDIS_RT_LIST, "bench:rt:processing", "RIGHT", "LEFT")
+            r.lrem("bench:rt:processing", 1, value)
+            if i >= warm:
+                pair_ns.append(clock() - t0)
+    finally:
+        r.close()
+    return lpush_ns, pair_ns
+
+
+# --- 3. notification fan-out ------------------------------------------------------
+
+
+def bench_fanout(tmp: Path, args, lines: list[dict]) -> None:
+    with servers(tmp, "fanout", args) as (address, _redis):
+        rounds_ns, firsts_ns, error = run_fanout(address, args)
+    record = {"bench": "fanout", "server": "cqsd", "clients": args.fanout_clients,
+              "rounds": len(rounds_ns)}
+    if not rounds_ns:
+        emit({**record, "error": error or "no round completed"}, lines)
+        return
+    figures = spread(rounds_ns, 1e6, "ms")
+    first = spread(firsts_ns, 1e6, "ms")
+    emit({**record, **figures, "first_receipt_p50_ms": first["p50_ms"],
+          "target": "p99 < 5 ms", "met": figures["p99_ms"] < 5 and error is None,
+          **({"error": error} if error else {})}, lines)
+
+
+def run_fanout(address: str, args) -> tuple[list[int], list[int], str | None]:
+    """Per completed round: slowest and fastest receipt minus put start (ns); and an error."""
+    import cqsclient
+
+    ctx = multiprocessing.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    stop = ctx.Event()
+    n = args.fanout_clients
+    deadline = time.monotonic() + args.time_limit
+    procs = [
+        ctx.Process(target=_clients.fanout_listener, daemon=True, args=(
+            address, i, args.rounds, deadline, writer, stop,
+            str(args.profile / f"fanout-listener{i}.prof") if args.profile and i == 0 else None))
+        for i in range(n)
+    ]
+    slowest: list[int] = []
+    fastest: list[int] = []
+    try:
+        for p in procs:
+            p.start()
+        error = _receipts(reader, 0, n, deadline)[1]
+        if error:
+            return slowest, fastest, f"listeners not ready: {error}"
+        with cqsclient.connect(address, client="FANPROD") as c:
+            s = c.structure(STRUCTURE)
+            for r in range(1, args.rounds + 1):
+                t0 = time.monotonic_ns()
+                entry_id = s.put(_clients.FANOUT_QUEUE, SMALL, recoverable=False)
+                times, error = _receipts(reader, r, n, min(deadline, time.monotonic() + 10))
+                if error:
+                    return slowest, fastest, f"round {r}: {error}"
+                slowest.append(max(times) - t0)
+                fastest.append(min(times) - t0)
+                s.operator_delete(entry_id)  # empty again, so the next put notifies
+        return slowest, fastest, None
+    finally:
+        stop_processes(procs, stop)
+        reader.close()
+        writer.close()
+
+
+def _receipts(reader, round_: int, n: int, deadline: float) -> tuple[list[int], str | None]:
+    """The *n* listeners' receipt times for *round_*; an error if one failed or time ran out."""
+    times: list[int] = []
+    while len(times) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not reader.poll(remaining):
+            return times, f"{len(times)} of {n} receipts within the time limit"
+        index, got_round, at = RECEIPT.unpack(reader.recv_bytes())
+        if got_round == -1:
+            return times, f"listener {index} failed (its traceback is on stderr)"
+        if got_round != round_:
+            return times, f"listener {index} sent round {got_round}, expected {round_}"
+        times.append(at)
+    return times, None
+
+
+# --- main -------------------------------------------------------------------------
+
+
+BENCHES = {"throughput": bench_throughput, "roundtrip": bench_roundtrip, "fanout": bench_fanout}
+
+
+def parse_args(argv: list[str] | None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--quick", action="store_true",
+                   help="small counts: 20,000 messages, 2,000 samples, 50 rounds")
+    p.add_argument("--only", nargs="+", choices=list(BENCHES), default=list(BENCHES))
+    p.add_argument("--messages", type=int, help="throughput: messages (default 200000)")
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--consumers", type=int, default=4)
+    p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--samples", type=int, help="round trip: samples per op (default 20000)")
+    p.add_argument("--warmup", type=int, help="round trip: warm-up requests (default 1000)")
+    p.add_argument("--fanout-clients", type=int, default=32)
+    p.add_argument("--rounds", type=int, help="fan-out: rounds (default 300)")
+    p.add_argument("--time-limit", type=float, default=120.0,
+                   help="seconds each benchmark may run before it is abandoned")
+    p.add_argument("--no-redis", action="store_true", help="measure cqsd only")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="cProfile the daemon and the clients into DIR (distorts the figures)")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.messages = args.messages or (20_000 if quick else 200_000)
+    args.samples = args.samples or (2_000 if quick else 20_000)
+    args.warmup = args.warmup if args.warmup is not None else (200 if quick else 1_000)
+    args.rounds = args.rounds or (50 if quick else 300)
+    if args.fanout_clients + 1 > MAX_CLIENTS:
+        p.error(f"--fanout-clients must be below {MAX_CLIENTS}")
+    return args
+
+
+def summary(lines: list[dict]) -> list[str]:
+    out = []
+    for rec in lines:
+        bench, server = rec.get("bench"), rec.get("server", "")
+        if "error" in rec:
+            out.append(f"{bench} {server}: FAILED: {rec['error'].splitlines()[0]}")
+        elif bench == "throughput":
+            out.append(f"throughput {server}: {rec['msgs_per_s']:,} msgs/s "
+                       f"({rec['messages']:,} in {rec['seconds']} s)")
+        elif bench == "throughput_ratio":
+            out.append(f"throughput cqsd/redis = {rec['cqsd_over_redis']} "
+                       f"(target >= 1: {'met' if rec['met'] else 'MISSED'})")
+        elif bench == "roundtrip":
+            verdict = "" if "met" not in rec else f"  [{'met' if rec['met'] else 'MISSED'}]"
+            out.append(f"roundtrip {server} {rec['op']}: p50 {rec['p50_us']} us, "
+                       f"p99 {rec['p99_us']} us{verdict}")
+        elif bench == "fanout":
+            out.append(f"fanout {rec['clients']} clients x {rec['rounds']} rounds: "
+                       f"p50 {rec['p50_ms']} ms, p99 {rec['p99_ms']} ms, max {rec['max_ms']} ms"
+                       f"  [{'met' if rec['met'] else 'MISSED'}]")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.redis_binary = None if args.no_redis else _procs.redis_server_path()
+    if args.profile:
+        args.profile = args.profile.resolve()
+        args.profile.mkdir(parents=True, exist_ok=True)
+    lines: list[dict] = []
+    tmp = Path(tempfile.mkdtemp(prefix="cqbench-"))
+    failed = False
+    try:
+        for name in args.only:
+            try:
+                BENCHES[name](tmp, args, lines)
+            except Exception as err:  # one broken benchmark must not hide the others
+                emit({"bench": name, "error": f"{type(err).__name__}: {err}"}, lines)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.redis_binary is None and not args.no_redis:
+        lines.append({"bench": "redis", "error": "redis-server not available; " +
+                      _procs.REDIS_INSTALL_HINT})
+    print()
+    for line in summary(lines):
+        print(f"# {line}")
+    if args.profile:
+        print(f"# profiles (.prof, with .txt summaries for the daemon) in {args.profile}")
+    failed = any("error" in rec for rec in lines)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

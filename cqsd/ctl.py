@@ -1,0 +1,523 @@
+"""cqsctl, the operator's command line (DESIGN §7), a thin shell over the cqsclient SDK.
+
+Every subcommand connects, registers under a throwaway client name, makes
+its requests, prints the result and deregisters. Output is an aligned table
+(or a field list for a single message) by default, JSON with ``--json``.
+
+Data in the output: in tables a payload is shown as text when it is printable
+UTF-8 and as ``hex:…`` otherwise, cut to 60 characters; ``read`` shows it
+whole. In JSON every bytes value is ``{"base64": "..."}``, so that any payload
+survives the trip unchanged (``base64 -d`` gives back the exact bytes).
+
+Exit status: 0 success, 1 a request failed (``cqsctl: REASON: message`` on
+stderr, e.g. NO_MESSAGE from ``read`` on an empty queue), 2 a usage error or a
+command not implemented yet, 3 the daemon could not be reached (or the
+connection dropped), naming the address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, is_dataclass
+from typing import Any, Final, TextIO
+
+import cqsclient
+from cqsclient.errors import ConnectionLost, CQSError
+from cqsclient.model import Message
+
+__all__ = ["build_parser", "format_table", "main", "show_data", "to_json"]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNREACHABLE: Final = 3
+
+# The characters and length the daemon allows in a client name (docs/protocol.md).
+CLIENT_NAME: Final = re.compile(r"[A-Za-z0-9@#$_.\-]{1,16}")
+# Table cells holding data are cut here, so one message cannot blow up a table.
+DATA_WIDTH: Final = 60
+
+QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers")
+# Displays of DESIGN §7 whose daemon side comes later.
+LATER_KINDS: Final = ("backups", "smds", "smdsconn", "cfstatus")
+# Subcommands of DESIGN §7 whose daemon side comes later, with their help.
+LATER_COMMANDS: Final = {
+    "checkpoint": "checkpoint a structure to its SRDS (waits for the job and reports it)",
+    "recover": "recover a structure from its SRDS and the logstream",
+    "alter": "change a structure's size",
+    "rebuild": "rebuild a structure",
+    "delete-structure": "delete a structure",
+    "reset-smds": "reset the shared message data set status of a structure",
+    "start-smdsconn": "make a structure's SMDS connection available",
+    "stop-smdsconn": "stop a structure's SMDS connection",
+}
+
+
+class UsageError(Exception):
+    """The command line asks for something impossible; exit status 2."""
+
+
+# --- formatting --------------------------------------------------------------
+
+
+def show_data(data: bytes, limit: int | None = DATA_WIDTH) -> str:
+    """*data* as text if it is printable UTF-8, else as ``hex:...``; cut to *limit* chars."""
+    try:
+        text = data.decode("utf-8")
+        printable = text.isprintable() if limit is not None else _printable_lines(text)
+    except UnicodeDecodeError:
+        printable = False
+    if not printable:
+        text = "hex:" + data.hex()
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def _printable_lines(text: str) -> bool:
+    # Outside tables, line breaks and tabs are fine.
+    return all(line.isprintable() for line in text.replace("\t", " ").splitlines())
+
+
+def _format_time(ns: Any) -> str:
+    if not isinstance(ns, int):
+        return _cell(ns)
+    moment = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (bytes, bytearray)):
+        return show_data(bytes(value))
+    if isinstance(value, (list, tuple)):
+        return ",".join(_cell(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, default=_json_default, separators=(",", ":"))
+    return str(value)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """*rows* as an aligned text table; numbers right-aligned, headers upper-case.
+
+    The columns are *columns*, else every key in order of first appearance.
+    """
+    if columns is None:
+        seen: dict[str, None] = {}
+        for row in rows:
+            seen.update(dict.fromkeys(row))
+        columns = list(seen)
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    numeric = [
+        all(isinstance(row.get(c), int) and not isinstance(row.get(c), bool) for row in rows)
+        and bool(rows)
+        for c in columns
+    ]
+    headers = [c.upper() for c in columns]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        parts = [
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers)] + [line(r) for r in cells])
+
+
+MESSAGE_COLUMNS: Final = (
+    "entry_id", "qtype", "queue", "where", "owner", "deliveries", "put_time", "size", "data",
+)
+
+
+def _message_row(m: Message) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "entry_id": m.entry_id,
+        "qtype": m.qtype,
+        "queue": m.queue,
+        "where": m.where,
+        "owner": m.owner,
+        "deliveries": m.delivery_count,
+        "put_time": _format_time(m.put_time),
+        "size": len(m.data),
+        "data": m.data,
+    }
+    if m.home is not None:
+        row["home"] = "/".join(m.home)
+    return row
+
+
+def format_messages(messages: Sequence[Message]) -> str:
+    """Browse output: one message per line."""
+    rows = [_message_row(m) for m in messages]
+    columns = list(MESSAGE_COLUMNS)
+    # The recoverable and home columns appear only when they say something.
+    if any(not m.recoverable for m in messages):
+        columns.insert(-2, "recoverable")
+        for row, m in zip(rows, messages):
+            row["recoverable"] = m.recoverable
+    if any(m.home is not None for m in messages):
+        columns.insert(-2, "home")
+    return format_table(rows, columns)
+
+
+def format_message(m: Message) -> str:
+    """Read output: the fields of one message, its data whole."""
+    fields = [
+        ("structure", m.structure),
+        ("entry_id", str(m.entry_id)),
+        ("qtype", m.qtype),
+        ("queue", m.queue),
+        ("recoverable", _cell(m.recoverable)),
+        ("put_time", _format_time(m.put_time)),
+        ("deliveries", str(m.delivery_count)),
+        ("size", str(len(m.data))),
+        ("data", show_data(m.data, limit=None)),
+    ]
+    width = max(len(k) for k, _ in fields)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f: getattr(value, f) for f in value.__dataclass_fields__}
+    raise TypeError(f"cannot show {type(value).__name__} as JSON")
+
+
+def to_json(value: Any) -> str:
+    """*value* as indented JSON; bytes become ``{"base64": ...}``, dataclasses objects."""
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)  # type: ignore[arg-type]
+    return json.dumps(value, indent=2, default=_json_default, ensure_ascii=False)
+
+
+# --- the command line --------------------------------------------------------
+
+
+def default_client_name() -> str:
+    """``$CQSD_CLIENT``, else ``CTL`` and the last five digits of the process id."""
+    return os.environ.get("CQSD_CLIENT") or f"CTL{os.getpid() % 100_000:05d}"
+
+
+def _client_name(text: str) -> str:
+    if not CLIENT_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a client name: 1 to 16 of A-Z a-z 0-9 @ # $ _ . -"
+        )
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be zero or more seconds")
+    return value
+
+
+def _entry_id(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an entry id") from None
+
+
+def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    # The global options are accepted before and after the subcommand; in the
+    # subcommand's copy they default to SUPPRESS so they do not overwrite the
+    # values given before it.
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument(
+        "--address",
+        default=default(None),
+        help="daemon address: unix://PATH, tcp://HOST:PORT or tls://HOST:PORT "
+        "(default: $CQSD_ADDRESS, else unix://./cqsd-data/cqsd.sock)",
+    )
+    parser.add_argument(
+        "--client",
+        type=_client_name,
+        default=default(None),
+        help="client name to register as (default: $CQSD_CLIENT, else CTL + 5 digits of the pid)",
+    )
+    parser.add_argument(
+        "--secret",
+        default=default(None),
+        help="the client's secret (default: $CQSD_SECRET)",
+    )
+    parser.add_argument(
+        "--cafile", default=default(None), help="CA certificates for a tls:// address"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=default(10.0),
+        help="seconds to connect and register (default 10)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print JSON instead of tables (bytes as {\"base64\": ...})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of cqsctl."""
+    parser = argparse.ArgumentParser(
+        prog="cqsctl",
+        description="Operate a cqsd daemon: display, put, read, browse, delete, requeue, dequeue.",
+        epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
+    )
+    _global_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, suppress=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    sub = command("display", "display structures, queues, clients, locks or headers")
+    sub.add_argument("kind", choices=QUERY_KINDS + LATER_KINDS, metavar="KIND",
+                     help=f"one of: {', '.join(QUERY_KINDS + LATER_KINDS)}")
+    sub.add_argument("--structure", help="only this structure")
+
+    sub = command("put", "put a message; prints its entry id")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument("data", metavar="DATA", help="the message as UTF-8 text; '-' reads stdin")
+    sub.add_argument("--qtype", default="TRAN", help="queue type (default TRAN)")
+    sub.add_argument("--nonrecoverable", action="store_true",
+                     help="a non-recoverable message (not logged)")
+
+    sub = command("read", "read the next message, print it and delete it (unless --keep)")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument("--qtype", default="TRAN", help="queue type (default TRAN)")
+    sub.add_argument("--wait", type=_seconds, default=None,
+                     help="seconds to wait for a message (default: do not wait)")
+    sub.add_argument("--keep", action="store_true",
+                     help="unlock the message again instead of deleting it")
+
+    sub = command("browse", "list messages without locking them")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("queue", metavar="QUEUE", nargs="?")
+    sub.add_argument("--qtype", default=None,
+                     help="queue type (default TRAN with a QUEUE, every type without)")
+    sub.add_argument("--limit", type=_positive_int, default=100,
+                     help="most messages to list (default 100)")
+
+    sub = command("delete", "delete a message not locked by another client (operator delete)")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("entry_id", metavar="ENTRY_ID", type=_entry_id)
+
+    sub = command("requeue", "put a cold or suspended message back on its home queue")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("entry_id", metavar="ENTRY_ID", type=_entry_id)
+
+    sub = command("dequeue", "delete every message of a queue")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument("--qtype", default="TRAN", help="queue type (default TRAN)")
+    sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    for name, help in LATER_COMMANDS.items():
+        sub = command(name, f"{help} (not implemented yet)")
+        sub.add_argument("structure", metavar="STRUCTURE")
+        if name == "recover":
+            sub.add_argument("--purge", action="store_true", help="purge the structure first")
+        if name == "alter":
+            sub.add_argument("--size", help="the new size, e.g. 64MiB")
+    return parser
+
+
+# --- the commands --------------------------------------------------------------
+
+
+class Report:
+    """What a command prints: *value* for --json, *text* otherwise."""
+
+    def __init__(self, value: Any, text: str) -> None:
+        self.value = value
+        self.text = text
+
+
+def cmd_display(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    rows = client.query(args.kind, args.structure)
+    return Report(rows, format_table(rows) if rows else f"(no {args.kind})")
+
+
+def cmd_put(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    data = sys.stdin.buffer.read() if args.data == "-" else args.data.encode("utf-8")
+    handle = client.structure(args.structure)
+    entry_id = handle.put(args.queue, data, qtype=args.qtype, recoverable=not args.nonrecoverable)
+    return Report({"entry_id": entry_id}, str(entry_id))
+
+
+def cmd_read(client: cqsclient.Client, args: argparse.Namespace) -> None:
+    handle = client.structure(args.structure)
+    message = handle.read(args.queue, qtype=args.qtype, wait=args.wait)
+    if message is None:
+        raise cqsclient.errors.NoMessage(
+            f"no message on {args.qtype} queue {args.queue} of {args.structure}"
+        )
+    # Shown first, released second: if printing fails the message is not lost
+    # (the daemon releases the lock of a client that goes away).
+    _emit(Report(message, format_message(message)), args.json)
+    if args.keep:
+        handle.unlock(message.entry_id)
+    else:
+        handle.delete(message.entry_id)
+    return None
+
+
+def cmd_browse(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    handle = client.structure(args.structure)
+    messages: list[Message] = []
+    cursor: Any = None
+    while len(messages) < args.limit:
+        page = handle.browse(args.queue, args.qtype, limit=args.limit - len(messages),
+                             cursor=cursor)
+        messages.extend(page)
+        cursor = page.cursor
+        if cursor is None or not page:
+            break
+    if cursor is not None:
+        print(f"cqsctl: more messages follow; raise --limit (now {args.limit}) to see them",
+              file=sys.stderr)
+    text = format_messages(messages) if messages else "(no messages)"
+    return Report(messages, text)
+
+
+def cmd_delete(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    client.structure(args.structure).operator_delete(args.entry_id)
+    return Report({"deleted": args.entry_id}, f"deleted {args.entry_id}")
+
+
+def cmd_requeue(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    where = client.structure(args.structure).requeue(args.entry_id)
+    return Report(
+        {"entry_id": args.entry_id, "qtype": where.qtype, "queue": where.queue},
+        f"requeued {args.entry_id} to {where.qtype} queue {where.queue}",
+    )
+
+
+def cmd_dequeue(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    count = client.structure(args.structure).dequeue(args.queue, qtype=args.qtype)
+    return Report({"count": count}, f"dequeued {count} message{'s' * (count != 1)}")
+
+
+# Each returns what to print, or None if it printed already.
+COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Report | None]]] = {
+    "display": cmd_display,
+    "put": cmd_put,
+    "read": cmd_read,
+    "browse": cmd_browse,
+    "delete": cmd_delete,
+    "requeue": cmd_requeue,
+    "dequeue": cmd_dequeue,
+}
+
+
+def _confirm_dequeue(args: argparse.Namespace, stdin: TextIO) -> bool:
+    """True if the dequeue may go ahead; raises UsageError when nobody can be asked."""
+    if args.yes:
+        return True
+    if not stdin.isatty():
+        raise UsageError("dequeue deletes every message of the queue: pass --yes to confirm")
+    print(
+        f"Delete every message of {args.qtype} queue {args.queue} in {args.structure}? [y/N] ",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _emit(report: Report, as_json: bool) -> None:
+    if as_json:
+        print(to_json(report.value))
+    elif report.text:
+        print(report.text)
+
+
+def _fail(message: str) -> None:
+    print(f"cqsctl: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run cqsctl with *argv* (default: the process's arguments); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit:  # argparse's usage errors (2) and --help (0)
+        return exit.code if isinstance(exit.code, int) else EXIT_USAGE
+    if args.command in LATER_COMMANDS or getattr(args, "kind", None) in LATER_KINDS:
+        what = args.command if args.command in LATER_COMMANDS else f"display {args.kind}"
+        _fail(f"{what}: not implemented yet")
+        return EXIT_USAGE
+    try:
+        address = cqsclient.parse_address(args.address).text
+        name = args.client or _client_name_or_usage(default_client_name())
+        if args.command == "dequeue" and not _confirm_dequeue(args, sys.stdin):
+            _fail("dequeue cancelled")
+            return EXIT_FAILED
+    except (UsageError, ValueError) as error:
+        _fail(str(error))
+        return EXIT_USAGE
+    secret = args.secret if args.secret is not None else os.environ.get("CQSD_SECRET")
+    try:
+        with cqsclient.connect(
+            address, client=name, secret=secret, timeout=args.timeout, cafile=args.cafile
+        ) as client:
+            report = COMMANDS[args.command](client, args)
+        if report is not None:
+            _emit(report, args.json)
+        return EXIT_OK
+    except ConnectionLost as error:
+        _fail(error.message)
+        return EXIT_UNREACHABLE
+    except CQSError as error:
+        _fail(f"{error.reason}: {error.message}")
+        return EXIT_FAILED
+    except BrokenPipeError:
+        # The reader of our output went away (`cqsctl browse ... | head`). Point
+        # stdout at /dev/null so the interpreter's final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _client_name_or_usage(name: str) -> str:
+    try:
+        return _client_name(name)
+    except argparse.ArgumentTypeError as error:
+        raise UsageError(f"$CQSD_CLIENT: {error}") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Rebuilding structures from images and log records (docs/recovery.md)."""

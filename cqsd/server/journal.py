@@ -1,0 +1,91 @@
+"""The daemon's side of the logstream: append effects, group-commit them, and
+hold replies until what they acknowledge is durable.
+
+Design note. Appends happen on the event loop, in request order, and are
+cheap (a write to the page cache). One flusher task runs ``fsync`` in a worker
+thread; whatever was appended while it ran is covered by the next one, so
+concurrent clients share fsyncs (group commit) without any of them waiting for
+a timer. A write or fsync error is final (the fsyncgate lesson): nothing more
+is acknowledged, every waiting reply becomes an error, and the daemon stops so
+that a restart recovers from what is really on disk.
+"""
+
+from pathlib import Path
+
+import structlog
+import trio
+
+import logstream
+
+log = structlog.get_logger()
+WRITER = "cqsd"  # one daemon per data directory (the lock file sees to it)
+
+
+class Journal:
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.directory = directory
+        self.writer = logstream.Writer.open(directory, WRITER, segment_size=segment_size)
+        if self.writer.repair is not None:
+            r = self.writer.repair
+            log.warning("log_tail_repaired", file=str(r.path), offset=r.offset,
+                        bytes_cut=r.bytes_cut, reason=str(r.reason), copy=str(r.copy))
+        self.durable = self.writer.durable_lsn
+        self.failed: BaseException | None = None
+        self._work = trio.Event()
+        self._flushed = trio.Event()
+        self.on_failure = None  # called once with the error
+
+    @property
+    def position(self) -> int:
+        return self.writer.appended_lsn
+
+    def append(self, body: dict) -> int:
+        """Append a record; returns its LSN (0 if the log has failed: nothing is logged)."""
+        if self.failed is not None:
+            return 0
+        try:
+            lsn = self.writer.append(body)
+        except logstream.LogstreamError as err:
+            self._fail(err)
+            return 0
+        self._work.set()
+        return lsn
+
+    async def wait_durable(self, lsn: int) -> bool:
+        """Wait until ``lsn`` is on stable storage; False if it never will be."""
+        while self.durable < lsn:
+            if self.failed is not None:
+                return False
+            await self._flushed.wait()
+        return True
+
+    async def run(self) -> None:
+        """The flusher: one fsync at a time, each covering everything appended before it."""
+        while self.failed is None:
+            await self._work.wait()
+            self._work = trio.Event()
+            target = self.writer.appended_lsn
+            if target <= self.durable:
+                continue
+            try:
+                self.durable = await trio.to_thread.run_sync(self.writer.flush, target)
+            except logstream.LogstreamError as err:
+                self._fail(err)
+            self._wake()
+
+    def _wake(self) -> None:
+        flushed, self._flushed = self._flushed, trio.Event()
+        flushed.set()
+
+    def _fail(self, err: BaseException) -> None:
+        if self.failed is None:
+            self.failed = err
+            log.critical("log_write_failed", error=str(err),
+                         action="no more acknowledgements; stopping for restart and recovery")
+            self._wake()
+            if self.on_failure is not None:
+                self.on_failure(err)
+
+    def close(self) -> None:
+        if self.failed is None:
+            self.writer.close()

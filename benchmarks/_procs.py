@@ -169,7 +169,7 @@ def redis(tmp: Path, binary: str) -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, cwd=tmp)
     try:
-        watcher = LineWatcher(proc.stdout, lambda line: "Ready to accept connections" in line)
+        watcher = LineWatcher(proc.stdout, lambda line: "ready to accept connections" in line.lower())
         if not watcher.wait(STARTUP_TIMEOUT):
             raise ServerFailed(f"redis-server did not become ready (exit {proc.poll()}):\n"
                                f"{watcher.text()}")

@@ -103,7 +103,7 @@ def summarize_profile(path: Path, top: int = 25) -> None:
 
 
 @contextlib.contextmanager
-def servers(tmp: Path, name: str, args) -> Iterator[tuple[str, str | None]]:
+def servers(tmp: Path, name: str, args, redis: bool = True) -> Iterator[tuple[str, str | None]]:
     """A fresh cqsd (and redis-server, if wanted) for benchmark *name*: (address, redis socket)."""
     where = tmp / name
     where.mkdir()
@@ -111,7 +111,7 @@ def servers(tmp: Path, name: str, args) -> Iterator[tuple[str, str | None]]:
     with contextlib.ExitStack() as stack:
         address = stack.enter_context(_procs.cqsd(where, MAX_CLIENTS, profile))
         redis_sock = None
-        if args.redis_binary:
+        if redis and args.redis_binary:
             redis_sock = stack.enter_context(_procs.redis(where, args.redis_binary))
         yield address, redis_sock
     if profile is not None:
@@ -320,7 +320,7 @@ def redis_roundtrips(sock: str, args):
 
 
 def bench_fanout(tmp: Path, args, lines: list[dict]) -> None:
-    with servers(tmp, "fanout", args) as (address, _redis):
+    with servers(tmp, "fanout", args, redis=False) as (address, _redis):
         rounds_ns, firsts_ns, error = run_fanout(address, args)
     record = {"bench": "fanout", "server": "cqsd", "clients": args.fanout_clients,
               "rounds": len(rounds_ns)}

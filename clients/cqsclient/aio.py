@@ -248,8 +248,13 @@ class _Connection:
         if self._lost is None:
             self._lost = "closed by this client"
         self._fail(self._lost)
-        with anyio.CancelScope(shield=True):
-            await self._stream.aclose()
+        # Forcefully: a TLS close_notify exchange could wait on a peer that is
+        # gone, and the session is over whatever the peer says.
+        await anyio.aclose_forcefully(self._stream)
+
+    def close_notifications(self) -> None:
+        """Drop the notifications nobody took; for the very end of the client."""
+        self.notes.close()
 
 
 def connect(
@@ -338,7 +343,7 @@ class Client:
         try:
             with anyio.fail_after(timeout):
                 stream = await _open_stream(self._parsed, self._ssl_context, self._cafile)
-        except (OSError, TimeoutError, ssl.SSLError) as error:
+        except (OSError, TimeoutError, anyio.BrokenResourceError) as error:
             raise CannotConnect(
                 f"cannot connect to {self.address}: {error or 'timed out'}", address=self.address
             ) from error
@@ -400,6 +405,7 @@ class Client:
             await self._conn.aclose()
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
+            self._conn.close_notifications()
 
     async def deregister(self) -> None:
         """End the session cleanly, then close the connection."""
@@ -430,27 +436,16 @@ class Client:
         """Stop the notifications for the queue."""
         await self._do(ops.deregister_interest(structure, queue, qtype))
 
-    async def notifications(self, timeout: float = 1.0) -> AsyncIterator[Notification]:
-        """Yield notifications as they arrive; stop once *timeout* seconds pass without one.
-
-        Raises ConnectionLost if the connection drops (after yielding what came before).
-        """
+    def notifications(self, timeout: float = 1.0) -> AsyncIterator[Notification]:
+        """An async iterator of notifications as they arrive; it stops once *timeout*
+        seconds pass without one, and raises ConnectionLost if the connection drops
+        (after what came before)."""
         if self._conn is None:
             raise RuntimeError("use `async with cqsclient.aio.connect(...) as client`")
-        notes = self._conn.notes
-        while True:
-            note: Notification | None = None
-            with anyio.move_on_after(timeout):
-                try:
-                    note = await notes.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError):
-                    raise self._conn.lost_error() from None
-            if note is None:
-                return
-            yield note
+        return _Notifications(self._conn, timeout)
 
     async def query(self, kind: str, structure: str | None = None) -> list[dict[str, Any]]:
-        """The rows of a display: ``structures``, ``queues``, ``clients``, ``locks``, ``headers``."""
+        """The rows of a display: structures, queues, clients, locks or headers."""
         rows: list[dict[str, Any]] = await self._do(ops.query(kind, structure))
         return rows
 
@@ -485,7 +480,8 @@ class StructureHandle:
         recoverable: bool = True,
     ) -> list[int]:
         """Put several messages in one atomic commit; returns their entry ids in order."""
-        call = ops.put_batch(self.name, queue, payloads, qtype, recoverable, self.client.max_message)
+        max_message = self.client.max_message
+        call = ops.put_batch(self.name, queue, payloads, qtype, recoverable, max_message)
         entry_ids: list[int] = await self._do(call)
         return entry_ids
 
@@ -533,27 +529,15 @@ class StructureHandle:
         page: BrowsePage = await self._do(ops.browse(self.name, queue, qtype, limit, cursor))
         return page
 
-    async def browse_all(
+    def browse_all(
         self,
         queue: str | None = None,
         qtype: QType | None = None,
         limit: int | None = None,
         page_size: int = ops.BROWSE_PAGE,
     ) -> AsyncIterator[Message]:
-        """Every message (at most *limit*), following cursors page by page."""
-        cursor: Any = None
-        count = 0
-        while True:
-            size = page_size if limit is None else min(page_size, limit - count)
-            if size <= 0:
-                return
-            page = await self.browse(queue, qtype, size, cursor)
-            for message in page:
-                yield message
-            count += len(page)
-            cursor = page.cursor
-            if cursor is None or not page:
-                return
+        """An async iterator of every message (at most *limit*), following cursors."""
+        return _BrowseAll(self, queue, qtype, limit, page_size)
 
     def unit_of_work(self) -> UnitOfWork:
         """An async context manager gathering puts, deletes, moves and unlocks into one commit."""
@@ -576,6 +560,70 @@ class StructureHandle:
     async def query(self, kind: str) -> list[dict[str, Any]]:
         """The rows of a display, for this structure only."""
         return await self.client.query(kind, self.name)
+
+
+# Iterators are classes rather than async generators: a caller that breaks out
+# of `async for` early leaves nothing to finalize later (an abandoned async
+# generator is closed by the garbage collector, possibly outside its event loop).
+
+
+class _Notifications:
+    def __init__(self, conn: _Connection, timeout: float) -> None:
+        self._conn = conn
+        self._timeout = timeout
+
+    def __aiter__(self) -> _Notifications:
+        return self
+
+    async def __anext__(self) -> Notification:
+        note: Notification | None = None
+        with anyio.move_on_after(self._timeout):
+            try:
+                note = await self._conn.notes.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise self._conn.lost_error() from None
+        if note is None:
+            raise StopAsyncIteration
+        return note
+
+
+class _BrowseAll:
+    def __init__(
+        self,
+        handle: StructureHandle,
+        queue: str | None,
+        qtype: QType | None,
+        limit: int | None,
+        page_size: int,
+    ) -> None:
+        self._handle = handle
+        self._args = (queue, qtype)
+        self._limit = limit
+        self._page_size = page_size
+        self._page: list[Message] = []
+        self._index = 0
+        self._count = 0
+        self._cursor: Any = None
+        self._done = False
+
+    def __aiter__(self) -> _BrowseAll:
+        return self
+
+    async def __anext__(self) -> Message:
+        while self._index >= len(self._page):
+            size = self._page_size
+            if self._limit is not None:
+                size = min(size, self._limit - self._count)
+            if self._done or size <= 0:
+                raise StopAsyncIteration
+            page = await self._handle.browse(*self._args, size, self._cursor)
+            self._page, self._index = page, 0
+            self._count += len(page)
+            self._cursor = page.cursor
+            self._done = page.cursor is None or not page
+        message = self._page[self._index]
+        self._index += 1
+        return message
 
 
 class UnitOfWork(UnitOfWorkBase):

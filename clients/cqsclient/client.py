@@ -185,7 +185,7 @@ class Client:
             yield note
 
     def query(self, kind: str, structure: str | None = None) -> list[dict[str, Any]]:
-        """The rows of a display: ``structures``, ``queues``, ``clients``, ``locks``, ``headers``."""
+        """The rows of a display: structures, queues, clients, locks or headers."""
         result: list[dict[str, Any]] = self._do(ops.query(kind, structure))
         return result
 
@@ -256,7 +256,8 @@ class StructureHandle:
         recoverable: bool = True,
     ) -> list[int]:
         """Put several messages in one atomic commit; returns their entry ids in order."""
-        call = ops.put_batch(self.name, queue, payloads, qtype, recoverable, self.client.max_message)
+        max_message = self.client.max_message
+        call = ops.put_batch(self.name, queue, payloads, qtype, recoverable, max_message)
         entry_ids: list[int] = self._do(call)
         return entry_ids
 

@@ -127,7 +127,8 @@ class Connection:
 
     def __init__(self, sock: socket.socket, address: str, timeout: float | None = None) -> None:
         self.address = address
-        self._channel = _TLSChannel(sock) if isinstance(sock, ssl.SSLSocket) else _PlainChannel(sock)
+        tls = isinstance(sock, ssl.SSLSocket)
+        self._channel = _TLSChannel(sock) if tls else _PlainChannel(sock)
         self._sock = sock
         # The daemon is trusted to frame its replies; a batch read may exceed
         # the request limit, so only the 4-byte prefix bounds what it sends.

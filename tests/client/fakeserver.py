@@ -1,11 +1,12 @@
 """A small fake cqsd for the SDK tests: a real Unix socket speaking the real codec.
 
-It keeps a dumb in-memory model (one list of message maps per queue) and
+It keeps a dumb in-memory model (a dict of message maps by entry id) and
 answers the ops of docs/protocol.md well enough for the SDK and cqsctl to be
 exercised end to end without the daemon. It is not the daemon: no list
 headers, no capacity, no logging, no timeouts for waiting reads (a parked read
 is served by a put or ended by a drop). Each connection has its own thread;
-the model is guarded by one lock.
+the model is guarded by one lock. It listens on a Unix socket, or on TCP
+127.0.0.1 (with TLS if given a context) for the TLS tests.
 
 Knobs for tests: ``handlers[op]`` overrides an op (a function of the
 connection and the request returning the reply map, or None to send none);
@@ -21,6 +22,7 @@ import itertools
 import os
 import random
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -83,11 +85,14 @@ def ok(rid: Any, **result: Any) -> dict[str, Any]:
 class FakeServer:
     def __init__(
         self,
-        path: str,
+        path: str | None,
         max_message: int = 1 << 20,
         structures: tuple[str, ...] = ("MSGQ01", "MSGQ01OV"),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        # With no path the server listens on TCP 127.0.0.1 (``port``), with TLS if given.
         self.path = path
+        self.tls = tls
         self.max_message = max_message
         self.structures = list(structures)
         self.resync_locks: list[dict[str, Any]] = []
@@ -101,8 +106,13 @@ class FakeServer:
         self.parked: list[tuple[Conn, dict[str, Any]]] = []
         self.interest: dict[tuple[str, str, str], set[Conn]] = {}
         self._ids = itertools.count(1_000)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(path)
+        if path is None:
+            self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._listener.bind(("127.0.0.1", 0))
+            self.port = self._listener.getsockname()[1]
+        else:
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listener.bind(path)
         self._listener.listen(64)
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -152,6 +162,8 @@ class FakeServer:
                 sock, _ = self._listener.accept()
             except OSError:
                 return
+            if self.tls is not None:
+                sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             conn = Conn(sock)
             with self.lock:
                 self.conns.append(conn)
@@ -162,6 +174,11 @@ class FakeServer:
     def _serve(self, conn: Conn) -> None:
         decoder = FrameDecoder()
         try:
+            if self.tls is not None:
+                try:
+                    conn.sock.do_handshake()  # type: ignore[attr-defined]
+                except OSError:
+                    return
             while True:
                 try:
                     data = conn.sock.recv(65536)
@@ -200,7 +217,7 @@ class FakeServer:
             random.shuffle(replies)
         for reply in replies:
             if self.notify_before_reply:
-                conn.send({"notify": "work", "structure": "MSGQ01", "qtype": "TRAN", "queue": "NOISE"})
+                conn.send(NOISE)
             conn.send(reply)
         for after in afters:
             after()
@@ -312,7 +329,8 @@ class FakeServer:
     def _serve_parked(self, key: tuple[str, str, str]) -> None:
         with self.lock:
             for conn, frame in list(self.parked):
-                if (frame["structure"], self._qtype(frame.get("qtype", "TRAN")), frame["queue"]) != key:
+                qtype = self._qtype(frame.get("qtype", "TRAN"))
+                if (frame["structure"], qtype, frame["queue"]) != key:
                     continue
                 messages = self._lock_some(conn, key, frame.get("n", 1))
                 if not messages:
@@ -407,7 +425,8 @@ class FakeServer:
         structure = self._structure(frame)
         entry = self._entry(structure, frame["entry_id"])
         self._check_lock(conn, entry, operator=True)
-        entry.update(queue=frame["queue"], qtype=self._qtype(frame.get("qtype", "TRAN")), owner=None)
+        qtype = self._qtype(frame.get("qtype", "TRAN"))
+        entry.update(queue=frame["queue"], qtype=qtype, owner=None)
         return {}
 
     def op_unlock(self, conn, frame, afters):
@@ -437,7 +456,8 @@ class FakeServer:
             elif kind == "delete":
                 del self.entries[op["entry_id"]]
             elif kind == "move":
-                self.entries[op["entry_id"]].update(queue=op["queue"], qtype=self._qtype(op["qtype"]), owner=None)
+                qtype = self._qtype(op["qtype"])
+                self.entries[op["entry_id"]].update(queue=op["queue"], qtype=qtype, owner=None)
             elif kind == "unlock":
                 self.entries[op["entry_id"]]["owner"] = None
         return {"entry_ids": entry_ids}
@@ -508,6 +528,7 @@ class FakeServer:
 
 
 PARKED = object()
+NOISE = {"notify": "work", "structure": "MSGQ01", "qtype": "TRAN", "queue": "NOISE"}
 
 
 def short_socket_path(tmp_path: Any) -> str:

@@ -7,6 +7,7 @@ each runs once per event loop whatever pytest plugin owns ``async def`` tests
 
 from __future__ import annotations
 
+import functools
 import socket
 
 import anyio
@@ -26,7 +27,7 @@ def run(backend, fn, *args):
 
 
 def test_round_trips(backend, server, address):
-    """connect registers; put, read, delete, browse, query and errors work as in the blocking client."""
+    """connect registers; put, read, delete, browse, query and errors behave as when blocking."""
 
     async def main():
         async with cqsclient.aio.connect(address, client="A1") as c:
@@ -117,7 +118,7 @@ def test_notifications_interleaved_and_from_other_clients(backend, server, addre
 
 
 def test_connection_drop_fails_every_waiter(backend, server, address):
-    """A dropped connection fails every task waiting for a reply, and later calls, with ConnectionLost."""
+    """A dropped connection fails every waiting task, and later calls, with ConnectionLost."""
     failures = []
 
     async def reader(s, queue):
@@ -171,7 +172,7 @@ def test_cancelled_read_gives_its_message_back(backend, server, address):
             s = await c.structure("MSGQ01")
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(s.read, "Q", None, 30)
+                    tg.start_soon(functools.partial(s.read, "Q", wait=30))
                     await anyio.to_thread.run_sync(server.wait_parked, 1)
                     scope.cancel()
             eid = await s.put("Q", b"x")  # served to the cancelled read, then given back

@@ -36,13 +36,16 @@ entry_max = "1KiB"
 
 
 class Daemon:
-    def __init__(self, daemon_keys: str = "", structures: str = STRUCTURES, extra: str = ""):
+    def __init__(self, daemon_keys: str = "", structures: str = STRUCTURES, extra: str = "",
+                 prefix: tuple[str, ...] = ()):
         self.dir = Path(tempfile.mkdtemp(prefix="cq"))  # short: Unix socket paths are limited
+        self.data = self.dir / "data"
+        self.prefix = list(prefix)  # e.g. nsenter into a namespace with a small filesystem
         self.socket = str(self.dir / "s")
         self.address = f"unix://{self.socket}"
         self.config = self.dir / "cqsd.toml"
         self.config.write_text(
-            f'[daemon]\ndata_dir = "{self.dir / "data"}"\nsocket = "{self.socket}"\n'
+            f'[daemon]\ndata_dir = "{self.data}"\nsocket = "{self.socket}"\n'
             f"{daemon_keys}\n{structures}\n{extra}"
         )
         self.proc: subprocess.Popen | None = None
@@ -53,7 +56,7 @@ class Daemon:
     def start(self, timeout: float = 30) -> "Daemon":
         self._ready.clear()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cqsd", "run", "--config", str(self.config)],
+            [*self.prefix, sys.executable, "-m", "cqsd", "run", "--config", str(self.config)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         )
         threading.Thread(target=self._read_log, args=(self.proc,), daemon=True).start()

@@ -59,7 +59,8 @@ def throughput_worker(spec: Worker, reports: Any, start: Any, stop: Any, consume
             ("redis", "consumer"): _redis_consumer,
         }[spec.server, spec.role]
         first, last, done = work(spec, reports, start, stop, consumed)
-        reports.put(("done", spec.role, spec.index, first, last, done))
+        # CPU of the whole process (setup included, a few ms): where the time goes.
+        reports.put(("done", spec.role, spec.index, first, last, done, time.process_time()))
     except BaseException:
         reports.put(("error", spec.role, spec.index, traceback.format_exc()))
 

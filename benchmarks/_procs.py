@@ -19,6 +19,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -29,6 +30,26 @@ LOG_TAIL = 40  # lines of a server's log kept for error messages
 REDIS_INSTALL_HINT = (
     "redis-server is not installed; as root: apt-get update && apt-get install -y redis-server"
 )
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server: where to connect, and its process (for its CPU time)."""
+
+    address: str  # cqsd: unix://PATH; Redis: the socket path
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server has used so far (from /proc)."""
+        return process_cpu_seconds(self.pid)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process *pid* (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    # fields[0] is the state (field 3); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class ServerFailed(RuntimeError):
@@ -107,8 +128,8 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Pa
 
 
 @contextlib.contextmanager
-def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[str]:
-    """A running daemon; yields its address (``unix://...``).
+def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[Server]:
+    """A running daemon; yields it (its address is ``unix://...``).
 
     With *profile*, the daemon runs under cProfile and writes its stats there
     when it stops (cProfile dumps on a normal exit, which SIGTERM gives).
@@ -124,7 +145,7 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[s
         watcher = LineWatcher(proc.stderr, _is_ready_event)
         if not watcher.wait(STARTUP_TIMEOUT):
             raise ServerFailed(f"cqsd did not become ready (exit {proc.poll()}):\n{watcher.text()}")
-        yield f"unix://{tmp / 's'}"
+        yield Server(f"unix://{tmp / 's'}", proc.pid)
         if proc.poll() is not None:
             raise ServerFailed(f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
     finally:
@@ -157,9 +178,9 @@ def redis_server_path(install: bool = True) -> str | None:
 
 
 @contextlib.contextmanager
-def redis(tmp: Path, binary: str) -> Iterator[str]:
+def redis(tmp: Path, binary: str) -> Iterator[Server]:
     """A running redis-server on a Unix socket in *tmp*, no TCP, no persistence;
-    yields the socket path once it answers PING."""
+    yields it (its address is the socket path) once it answers PING."""
     import redis as redis_py
 
     sock = tmp / "redis.sock"
@@ -179,7 +200,7 @@ def redis(tmp: Path, binary: str) -> Iterator[str]:
                 raise ServerFailed("redis-server does not answer PING")
         finally:
             client.close()
-        yield str(sock)
+        yield Server(str(sock), proc.pid)
         if proc.poll() is not None:
             raise ServerFailed(f"redis-server died during the run (exit {proc.returncode}):\n"
                                f"{watcher.text()}")

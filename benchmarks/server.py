@@ -103,17 +103,19 @@ def summarize_profile(path: Path, top: int = 25) -> None:
 
 
 @contextlib.contextmanager
-def servers(tmp: Path, name: str, args, redis: bool = True) -> Iterator[tuple[str, str | None]]:
-    """A fresh cqsd (and redis-server, if wanted) for benchmark *name*: (address, redis socket)."""
+def servers(
+    tmp: Path, name: str, args, redis: bool = True
+) -> Iterator[tuple[_procs.Server, _procs.Server | None]]:
+    """A fresh cqsd (and redis-server, if wanted) for benchmark *name*."""
     where = tmp / name
     where.mkdir()
     profile = args.profile / f"cqsd-{name}.prof" if args.profile else None
     with contextlib.ExitStack() as stack:
-        address = stack.enter_context(_procs.cqsd(where, MAX_CLIENTS, profile))
-        redis_sock = None
+        daemon = stack.enter_context(_procs.cqsd(where, MAX_CLIENTS, profile))
+        redis_server = None
         if redis and args.redis_binary:
-            redis_sock = stack.enter_context(_procs.redis(where, args.redis_binary))
-        yield address, redis_sock
+            redis_server = stack.enter_context(_procs.redis(where, args.redis_binary))
+        yield daemon, redis_server
     if profile is not None:
         summarize_profile(profile)
 
@@ -134,8 +136,11 @@ def stop_processes(procs: list, stop) -> None:
 # --- 1. throughput ----------------------------------------------------------------
 
 
-def run_throughput(server: str, address: str, args, lines: list[dict]) -> float | None:
+def run_throughput(
+    server: str, target: _procs.Server, args, lines: list[dict]
+) -> float | None:
     """One end-to-end run against *server*; emits its line, returns msgs/s (None if it failed)."""
+    address = target.address
     ctx = multiprocessing.get_context("spawn")
     reports, start, stop = ctx.Queue(), ctx.Event(), ctx.Event()
     consumed = ctx.Value("q", 0)
@@ -159,8 +164,10 @@ def run_throughput(server: str, address: str, args, lines: list[dict]) -> float 
             p.start()
         error = _collect(reports, "ready", len(procs), deadline, [])
         if error is None:
+            cpu_before = target.cpu_seconds()
             start.set()
             error = _collect(reports, "done", len(procs), deadline, done)
+            server_cpu = target.cpu_seconds() - cpu_before
     finally:
         stop_processes(procs, stop)
     record = {"bench": "throughput", "server": server, "messages": total,
@@ -175,8 +182,12 @@ def run_throughput(server: str, address: str, args, lines: list[dict]) -> float 
     seconds = (max(lasts) - min(firsts)) / 1e9
     rate = got / seconds if seconds > 0 else math.nan
     extra = {} if got == total else {"error": f"only {got} of {total} consumed before the limit"}
+    # CPU seconds used during the run: with 2 cores, who is the bottleneck.
+    cpu = {"server_cpu_s": round(server_cpu, 2),
+           "producers_cpu_s": round(sum(d[6] for d in done if d[1] == "producer"), 2),
+           "consumers_cpu_s": round(sum(d[6] for d in done if d[1] == "consumer"), 2)}
     emit({**record, "consumed": got, "seconds": round(seconds, 3),
-          "msgs_per_s": round(rate), **extra}, lines)
+          "msgs_per_s": round(rate), **cpu, **extra}, lines)
     return rate if got == total else None
 
 
@@ -222,14 +233,14 @@ def check_drained_redis(sock: str, consumers: int) -> str | None:
 
 
 def bench_throughput(tmp: Path, args, lines: list[dict]) -> None:
-    with servers(tmp, "throughput", args) as (address, redis_sock):
-        cqsd_rate = run_throughput("cqsd", address, args, lines)
-        problem = check_drained_cqsd(address) if cqsd_rate else None
+    with servers(tmp, "throughput", args) as (daemon, redis_server):
+        cqsd_rate = run_throughput("cqsd", daemon, args, lines)
+        problem = check_drained_cqsd(daemon.address) if cqsd_rate else None
         redis_rate = None
-        if redis_sock:
-            redis_rate = run_throughput("redis", redis_sock, args, lines)
-            problem = problem or (check_drained_redis(redis_sock, args.consumers)
-                                  if redis_rate else None)
+        if redis_server:
+            redis_rate = run_throughput("redis", redis_server, args, lines)
+            if redis_rate and not problem:
+                problem = check_drained_redis(redis_server.address, args.consumers)
     if problem:
         emit({"bench": "throughput", "error": problem}, lines)
     if cqsd_rate and redis_rate:
@@ -242,10 +253,10 @@ def bench_throughput(tmp: Path, args, lines: list[dict]) -> None:
 
 
 def bench_roundtrip(tmp: Path, args, lines: list[dict]) -> None:
-    with servers(tmp, "roundtrip", args) as (address, redis_sock):
+    with servers(tmp, "roundtrip", args) as (daemon, redis_server):
         prof = args.profile / "roundtrip-client.prof" if args.profile else None
         with profiling(prof):
-            put_ns, pair_ns, read_ns, delete_ns = cqsd_roundtrips(address, args)
+            put_ns, pair_ns, read_ns, delete_ns = cqsd_roundtrips(daemon.address, args)
         targets = {"target": "p50 < 150 us and p99 < 1000 us"}
         for op, samples in (("put", put_ns), ("read+delete", pair_ns)):
             figures = spread(samples, 1e3, "us")
@@ -255,8 +266,8 @@ def bench_roundtrip(tmp: Path, args, lines: list[dict]) -> None:
         for op, samples in (("read", read_ns), ("delete", delete_ns)):
             emit({"bench": "roundtrip", "server": "cqsd", "op": op, "samples": len(samples),
                   **spread(samples, 1e3, "us"), "note": "the halves of read+delete"}, lines)
-        if redis_sock:
-            lpush_ns, reliable_ns = redis_roundtrips(redis_sock, args)
+        if redis_server:
+            lpush_ns, reliable_ns = redis_roundtrips(redis_server.address, args)
             emit({"bench": "roundtrip", "server": "redis", "op": "lpush",
                   "samples": len(lpush_ns), **spread(lpush_ns, 1e3, "us")}, lines)
             emit({"bench": "roundtrip", "server": "redis", "op": "lmove+lrem",
@@ -320,24 +331,29 @@ def redis_roundtrips(sock: str, args):
 
 
 def bench_fanout(tmp: Path, args, lines: list[dict]) -> None:
-    with servers(tmp, "fanout", args, redis=False) as (address, _redis):
-        rounds_ns, firsts_ns, error = run_fanout(address, args)
+    with servers(tmp, "fanout", args, redis=False) as (daemon, _redis):
+        rounds, daemon_cpu, error = run_fanout(daemon, args)
     record = {"bench": "fanout", "server": "cqsd", "clients": args.fanout_clients,
-              "rounds": len(rounds_ns)}
-    if not rounds_ns:
+              "rounds": len(rounds)}
+    if not rounds:
         emit({**record, "error": error or "no round completed"}, lines)
         return
-    figures = spread(rounds_ns, 1e6, "ms")
-    first = spread(firsts_ns, 1e6, "ms")
-    emit({**record, **figures, "first_receipt_p50_ms": first["p50_ms"],
+    figures = spread([r[-1] for r in rounds], 1e6, "ms")
+    # The k-th receipt of a round, median over rounds: does it grow client by client?
+    ranks = {f"receipt{k}_p50_ms": round(percentile(sorted(r[k - 1] for r in rounds), 50) / 1e6, 2)
+             for k in sorted({1, len(rounds[0]) // 4, len(rounds[0]) // 2, len(rounds[0])} - {0})}
+    emit({**record, **figures, **ranks,
+          "daemon_cpu_per_round_us": round(daemon_cpu / max(len(rounds), 1) * 1e6),
           "target": "p99 < 5 ms", "met": figures["p99_ms"] < 5 and error is None,
           **({"error": error} if error else {})}, lines)
 
 
-def run_fanout(address: str, args) -> tuple[list[int], list[int], str | None]:
-    """Per completed round: slowest and fastest receipt minus put start (ns); and an error."""
+def run_fanout(daemon: _procs.Server, args) -> tuple[list[list[int]], float, str | None]:
+    """Per completed round, the receipt times minus the put's start (ns, ascending);
+    the daemon's CPU seconds over the rounds; an error."""
     import cqsclient
 
+    address = daemon.address
     ctx = multiprocessing.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
     stop = ctx.Event()
@@ -349,26 +365,26 @@ def run_fanout(address: str, args) -> tuple[list[int], list[int], str | None]:
             str(args.profile / f"fanout-listener{i}.prof") if args.profile and i == 0 else None))
         for i in range(n)
     ]
-    slowest: list[int] = []
-    fastest: list[int] = []
+    rounds: list[list[int]] = []
     try:
         for p in procs:
             p.start()
         error = _receipts(reader, 0, n, deadline)[1]
         if error:
-            return slowest, fastest, f"listeners not ready: {error}"
+            return rounds, 0.0, f"listeners not ready: {error}"
         with cqsclient.connect(address, client="FANPROD") as c:
             s = c.structure(STRUCTURE)
+            cpu_before = daemon.cpu_seconds()
             for r in range(1, args.rounds + 1):
                 t0 = time.monotonic_ns()
                 entry_id = s.put(_clients.FANOUT_QUEUE, SMALL, recoverable=False)
                 times, error = _receipts(reader, r, n, min(deadline, time.monotonic() + 10))
                 if error:
-                    return slowest, fastest, f"round {r}: {error}"
-                slowest.append(max(times) - t0)
-                fastest.append(min(times) - t0)
+                    break
+                rounds.append(sorted(t - t0 for t in times))
                 s.operator_delete(entry_id)  # empty again, so the next put notifies
-        return slowest, fastest, None
+            cpu = daemon.cpu_seconds() - cpu_before
+        return rounds, cpu, None if error is None else f"round {r}: {error}"
     finally:
         stop_processes(procs, stop)
         reader.close()

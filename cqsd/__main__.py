@@ -9,6 +9,7 @@ from . import logs
 from .config import ConfigError, load
 from .storage.datadir import DataDirError
 from .recovery.fold import FoldError
+from .recovery.restart import LogBehindImage
 from .storage.image import ImageError
 from logstream import LogstreamError
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     except LogFailed as err:
         print(f"cqsd: {err}", file=sys.stderr)
         return 3
-    except (DataDirError, ImageError, FoldError, LogstreamError, OSError) as err:
+    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, OSError) as err:
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1
     return 0

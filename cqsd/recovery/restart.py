@@ -24,9 +24,17 @@ class Rebuilt:
     lock_owners: set[str] = field(default_factory=set)
 
 
-def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer: str
-                ) -> list[Rebuilt]:
-    """Load images and fold the log into ``structures`` (empty, as configured)."""
+class LogBehindImage(Exception):
+    """An image covers log records the log no longer has: the two do not belong together."""
+
+
+def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer: str,
+                log_end: int) -> list[Rebuilt]:
+    """Load images and fold the log into ``structures`` (empty, as configured).
+
+    ``log_end`` is the last LSN of ``writer`` on disk. Raises LogBehindImage if an
+    image records a later position, ImageError, FoldError or a logstream error.
+    """
     plans = []
     for s in structures:
         clean_path, base_path = image.path_for(images, s.name), images / f"{s.name}.base"
@@ -40,6 +48,12 @@ def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer
         else:
             header, rows = {"lsn": {}, "last_id": 0}, {}
         report.image_seconds = time.perf_counter() - t0
+        covered = header.get("lsn", {}).get(writer, 0)
+        if covered > log_end:
+            raise LogBehindImage(
+                f"{clean_path if report.clean else base_path} covers log position {covered} "
+                f"but the log in {log_dir} ends at {log_end}: records were lost"
+            )
         plans.append((s, report, header, rows, clean_path))
 
     t0 = time.perf_counter()

@@ -384,11 +384,14 @@ class Daemon:
         locks survived a clean stop, and those whose locks a crash left behind."""
         held, crashed = set(), set()
         for r in rebuild_all(self._structure_list, self.datadir.images,
-                             self.datadir.logstream, WRITER):
+                             self.datadir.logstream, WRITER, self.journal.position):
             log.info("structure_rebuilt", structure=r.structure, clean=r.clean,
                      messages=r.messages, records_replayed=r.replayed,
                      image_seconds=round(r.image_seconds, 3),
                      replay_seconds=round(r.replay_seconds, 3))
+            if r.clean and r.replayed:
+                log.warning("image_behind_log", structure=r.structure, records=r.replayed,
+                            action="folded the records logged after the clean-stop image")
             (held if r.clean else crashed).update(r.lock_owners)
         return held, crashed - held
 

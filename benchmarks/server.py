@@ -29,6 +29,7 @@ import contextlib
 import json
 import math
 import multiprocessing
+import os
 import pstats
 import shutil
 import sys
@@ -46,12 +47,15 @@ SMALL = b"s" * 64  # the "small put" of the round-trip figure
 REDIS_RT_LIST = "bench:rt"
 JOIN_TIMEOUT = 10.0  # seconds a client process gets to exit once told to stop
 MAX_CLIENTS = 64  # the fan-out's 32 listeners + its producer, with room to spare
+BUSY_LOAD = 1.5  # a 1-minute load average above this means someone else was running
 
 
 # --- helpers ----------------------------------------------------------------------
 
 
 def emit(record: dict, lines: list[dict]) -> None:
+    # Other work on the machine skews every figure (2 cores are easily taken): say so.
+    record["loadavg_1m"] = round(os.getloadavg()[0], 2)
     lines.append(record)
     print(json.dumps(record), flush=True)
 
@@ -488,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append({"bench": "redis", "error": "redis-server not available; " +
                       _procs.REDIS_INSTALL_HINT})
     print()
+    busiest = max((rec.get("loadavg_1m", 0) for rec in lines), default=0)
+    if busiest > BUSY_LOAD:
+        print(f"# WARNING: load average reached {busiest} on {os.cpu_count()} CPUs: other "
+              "processes competed with the benchmark, the figures are pessimistic")
     for line in summary(lines):
         print(f"# {line}")
     if args.profile:

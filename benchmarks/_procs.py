@@ -27,6 +27,10 @@ STARTUP_TIMEOUT = 30.0  # seconds a server has to say it is ready
 STOP_TIMEOUT = 20.0  # seconds a server has to exit after SIGTERM before SIGKILL
 LOG_TAIL = 40  # lines of a server's log kept for error messages
 
+# How the daemon is started after the interpreter (and cProfile): an experiment
+# can point this at a wrapper script that patches the daemon before running it.
+DAEMON_ENTRY: list[str] = ["-m", "cqsd"]
+
 REDIS_INSTALL_HINT = (
     "redis-server is not installed; as root: apt-get update && apt-get install -y redis-server"
 )
@@ -138,7 +142,7 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[S
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
-    cmd += ["-m", "cqsd", "run", "--config", str(config)]
+    cmd += [*DAEMON_ENTRY, "run", "--config", str(config)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, cwd=tmp)
     try:

@@ -31,6 +31,7 @@ import math
 import multiprocessing
 import os
 import pstats
+import resource
 import shutil
 import sys
 import tempfile
@@ -47,15 +48,13 @@ SMALL = b"s" * 64  # the "small put" of the round-trip figure
 REDIS_RT_LIST = "bench:rt"
 JOIN_TIMEOUT = 10.0  # seconds a client process gets to exit once told to stop
 MAX_CLIENTS = 64  # the fan-out's 32 listeners + its producer, with room to spare
-BUSY_LOAD = 1.5  # a 1-minute load average above this means someone else was running
+BUSY_SHARE = 0.05  # others using more than this share of the CPUs make the figures pessimistic
 
 
 # --- helpers ----------------------------------------------------------------------
 
 
 def emit(record: dict, lines: list[dict]) -> None:
-    # Other work on the machine skews every figure (2 cores are easily taken): say so.
-    record["loadavg_1m"] = round(os.getloadavg()[0], 2)
     lines.append(record)
     print(json.dumps(record), flush=True)
 
@@ -188,6 +187,7 @@ def run_throughput(
     extra = {} if got == total else {"error": f"only {got} of {total} consumed before the limit"}
     # CPU seconds used during the run: with 2 cores, who is the bottleneck.
     cpu = {"server_cpu_s": round(server_cpu, 2),
+           "server_cpu_us_per_msg": round(server_cpu / max(got, 1) * 1e6, 1),
            "producers_cpu_s": round(sum(d[6] for d in done if d[1] == "producer"), 2),
            "consumers_cpu_s": round(sum(d[6] for d in done if d[1] == "consumer"), 2)}
     emit({**record, "consumed": got, "seconds": round(seconds, 3),
@@ -414,6 +414,37 @@ def _receipts(reader, round_: int, n: int, deadline: float) -> tuple[list[int], 
 # --- main -------------------------------------------------------------------------
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes of the machine have used since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextlib.contextmanager
+def other_cpu(name: str, lines: list[dict]) -> Iterator[None]:
+    """Emit how much CPU processes outside the benchmark used while it ran: on a
+    2-core machine another job's tests turn every figure pessimistic."""
+    t0, busy0, own0 = time.monotonic(), machine_busy_seconds(), own_cpu_seconds()
+    try:
+        yield
+    finally:
+        seconds = time.monotonic() - t0
+        others = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0))
+        share = others / (seconds * (os.cpu_count() or 1)) if seconds > 0 else 0.0
+        emit({"bench": "machine", "during": name, "seconds": round(seconds, 1),
+              "other_cpu_s": round(others, 2), "other_share": round(share, 3),
+              "quiet": share <= BUSY_SHARE}, lines)
+
+
 BENCHES = {"throughput": bench_throughput, "roundtrip": bench_roundtrip, "fanout": bench_fanout}
 
 
@@ -464,6 +495,10 @@ def summary(lines: list[dict]) -> list[str]:
             verdict = "" if "met" not in rec else f"  [{'met' if rec['met'] else 'MISSED'}]"
             out.append(f"roundtrip {server} {rec['op']}: p50 {rec['p50_us']} us, "
                        f"p99 {rec['p99_us']} us{verdict}")
+        elif bench == "machine":
+            if not rec["quiet"]:
+                out.append(f"WARNING: during {rec['during']}, other processes used "
+                           f"{rec['other_share']:.0%} of the CPUs: its figures are pessimistic")
         elif bench == "fanout":
             out.append(f"fanout {rec['clients']} clients x {rec['rounds']} rounds: "
                        f"p50 {rec['p50_ms']} ms, p99 {rec['p99_ms']} ms, max {rec['max_ms']} ms"
@@ -483,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.only:
             try:
-                BENCHES[name](tmp, args, lines)
+                with other_cpu(name, lines):
+                    BENCHES[name](tmp, args, lines)
             except Exception as err:  # one broken benchmark must not hide the others
                 emit({"bench": name, "error": f"{type(err).__name__}: {err}"}, lines)
     finally:
@@ -492,10 +528,6 @@ def main(argv: list[str] | None = None) -> int:
         lines.append({"bench": "redis", "error": "redis-server not available; " +
                       _procs.REDIS_INSTALL_HINT})
     print()
-    busiest = max((rec.get("loadavg_1m", 0) for rec in lines), default=0)
-    if busiest > BUSY_LOAD:
-        print(f"# WARNING: load average reached {busiest} on {os.cpu_count()} CPUs: other "
-              "processes competed with the benchmark, the figures are pessimistic")
     for line in summary(lines):
         print(f"# {line}")
     if args.profile:

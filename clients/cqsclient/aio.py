@@ -235,6 +235,10 @@ class _Connection:
 
     # --- loss and closing ---
 
+    def expect_close(self, detail: str) -> None:
+        """The server will close the connection (deregister): say *detail* when it does."""
+        self._close_detail = detail
+
     def _fail(self, detail: str) -> None:
         if self._lost is None:
             self._lost = self._close_detail or detail
@@ -246,7 +250,7 @@ class _Connection:
     async def aclose(self) -> None:
         """Close the stream; requests in flight get ConnectionLost. Idempotent."""
         if self._lost is None:
-            self._lost = "closed by this client"
+            self._lost = self._close_detail or "closed by this client"
         self._fail(self._lost)
         # Forcefully: a TLS close_notify exchange could wait on a peer that is
         # gone, and the session is over whatever the peer says.
@@ -396,6 +400,7 @@ class Client:
             if deregister and not self._conn.lost:
                 # Shielded so that a cancelled caller still deregisters cleanly.
                 with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+                    self._conn.expect_close("deregistered by this client")
                     try:
                         await self._do(ops.deregister())
                     except CQSError:
@@ -409,6 +414,8 @@ class Client:
 
     async def deregister(self) -> None:
         """End the session cleanly, then close the connection."""
+        if self._conn is not None:
+            self._conn.expect_close("deregistered by this client")
         try:
             await self._do(ops.deregister())
         finally:

@@ -191,6 +191,7 @@ class Client:
 
     def deregister(self) -> None:
         """End the session cleanly (the daemon releases its state), then close."""
+        self._conn.expect_close("deregistered by this client")
         try:
             self._do(ops.deregister())
         finally:

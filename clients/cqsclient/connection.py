@@ -286,6 +286,10 @@ class Connection:
 
     # --- loss and closing ---
 
+    def expect_close(self, detail: str) -> None:
+        """The server will close the connection (deregister): say *detail* when it does."""
+        self._close_detail = detail
+
     def _fail(self, detail: str) -> None:
         with self._cond:
             if self._lost is None:
@@ -297,7 +301,7 @@ class Connection:
         """Close the connection; requests in flight get ConnectionLost. Idempotent."""
         with self._cond:
             if self._lost is None:
-                self._lost = "closed by this client"
+                self._lost = self._close_detail or "closed by this client"
             self._cond.notify_all()
         self._release_socket()
 

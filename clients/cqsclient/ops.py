@@ -127,9 +127,10 @@ def _messages(structure: str) -> Callable[[dict[str, Any]], list[Message]]:
     return parse
 
 
-def _first_message(structure: str) -> Callable[[dict[str, Any]], Message]:
-    def parse(result: dict[str, Any]) -> Message:
-        return message_from_wire(result["messages"][0], structure)
+def _first_message(structure: str) -> Callable[[dict[str, Any]], Message | None]:
+    def parse(result: dict[str, Any]) -> Message | None:
+        messages = result["messages"]
+        return message_from_wire(messages[0], structure) if messages else None
 
     return parse
 

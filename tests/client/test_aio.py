@@ -237,3 +237,32 @@ def test_cannot_connect_names_the_address(backend, tmp_path):
                 pass
 
     run(backend, main)
+
+
+def test_large_messages_cross_many_reads(backend, server, address):
+    """A multi-megabyte message round trips whole through the async client's reader."""
+    server.max_message = 8 * 1024 * 1024
+    payload = bytes(range(256)) * (server.max_message // 256)
+
+    async def main():
+        async with cqsclient.aio.connect(address, client="BIG") as c:
+            s = await c.structure("MSGQ01")
+            eid = await s.put("BIGQ", payload)
+            m = await s.read("BIGQ")
+            assert (m.entry_id, m.data == payload) == (eid, True)
+
+    run(backend, main)
+
+
+def test_explicit_deregister_then_leaving_the_block(backend, server, address):
+    """deregister() inside the block ends the session; later calls raise ConnectionLost."""
+
+    async def main():
+        async with cqsclient.aio.connect(address, client="A1") as c:
+            await c.deregister()
+            assert c.closed
+            with pytest.raises(errors.ConnectionLost, match="deregistered by this client"):
+                await c.query("clients")
+
+    run(backend, main)
+    assert len(server.ops("deregister")) == 1

@@ -313,3 +313,24 @@ def test_client_name_comes_from_the_environment(monkeypatch, address, server):
     monkeypatch.delenv("CQSD_CLIENT")
     with pytest.raises(ValueError, match="client"):
         cqsclient.connect(address)
+
+
+def test_large_messages_cross_many_reads(server, address):
+    """A multi-megabyte message goes out in one frame and comes back whole across many reads."""
+    server.max_message = 8 * 1024 * 1024
+    payload = bytes(range(256)) * (server.max_message // 256)
+    with cqsclient.connect(address, client="BIG") as c:
+        s = c.structure("MSGQ01")
+        eid = s.put("BIGQ", payload)
+        m = s.read("BIGQ")
+        assert (m.entry_id, len(m.data), m.data == payload) == (eid, len(payload), True)
+
+
+def test_explicit_deregister_then_leaving_the_block(server, address):
+    """deregister() inside the block ends the session once; later calls raise ConnectionLost."""
+    with cqsclient.connect(address, client="T1") as c:
+        c.deregister()
+        assert c.closed
+        with pytest.raises(errors.ConnectionLost, match="deregistered by this client"):
+            c.query("clients")
+    assert len(server.ops("deregister")) == 1

@@ -1,0 +1,498 @@
+"""cqsd durability benchmarks: what it costs that every acknowledged recoverable
+message is on disk, measured against the disk itself and against Redis 7.
+
+Five figures (targets in brackets), all 1 KiB recoverable messages:
+
+1. fsync       - the data disk: 4 KiB write + fsync, repeated, in the data dir.
+2. put_latency - one client, one recoverable put at a time: p50/p99.
+                 [p50 <= 1.5 x the fsync p50]
+3. cycle       - put, read, delete, one request at a time per client, 1 client
+                 and 8 client processes; a cycle counts as one message.
+                 [8 clients >= 5 x 1 client: group commit shares fsyncs]
+4. cycle/redis - the same loop against redis-server with appendfsync always:
+                 LPUSH, LMOVE to a processing list, LREM. [cqsd >= Redis]
+5. restart     - 1,000,000 messages (put_batch), clean stop (image), start,
+                 a 100,000-record tail of single puts, SIGKILL, restart: the
+                 time to "ready" and the image/replay split. [< 10 s]
+
+Run: .venv/bin/python benchmarks/durability.py [--quick] [--only fsync,put,cycle,redis,restart]
+     [--no-redis] [--profile DIR]
+One JSON line per figure on stdout, then a summary (lines starting "# ").
+Everything runs in one temporary directory under /tmp (the disk measured by
+figure 1), on Unix sockets only; every wait is bounded, and daemons,
+redis-server, client processes and the directory are cleaned up whatever
+happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _durability_clients as clients
+import _durability_servers as servers
+
+FSYNC_BLOCK = 4096
+PUT_QUEUE = "DURPUT"
+STRUCTURE_SIZE = "4GiB"  # room for 1.1M x 1 KiB (3 data elements each) with space to spare
+MAX_CLIENTS = 64
+JOIN_TIMEOUT = 15.0  # seconds a client process gets to exit after its work
+TARGET_PUT_OVER_FSYNC = 1.5
+TARGET_SCALING = 5.0
+TARGET_RESTART_SECONDS = 10.0
+FIGURES = ("fsync", "put", "cycle", "redis", "restart")
+
+
+# --- helpers ----------------------------------------------------------------------
+
+
+def emit(record: dict, lines: list[dict]) -> None:
+    lines.append(record)
+    print(json.dumps(record), flush=True)
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def spread_ms(samples_ns: list[int]) -> dict:
+    """mean/p50/p99/max of nanosecond samples, in milliseconds."""
+    ordered = sorted(samples_ns)
+    if not ordered:
+        return {}
+    return {"mean_ms": round(sum(ordered) / len(ordered) / 1e6, 3),
+            "p50_ms": round(percentile(ordered, 50) / 1e6, 3),
+            "p99_ms": round(percentile(ordered, 99) / 1e6, 3),
+            "max_ms": round(ordered[-1] / 1e6, 3)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process *pid* (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summarize_profile(path: Path, top: int = 30) -> None:
+    """Write the top functions by own and by cumulative time next to a .prof file."""
+    if not path.exists():
+        print(f"# no profile at {path}", file=sys.stderr)
+        return
+    with open(path.with_suffix(".txt"), "w") as out:
+        stats = pstats.Stats(str(path), stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(top)
+    print(f"# profile: {path.with_suffix('.txt')}", file=sys.stderr)
+
+
+def run_processes(target, arg_tuples: list[tuple], timeout: float) -> list[tuple]:
+    """Run one spawned process per argument tuple: each gets (*args, reports, start),
+    says ready, waits for start, says done. Returns the "done" reports, by index.
+
+    Raises RuntimeError (with the child's traceback) if one fails, or if the
+    whole thing takes longer than *timeout* seconds.
+    """
+    ctx = multiprocessing.get_context("spawn")  # the parent has threads: no fork
+    reports, start = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=target, args=(*a, reports, start), daemon=True)
+             for a in arg_tuples]
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.start()
+        _collect(reports, "ready", len(procs), deadline)
+        start.set()
+        done = _collect(reports, "done", len(procs), deadline)
+    finally:
+        for p in procs:
+            if p.pid is not None:
+                p.join(JOIN_TIMEOUT)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return sorted(done, key=lambda d: d[1])
+
+
+def _collect(reports, kind: str, n: int, deadline: float) -> list[tuple]:
+    got: list[tuple] = []
+    while len(got) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"timed out waiting for {n - len(got)} of {n} {kind!r} reports")
+        try:
+            report = reports.get(timeout=min(left, 1.0))
+        except Exception:  # queue.Empty: look at the clock again
+            continue
+        if report[0] == "error":
+            raise RuntimeError(f"client process {report[1]} failed:\n{report[2]}")
+        if report[0] == kind:
+            got.append(report)
+    return got
+
+
+# --- 1. the disk ------------------------------------------------------------------
+
+
+def fsync_figure(directory: Path, count: int, seconds: float) -> dict:
+    """Append 4 KiB and fsync, *count* times (or until *seconds* pass), in *directory*."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "fsync-probe"
+    block = b"f" * FSYNC_BLOCK
+    samples: list[int] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    try:
+        stop = time.monotonic() + seconds
+        while len(samples) < count and time.monotonic() < stop:
+            t0 = time.perf_counter_ns()
+            os.write(fd, block)
+            os.fsync(fd)
+            samples.append(time.perf_counter_ns() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    total = sum(samples) / 1e9
+    return {"bench": "fsync", "block": FSYNC_BLOCK, "samples": len(samples),
+            "fsyncs_per_s": round(len(samples) / total, 1), **spread_ms(samples)}
+
+
+# --- 2. one client's put latency ------------------------------------------------
+
+
+def put_latency_figure(address: str, count: int, seconds: float, fsync_p50_ms: float | None
+                       ) -> dict:
+    """One client, one recoverable 1 KiB put at a time: each reply waits for its fsync."""
+    import cqsclient
+
+    with cqsclient.connect(address, client="DURPUT") as c:
+        s = c.structure(clients.STRUCTURE)
+        samples = _put_samples(s, True, count, seconds)
+        # The same request without the log: what the request path costs by itself.
+        plain = sorted(_put_samples(s, False, count, seconds))
+    record = {"bench": "put_latency", "server": "cqsd", "payload": clients.PAYLOAD_SIZE,
+              "samples": len(samples), **spread_ms(samples),
+              "nonrecoverable_p50_ms": round(percentile(plain, 50) / 1e6, 3)}
+    if fsync_p50_ms:
+        ratio = record["p50_ms"] / fsync_p50_ms
+        # What durability costs beyond the fsync itself (thread hand-offs, wake-ups).
+        extra = record["p50_ms"] - record["nonrecoverable_p50_ms"] - fsync_p50_ms
+        record |= {"fsync_p50_ms": fsync_p50_ms, "p50_over_fsync_p50": round(ratio, 2),
+                   "beyond_request_and_fsync_ms": round(extra, 3),
+                   "target_met": ratio <= TARGET_PUT_OVER_FSYNC}
+    return record
+
+
+def _put_samples(s, recoverable: bool, count: int, seconds: float) -> list[int]:
+    """Nanoseconds of *count* single puts (after a warm-up), bounded by *seconds*."""
+    for seq in range(clients.WARMUP):
+        s.put(PUT_QUEUE, clients.payload(999, seq), recoverable=recoverable)
+    samples: list[int] = []
+    stop = time.monotonic() + seconds
+    while len(samples) < count and time.monotonic() < stop:
+        body = clients.payload(999, len(samples))
+        t0 = time.perf_counter_ns()
+        s.put(PUT_QUEUE, body, recoverable=recoverable)
+        samples.append(time.perf_counter_ns() - t0)
+    return samples
+
+
+# --- 3 and 4. the put + read + delete loop ---------------------------------------
+
+
+def cycle_figure(server: str, address: str, pid: int, n_clients: int, seconds: float,
+                 max_cycles: int) -> dict:
+    """*n_clients* processes looping put, read, delete for *seconds*; total cycles/s."""
+    specs = [(clients.CycleSpec(server, address, i, seconds, max_cycles),)
+             for i in range(n_clients)]
+    cpu_before = cpu_seconds(pid)
+    done = run_processes(clients.cycle_worker, specs, timeout=seconds + 120)
+    server_cpu = cpu_seconds(pid) - cpu_before
+    # The processes ran side by side over (almost) the same window: add their rates.
+    rate = sum(d[2] / d[3] for d in done if d[3] > 0)
+    latencies = [ns for d in done for ns in d[4]]
+    window = max(d[3] for d in done)
+    return {"bench": "cycle", "server": server, "clients": n_clients,
+            "payload": clients.PAYLOAD_SIZE, "cycles": sum(d[2] for d in done),
+            "seconds": round(window, 2), "msgs_per_s": round(rate, 1),
+            "empty_reads": sum(d[5] for d in done),
+            **{f"cycle_{k}": v for k, v in spread_ms(latencies).items()},
+            "server_cpu_s": round(server_cpu, 2),
+            "clients_cpu_s": round(sum(d[6] for d in done), 2)}
+
+
+def cqsd_live_figures(tmp: Path, args, fsync_p50_ms: float | None, lines: list[dict]
+                      ) -> float | None:
+    """Figures 2 and 3 on one fresh daemon; returns the 8-client msgs/s (for figure 4)."""
+    where = tmp / "live"
+    where.mkdir(exist_ok=True)
+    config = servers.write_config(where, STRUCTURE_SIZE, MAX_CLIENTS)
+    profile = args.profile / "cqsd-live.prof" if args.profile else None
+    eight = None
+    with servers.daemon(config, profile) as d:
+        d.start()
+        if "put" in args.only:
+            emit(put_latency_figure(d.address, args.put_samples, args.time_cap, fsync_p50_ms),
+                 lines)
+        if "cycle" in args.only:
+            one = cycle_figure("cqsd", d.address, d.proc.pid, 1, args.cycle_seconds,
+                               args.max_cycles)
+            emit(one, lines)
+            many = cycle_figure("cqsd", d.address, d.proc.pid, args.clients,
+                                args.cycle_seconds, args.max_cycles)
+            scaling = many["msgs_per_s"] / one["msgs_per_s"] if one["msgs_per_s"] else math.nan
+            many |= {"one_client_msgs_per_s": one["msgs_per_s"],
+                     "scaling": round(scaling, 2), "target_met": scaling >= TARGET_SCALING}
+            emit(many, lines)
+            eight = many["msgs_per_s"]
+        if profile is not None:
+            d.terminate()  # cProfile writes its file only at a normal exit
+    if profile is not None:
+        summarize_profile(profile)
+    return eight
+
+
+def redis_figures(tmp: Path, args, cqsd_rate: float | None, lines: list[dict]) -> None:
+    """Figure 4: the same loop against Redis with every write fsynced before its reply."""
+    binary = servers.redis_binary()
+    if binary is None:
+        emit({"bench": "cycle", "server": "redis", "error": servers.REDIS_INSTALL_HINT}, lines)
+        return
+    where = tmp / "redis"
+    where.mkdir(exist_ok=True)
+    version = servers.redis_version(binary)
+    for n_clients in (1, args.clients):
+        # A fresh server each time, so the second run does not start on a grown AOF.
+        run = where / f"c{n_clients}"
+        run.mkdir()
+        with servers.redis_aof(run, binary) as (sock, pid):
+            record = cycle_figure("redis", sock, pid, n_clients, args.cycle_seconds,
+                                  args.max_cycles)
+        record |= {"version": version, "appendfsync": "always"}
+        if n_clients == args.clients and cqsd_rate is not None:
+            ratio = cqsd_rate / record["msgs_per_s"] if record["msgs_per_s"] else math.nan
+            record |= {"cqsd_msgs_per_s": cqsd_rate, "cqsd_over_redis": round(ratio, 2),
+                       "target_met": ratio >= 1.0}
+        emit(record, lines)
+
+
+# --- 5. restart -------------------------------------------------------------------
+
+
+def load(address: str, count: int, processes: int, batch: int, seconds: float) -> tuple[int, float]:
+    """Put *count* messages with put_batch from several processes; (messages, seconds)."""
+    deadline = time.monotonic() + seconds
+    shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    t0 = time.monotonic()
+    done = run_processes(clients.load_worker,
+                         [(address, i, shares[i], batch, deadline) for i in range(processes)],
+                         timeout=seconds + 180)
+    return sum(d[2] for d in done), time.monotonic() - t0
+
+
+def tail(address: str, count: int, processes: int, threads: int, seconds: float
+         ) -> tuple[int, float]:
+    """*count* single recoverable puts, many in flight; (messages, seconds)."""
+    deadline = time.monotonic() + seconds
+    shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    t0 = time.monotonic()
+    done = run_processes(clients.tail_worker,
+                         [(address, i, shares[i], threads, deadline) for i in range(processes)],
+                         timeout=seconds + 120)
+    return sum(d[2] for d in done), time.monotonic() - t0
+
+
+def rebuilt(d: servers.Daemon) -> dict:
+    """The structure_rebuilt line of the benchmark's structure, from the last start."""
+    for event in d.logged("structure_rebuilt"):
+        if event.get("structure") == clients.STRUCTURE:
+            return event
+    raise servers.ServerFailed(f"no structure_rebuilt line for {clients.STRUCTURE}:\n"
+                               f"{d.log_text()}")
+
+
+def restart_figure(tmp: Path, args, lines: list[dict]) -> None:
+    """Build, stop cleanly, start from the image, add a tail, crash, time the restart."""
+    where = tmp / "restart"
+    where.mkdir(exist_ok=True)
+    config = servers.write_config(where, STRUCTURE_SIZE, MAX_CLIENTS)
+    record: dict = {"bench": "restart", "payload": clients.PAYLOAD_SIZE}
+    try:
+        with servers.daemon(config) as d:
+            record["empty_start_s"] = round(d.start(), 3)
+            built, build_s = load(d.address, args.messages, args.load_processes,
+                                  args.load_batch, args.time_cap * 2)
+            record |= {"built": built, "build_s": round(build_s, 2),
+                       "build_msgs_per_s": round(built / build_s), **_mem(d, "after_build")}
+            record["clean_stop_s"] = round(d.terminate(), 2)
+            image = where / "data" / "images" / f"{clients.STRUCTURE}.img"
+            record["image_mib"] = round(image.stat().st_size / 2**20, 1)
+            record["clean_start_s"] = round(d.start(), 3)
+            clean = rebuilt(d)
+            record |= {"clean_image_s": clean["image_seconds"],
+                       "clean_replay_s": clean["replay_seconds"]}
+            added, tail_s = tail(d.address, args.tail, args.tail_processes, args.tail_threads,
+                                 args.time_cap)
+            record |= {"tail": added, "tail_s": round(tail_s, 2),
+                       "tail_puts_per_s": round(added / tail_s)}
+            d.kill()
+            record["log_mib"] = round(_du(where / "data" / "logstream") / 2**20, 1)
+            wall = d.start()
+            crash = rebuilt(d)
+            record |= {"messages": crash["messages"],
+                       "records_replayed": crash["records_replayed"],
+                       "image_s": crash["image_seconds"], "replay_s": crash["replay_seconds"],
+                       "restart_s": round(wall, 3), **_mem(d, "after_restart"),
+                       "target_met": wall < TARGET_RESTART_SECONDS}
+            if crash["messages"] != built + added:
+                record["error"] = f"{crash['messages']} messages after the restart, " \
+                                  f"{built + added} acknowledged"
+            if args.profile:
+                _profile_restart(config, args.profile, d)
+    except Exception as err:  # report what was measured before the failure
+        record["error"] = f"{type(err).__name__}: {err}"
+    emit(record, lines)
+
+
+def _profile_restart(config: Path, directory: Path, d: servers.Daemon) -> None:
+    """Crash again and restart under cProfile (the same rebuild: a crash restart
+    renames nothing), then stop cleanly so that the profile is written."""
+    d.kill()
+    path = directory / "cqsd-restart.prof"
+    profiled = servers.Daemon(config, path)
+    try:
+        profiled.start()
+        profiled.terminate()
+    finally:
+        profiled.kill()
+    summarize_profile(path)
+
+
+def _mem(d: servers.Daemon, when: str) -> dict:
+    m = d.memory()
+    return {f"rss_mib_{when}": m["rss_mib"], f"peak_rss_mib_{when}": m["peak_rss_mib"]}
+
+
+def _du(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+
+
+# --- summary ----------------------------------------------------------------------
+
+
+def summary(lines: list[dict]) -> list[str]:
+    """A few human lines, one per figure, saying whether its target was met."""
+    out = []
+    verdict = {True: "MET", False: "MISSED", None: "n/a"}
+    for r in lines:
+        bench, target = r.get("bench"), verdict[r.get("target_met")]
+        if "error" in r:
+            out.append(f"{bench} {r.get('server', '')}: ERROR {r['error'].splitlines()[0]}")
+        elif bench == "fsync":
+            out.append(f"disk: {r['fsyncs_per_s']} fsyncs/s, p50 {r['p50_ms']} ms "
+                       f"(mean {r['mean_ms']} ms)")
+        elif bench == "put_latency":
+            out.append(f"recoverable put, 1 client: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms"
+                       f" = {r.get('p50_over_fsync_p50')} x fsync p50 "
+                       f"[target <= {TARGET_PUT_OVER_FSYNC}x: {target}]")
+        elif bench == "cycle" and "scaling" in r:
+            out.append(f"cqsd put+read+delete: {r['clients']} clients {r['msgs_per_s']} msgs/s,"
+                       f" 1 client {r['one_client_msgs_per_s']} = {r['scaling']}x "
+                       f"[target >= {TARGET_SCALING}x: {target}]")
+        elif bench == "cycle" and r["server"] == "redis":
+            ratio = f" = cqsd {r['cqsd_over_redis']}x [target >= 1x: {target}]" \
+                if "cqsd_over_redis" in r else ""
+            out.append(f"redis {r.get('version')} AOF always: {r['clients']} clients "
+                       f"{r['msgs_per_s']} msgs/s{ratio}")
+        elif bench == "restart":
+            out.append(f"crash restart with {r['messages']} messages "
+                       f"({r['records_replayed']} records replayed): {r['restart_s']} s to "
+                       f"ready (image {r['image_s']} s, replay {r['replay_s']} s) "
+                       f"[target < {TARGET_RESTART_SECONDS} s: {target}]; built at "
+                       f"{r['build_msgs_per_s']} msgs/s")
+    return out
+
+
+# --- main -------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller counts (about a minute)")
+    p.add_argument("--only", default=",".join(FIGURES),
+                   help=f"comma-separated figures to run, of {','.join(FIGURES)}")
+    p.add_argument("--no-redis", action="store_true", help="skip figure 4")
+    p.add_argument("--clients", type=int, default=8, help="client processes of figures 3-4")
+    p.add_argument("--profile", type=Path, help="cProfile the daemons into this directory")
+    args = p.parse_args(argv)
+    args.only = set(args.only.split(","))
+    if unknown := args.only - set(FIGURES):
+        p.error(f"unknown figures: {', '.join(sorted(unknown))}")
+    if args.no_redis:
+        args.only.discard("redis")
+    quick = args.quick
+    args.fsync_samples = 500 if quick else 2000
+    args.put_samples = 500 if quick else 2000
+    args.cycle_seconds = 4.0 if quick else 10.0
+    args.max_cycles = 1_000_000  # per process; the clock ends the loop long before
+    args.messages = 100_000 if quick else 1_000_000
+    args.tail = 10_000 if quick else 100_000
+    args.load_processes, args.load_batch = 3, 5000
+    args.tail_processes, args.tail_threads = 4, 16
+    args.time_cap = 60.0 if quick else 240.0  # seconds any one measuring loop may run
+    if args.profile:
+        args.profile = args.profile.resolve()
+        args.profile.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    lines: list[dict] = []
+    # Under /tmp on purpose: the figures are about the disk the data dir is on.
+    tmp = Path(tempfile.mkdtemp(prefix="cqdur-", dir="/tmp"))
+    started = time.monotonic()
+    try:
+        fsync_p50 = None
+        if "fsync" in args.only:
+            fs = fsync_figure(tmp / "live" / "data", args.fsync_samples, args.time_cap)
+            emit(fs, lines)
+            fsync_p50 = fs["p50_ms"]
+        eight = None
+        if args.only & {"put", "cycle"}:
+            eight = _guarded("cycle", lambda: cqsd_live_figures(tmp, args, fsync_p50, lines),
+                             lines)
+        if "redis" in args.only:
+            _guarded("cycle", lambda: redis_figures(tmp, args, eight, lines), lines)
+        if "restart" in args.only:
+            restart_figure(tmp, args, lines)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for line in summary(lines):
+        print("# " + line)
+    print(f"# total {time.monotonic() - started:.0f} s")
+    return 1 if any("error" in r for r in lines) else 0
+
+
+def _guarded(bench: str, run, lines: list[dict]):
+    """Run one group of figures; a failure becomes an error line, not the end of the run."""
+    try:
+        return run()
+    except Exception as err:
+        emit({"bench": bench, "error": f"{type(err).__name__}: {err}"}, lines)
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

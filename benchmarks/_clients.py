@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import cProfile
 import struct
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ REDIS_SOURCE = "bench:tp"
 PAYLOAD_SIZE = 1024
 READ_WAIT = 0.5  # seconds a consumer's read waits server-side before it looks at the clock again
 START_TIMEOUT = 60.0  # seconds a ready process waits for the start signal
-RECEIPT = struct.Struct("<iiq")  # fan-out receipt: client index, round (0 = ready), monotonic ns
+RECEIPT = struct.Struct("<iiq")  # fan-out: listener index, round (0 = ready), monotonic ns
 
 
 @dataclass(frozen=True)
@@ -58,28 +59,34 @@ def throughput_worker(spec: Worker, reports: Any, start: Any, stop: Any, consume
             ("redis", "producer"): _redis_producer,
             ("redis", "consumer"): _redis_consumer,
         }[spec.server, spec.role]
-        first, last, done = work(spec, reports, start, stop, consumed)
-        # CPU of the whole process (setup included, a few ms): where the time goes.
-        reports.put(("done", spec.role, spec.index, first, last, done, time.process_time()))
+        first, last, done, cpu = work(spec, reports, start, stop, consumed)
+        reports.put(("done", spec.role, spec.index, first, last, done, cpu))
     except BaseException:
-        reports.put(("error", spec.role, spec.index, traceback.format_exc()))
+        lines = traceback.format_exc().strip().splitlines()
+        reports.put(("error", spec.role, spec.index, "\n".join(lines[-3:])))
 
 
-def _started(spec: Worker, reports: Any, start: Any) -> cProfile.Profile | None:
-    reports.put(("ready", spec.role, spec.index))
-    if not start.wait(START_TIMEOUT):
-        raise TimeoutError("no start signal")
-    if spec.profile is None:
-        return None
-    profiler = cProfile.Profile()
-    profiler.enable()
-    return profiler
+class _Run:
+    """The measured part of a worker's life: its CPU time, and its profile if asked."""
 
+    def __init__(self, spec: Worker, reports: Any, start: Any) -> None:
+        self.spec = spec
+        reports.put(("ready", spec.role, spec.index))
+        if not start.wait(START_TIMEOUT):
+            raise TimeoutError("no start signal")
+        self.profiler = None
+        if spec.profile is not None:
+            self.profiler = cProfile.Profile()
+            self.profiler.enable()
+        self.cpu0 = time.process_time()  # after imports and connecting: only the work counts
 
-def _finish(spec: Worker, profiler: cProfile.Profile | None) -> None:
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(spec.profile)
+    def finish(self) -> float:
+        """CPU seconds since the start signal."""
+        cpu = time.process_time() - self.cpu0
+        if self.profiler is not None:
+            self.profiler.disable()
+            self.profiler.dump_stats(self.spec.profile)
+        return cpu
 
 
 def _batches(spec: Worker, stop: Any):
@@ -96,7 +103,7 @@ def _cqsd_producer(spec, reports, start, stop, consumed):
 
     with cqsclient.connect(spec.address, client=f"PROD{spec.index}") as c:
         s = c.structure(STRUCTURE)
-        profiler = _started(spec, reports, start)
+        run = _Run(spec, reports, start)
         first = time.monotonic_ns()
         done = 0
         for seq, size in _batches(spec, stop):
@@ -104,8 +111,8 @@ def _cqsd_producer(spec, reports, start, stop, consumed):
             s.put_batch(THROUGHPUT_QUEUE, data, recoverable=False)
             done += size
         last = time.monotonic_ns()
-        _finish(spec, profiler)
-    return first, last, done
+        cpu = run.finish()
+    return first, last, done, cpu
 
 
 def _cqsd_consumer(spec, reports, start, stop, consumed):
@@ -113,7 +120,7 @@ def _cqsd_consumer(spec, reports, start, stop, consumed):
 
     with cqsclient.connect(spec.address, client=f"CONS{spec.index}") as c:
         s = c.structure(STRUCTURE)
-        profiler = _started(spec, reports, start)
+        run = _Run(spec, reports, start)
         first = time.monotonic_ns()
         last = first
         done = 0
@@ -128,8 +135,8 @@ def _cqsd_consumer(spec, reports, start, stop, consumed):
             done += len(messages)
             with consumed.get_lock():
                 consumed.value += len(messages)
-        _finish(spec, profiler)
-    return first, last, done
+        cpu = run.finish()
+    return first, last, done, cpu
 
 
 def _redis_client(spec: Worker):
@@ -141,7 +148,7 @@ def _redis_client(spec: Worker):
 def _redis_producer(spec, reports, start, stop, consumed):
     r = _redis_client(spec)
     try:
-        profiler = _started(spec, reports, start)
+        run = _Run(spec, reports, start)
         first = time.monotonic_ns()
         done = 0
         pipe = r.pipeline(transaction=False)
@@ -151,10 +158,10 @@ def _redis_producer(spec, reports, start, stop, consumed):
             pipe.execute()
             done += size
         last = time.monotonic_ns()
-        _finish(spec, profiler)
+        cpu = run.finish()
     finally:
         r.close()
-    return first, last, done
+    return first, last, done, cpu
 
 
 def _redis_consumer(spec, reports, start, stop, consumed):
@@ -167,7 +174,7 @@ def _redis_consumer(spec, reports, start, stop, consumed):
     r = _redis_client(spec)
     processing = f"bench:processing:{spec.index}"
     try:
-        profiler = _started(spec, reports, start)
+        run = _Run(spec, reports, start)
         first = time.monotonic_ns()
         last = first
         done = 0
@@ -187,25 +194,48 @@ def _redis_consumer(spec, reports, start, stop, consumed):
             done += len(got)
             with consumed.get_lock():
                 consumed.value += len(got)
-        _finish(spec, profiler)
+        cpu = run.finish()
     finally:
         r.close()
-    return first, last, done
+    return first, last, done, cpu
+
+
+@dataclass(frozen=True)
+class Board:
+    """Where the fan-out listeners leave their receipts: shared memory, so that
+    only the last listener of a round wakes the parent (through *done*), and
+    the measurement does not add 32 wake-ups of its own to every round.
+    Passed to spawned processes as an argument (multiprocessing allows it then)."""
+
+    clients: int
+    times: Any  # Array("q"): the receipt time (monotonic ns) of each listener
+    rounds: Any  # Array("i"): the round each listener last saw
+    count: Any  # Value("i"): listeners that have reported this round
+    done: Any  # Connection: RECEIPT(index, round, time) from the last one; round -1: failure
+
+    def report(self, index: int, round_: int, now: int) -> None:
+        self.times[index] = now
+        self.rounds[index] = round_
+        with self.count.get_lock():
+            self.count.value += 1
+            last = self.count.value == self.clients
+        if last:
+            self.done.send_bytes(RECEIPT.pack(index, round_, now))
 
 
 def fanout_listener(
-    address: str, index: int, rounds: int, deadline: float, receipts: Any, stop: Any,
+    address: str, index: int, rounds: int, deadline: float, board: Board, stop: Any,
     profile: str | None,
 ) -> None:
-    """Register interest in the fan-out queue, then send back the monotonic time
-    of each notification (round 1, 2, ...) until *rounds* came, *stop* is set or
-    *deadline* passes. Round 0 says ready; round -1 carries a failure."""
+    """Register interest in the fan-out queue, then report the monotonic time of
+    each notification (round 1, 2, ...) until *rounds* came, *stop* is set or
+    *deadline* passes. Round 0 says ready."""
     try:
         import cqsclient
 
         with cqsclient.connect(address, client=f"FAN{index:02d}") as c:
             c.register_interest(STRUCTURE, FANOUT_QUEUE)
-            receipts.send_bytes(RECEIPT.pack(index, 0, time.monotonic_ns()))
+            board.report(index, 0, time.monotonic_ns())
             profiler = cProfile.Profile() if profile else None
             if profiler is not None:
                 profiler.enable()
@@ -214,15 +244,16 @@ def fanout_listener(
                 for _note in c.notifications(timeout=0.25):
                     now = time.monotonic_ns()
                     got += 1
-                    receipts.send_bytes(RECEIPT.pack(index, got, now))
+                    board.report(index, got, now)
                     if got >= rounds:
                         break
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(profile)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as err:
+        # One line, not 32 tracebacks, when the daemon goes away under them all.
+        print(f"fanout listener {index}: {type(err).__name__}: {err}", file=sys.stderr)
         try:
-            receipts.send_bytes(RECEIPT.pack(index, -1, time.monotonic_ns()))
+            board.done.send_bytes(RECEIPT.pack(index, -1, time.monotonic_ns()))
         except OSError:
             pass

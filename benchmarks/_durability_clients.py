@@ -48,8 +48,8 @@ def cycle_worker(spec: CycleSpec, reports: Any, start: Any) -> None:
     """Run the one-at-a-time put, read, delete loop; report cycles, seconds, latencies."""
     try:
         loop = _cqsd_cycles if spec.server == "cqsd" else _redis_cycles
-        cycles, seconds, latencies, misses = loop(spec, reports, start)
-        reports.put(("done", spec.index, cycles, seconds, latencies, misses, time.process_time()))
+        cycles, seconds, latencies, misses, cpu = loop(spec, reports, start)
+        reports.put(("done", spec.index, cycles, seconds, latencies, misses, cpu))
     except BaseException:
         reports.put(("error", spec.index, traceback.format_exc()))
 
@@ -60,14 +60,16 @@ def _wait_start(index: int, reports: Any, start: Any) -> None:
         raise TimeoutError("no start signal")
 
 
-def _timed(spec: CycleSpec, one_cycle) -> tuple[int, float, list[int], int]:
+def _timed(spec: CycleSpec, one_cycle) -> tuple[int, float, list[int], int, float]:
     """Call *one_cycle(seq)* until the time or the count is up.
 
-    Returns (cycles, seconds, per-cycle ns, misses); a miss is a read that
-    found nothing, which would be a bug here (the queue cannot be empty).
+    Returns (cycles, seconds, per-cycle ns, misses, CPU seconds of this
+    process meanwhile); a miss is a read that found nothing, which would be a
+    bug here (each client puts before it reads, so the queue is never empty).
     """
     latencies: list[int] = []
     misses = 0
+    cpu = time.process_time()
     began = time.monotonic_ns()
     stop = began + int(spec.seconds * 1e9)
     now = began
@@ -77,7 +79,7 @@ def _timed(spec: CycleSpec, one_cycle) -> tuple[int, float, list[int], int]:
         latencies.append(after - now)
         misses += not got
         now = after
-    return len(latencies), (now - began) / 1e9, latencies, misses
+    return len(latencies), (now - began) / 1e9, latencies, misses, time.process_time() - cpu
 
 
 def _cqsd_cycles(spec: CycleSpec, reports: Any, start: Any):

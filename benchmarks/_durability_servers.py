@@ -177,7 +177,8 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon(config: Path, profile: Path | None = None) -> Iterator[Daemon]:
+def daemon(config: Path, profile: Path | None = None,
+           program: tuple[str, ...] = ("-m", "cqsd")) -> Iterator[Daemon]:
     """A Daemon (not yet started) that is killed on the way out if still running.
 
     A kill, not a clean stop: the data directory is thrown away afterwards, and
@@ -185,7 +186,7 @@ def daemon(config: Path, profile: Path | None = None) -> Iterator[Daemon]:
     want a clean stop (or a profile, which cProfile writes at a normal exit)
     call ``terminate`` themselves.
     """
-    d = Daemon(config, profile)
+    d = Daemon(config, profile, program)
     try:
         yield d
     finally:

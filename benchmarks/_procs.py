@@ -19,7 +19,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -41,11 +41,20 @@ class Server:
     """A running server: where to connect, and its process (for its CPU time)."""
 
     address: str  # cqsd: unix://PATH; Redis: the socket path
-    pid: int
+    proc: subprocess.Popen = field(repr=False, compare=False)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the server has used so far (from /proc)."""
         return process_cpu_seconds(self.pid)
+
+    def kill(self) -> None:
+        """SIGKILL the server if it still runs: its clients then see the connection drop."""
+        if self.proc.poll() is None:
+            self.proc.kill()
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -149,7 +158,7 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[S
         watcher = LineWatcher(proc.stderr, _is_ready_event)
         if not watcher.wait(STARTUP_TIMEOUT):
             raise ServerFailed(f"cqsd did not become ready (exit {proc.poll()}):\n{watcher.text()}")
-        yield Server(f"unix://{tmp / 's'}", proc.pid)
+        yield Server(f"unix://{tmp / 's'}", proc)
         if proc.poll() is not None:
             raise ServerFailed(f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
     finally:
@@ -204,7 +213,7 @@ def redis(tmp: Path, binary: str) -> Iterator[Server]:
                 raise ServerFailed("redis-server does not answer PING")
         finally:
             client.close()
-        yield Server(str(sock), proc.pid)
+        yield Server(str(sock), proc)
         if proc.poll() is not None:
             raise ServerFailed(f"redis-server died during the run (exit {proc.returncode}):\n"
                                f"{watcher.text()}")

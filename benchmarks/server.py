@@ -31,22 +31,25 @@ import math
 import multiprocessing
 import os
 import pstats
+import queue
 import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import _clients
 import _procs
-from _clients import RECEIPT, STRUCTURE, Worker
+from _clients import RECEIPT, STRUCTURE, Board, Worker
 
 ROUNDTRIP_QUEUE = "BENCHRT"
 SMALL = b"s" * 64  # the "small put" of the round-trip figure
 REDIS_RT_LIST = "bench:rt"
 JOIN_TIMEOUT = 10.0  # seconds a client process gets to exit once told to stop
+WATCHDOG_GRACE = 30.0  # seconds past its time limits before a benchmark's servers are killed
 MAX_CLIENTS = 64  # the fan-out's 32 listeners + its producer, with room to spare
 BUSY_SHARE = 0.05  # others using more than this share of the CPUs make the figures pessimistic
 
@@ -118,9 +121,25 @@ def servers(
         redis_server = None
         if redis and args.redis_binary:
             redis_server = stack.enter_context(_procs.redis(where, args.redis_binary))
+        # The SDK waits for a reply as long as it takes: a daemon that hangs would
+        # hang this process too. Past the time limit (twice: throughput runs cqsd,
+        # then Redis) the servers are killed, which turns every wait into
+        # ConnectionLost, so the script always ends.
+        watchdog = threading.Timer(2 * args.time_limit + WATCHDOG_GRACE, _kill_all,
+                                   ([daemon, redis_server], name))
+        watchdog.daemon = True
+        watchdog.start()
+        stack.callback(watchdog.cancel)
         yield daemon, redis_server
     if profile is not None:
         summarize_profile(profile)
+
+
+def _kill_all(targets: list, name: str) -> None:
+    print(f"# {name}: past its time limit, killing its servers", file=sys.stderr, flush=True)
+    for target in targets:
+        if target is not None:
+            target.kill()
 
 
 def stop_processes(procs: list, stop) -> None:
@@ -204,7 +223,7 @@ def _collect(reports, kind: str, n: int, deadline: float, into: list) -> str | N
             return f"timed out waiting for {n - seen} of {n} '{kind}' reports"
         try:
             report = reports.get(timeout=remaining)
-        except Exception:  # queue.Empty
+        except queue.Empty:
             continue
         if report[0] == "error":
             return f"{report[1]} {report[2]} failed:\n{report[3]}"
@@ -284,6 +303,7 @@ def cqsd_roundtrips(address: str, args):
 
     clock = time.perf_counter_ns
     n, warm = args.samples, args.warmup
+    deadline = time.monotonic() + args.time_limit
     with cqsclient.connect(address, client="RTT") as c:
         s = c.structure(STRUCTURE)
         put_ns, pair_ns, read_ns, delete_ns = [], [], [], []
@@ -292,6 +312,7 @@ def cqsd_roundtrips(address: str, args):
             s.put(ROUNDTRIP_QUEUE, SMALL, recoverable=False)
             if i >= warm:
                 put_ns.append(clock() - t0)
+            _check_time(deadline, "put", i)
         for i in range(warm + n):
             t0 = clock()
             m = s.read(ROUNDTRIP_QUEUE)
@@ -302,7 +323,13 @@ def cqsd_roundtrips(address: str, args):
                 pair_ns.append(t2 - t0)
                 read_ns.append(t1 - t0)
                 delete_ns.append(t2 - t1)
+            _check_time(deadline, "read+delete", i)
     return put_ns, pair_ns, read_ns, delete_ns
+
+
+def _check_time(deadline: float, what: str, done: int) -> None:
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"{what}: only {done} requests within the time limit")
 
 
 def redis_roundtrips(sock: str, args):
@@ -311,6 +338,7 @@ def redis_roundtrips(sock: str, args):
 
     clock = time.perf_counter_ns
     n, warm = args.samples, args.warmup
+    deadline = time.monotonic() + args.time_limit
     r = redis.Redis(unix_socket_path=sock, socket_timeout=30)
     try:
         lpush_ns, pair_ns = [], []
@@ -320,12 +348,14 @@ def redis_roundtrips(sock: str, args):
             r.lpush(REDIS_RT_LIST, value)
             if i >= warm:
                 lpush_ns.append(clock() - t0)
+            _check_time(deadline, "redis lpush", i)
         for i in range(warm + n):
             t0 = clock()
             value = r.lmove(REDIS_RT_LIST, "bench:rt:processing", "RIGHT", "LEFT")
             r.lrem("bench:rt:processing", 1, value)
             if i >= warm:
                 pair_ns.append(clock() - t0)
+            _check_time(deadline, "redis lmove+lrem", i)
     finally:
         r.close()
     return lpush_ns, pair_ns
@@ -338,7 +368,7 @@ def bench_fanout(tmp: Path, args, lines: list[dict]) -> None:
     with servers(tmp, "fanout", args, redis=False) as (daemon, _redis):
         rounds, daemon_cpu, error = run_fanout(daemon, args)
     record = {"bench": "fanout", "server": "cqsd", "clients": args.fanout_clients,
-              "rounds": len(rounds)}
+              "rounds": len(rounds), "warmup_rounds": args.fanout_warmup}
     if not rounds:
         emit({**record, "error": error or "no round completed"}, lines)
         return
@@ -357,15 +387,16 @@ def run_fanout(daemon: _procs.Server, args) -> tuple[list[list[int]], float, str
     the daemon's CPU seconds over the rounds; an error."""
     import cqsclient
 
-    address = daemon.address
     ctx = multiprocessing.get_context("spawn")
-    reader, writer = ctx.Pipe(duplex=False)
-    stop = ctx.Event()
     n = args.fanout_clients
+    reader, writer = ctx.Pipe(duplex=False)
+    board = Board(n, ctx.Array("q", n, lock=False), ctx.Array("i", n, lock=False),
+                  ctx.Value("i", 0), writer)
+    stop = ctx.Event()
     deadline = time.monotonic() + args.time_limit
     procs = [
         ctx.Process(target=_clients.fanout_listener, daemon=True, args=(
-            address, i, args.rounds, deadline, writer, stop,
+            daemon.address, i, args.fanout_warmup + args.rounds, deadline, board, stop,
             str(args.profile / f"fanout-listener{i}.prof") if args.profile and i == 0 else None))
         for i in range(n)
     ]
@@ -373,19 +404,23 @@ def run_fanout(daemon: _procs.Server, args) -> tuple[list[list[int]], float, str
     try:
         for p in procs:
             p.start()
-        error = _receipts(reader, 0, n, deadline)[1]
+        times, error = _round_done(board, reader, 0, deadline)
         if error:
             return rounds, 0.0, f"listeners not ready: {error}"
-        with cqsclient.connect(address, client="FANPROD") as c:
+        with cqsclient.connect(daemon.address, client="FANPROD") as c:
             s = c.structure(STRUCTURE)
             cpu_before = daemon.cpu_seconds()
-            for r in range(1, args.rounds + 1):
+            for r in range(1, args.fanout_warmup + args.rounds + 1):
+                if r == args.fanout_warmup + 1:
+                    cpu_before = daemon.cpu_seconds()
+                board.count.value = 0  # every listener reported the last round: none is counting
                 t0 = time.monotonic_ns()
                 entry_id = s.put(_clients.FANOUT_QUEUE, SMALL, recoverable=False)
-                times, error = _receipts(reader, r, n, min(deadline, time.monotonic() + 10))
+                times, error = _round_done(board, reader, r, min(deadline, time.monotonic() + 10))
                 if error:
                     break
-                rounds.append(sorted(t - t0 for t in times))
+                if r > args.fanout_warmup:
+                    rounds.append(sorted(t - t0 for t in times))
                 s.operator_delete(entry_id)  # empty again, so the next put notifies
             cpu = daemon.cpu_seconds() - cpu_before
         return rounds, cpu, None if error is None else f"round {r}: {error}"
@@ -395,20 +430,18 @@ def run_fanout(daemon: _procs.Server, args) -> tuple[list[list[int]], float, str
         writer.close()
 
 
-def _receipts(reader, round_: int, n: int, deadline: float) -> tuple[list[int], str | None]:
-    """The *n* listeners' receipt times for *round_*; an error if one failed or time ran out."""
-    times: list[int] = []
-    while len(times) < n:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not reader.poll(remaining):
-            return times, f"{len(times)} of {n} receipts within the time limit"
-        index, got_round, at = RECEIPT.unpack(reader.recv_bytes())
-        if got_round == -1:
-            return times, f"listener {index} failed (its traceback is on stderr)"
-        if got_round != round_:
-            return times, f"listener {index} sent round {got_round}, expected {round_}"
-        times.append(at)
-    return times, None
+def _round_done(board: Board, reader, round_: int, deadline: float) -> tuple[list[int], str | None]:
+    """Wait for the last listener's word that *round_* is complete; the receipt times."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0 or not reader.poll(remaining):
+        return [], f"{board.count.value} of {board.clients} receipts within the time limit"
+    index, got_round, _at = RECEIPT.unpack(reader.recv_bytes())
+    if got_round == -1:
+        return [], f"listener {index} failed (its error is on stderr)"
+    behind = [i for i in range(board.clients) if board.rounds[i] != round_]
+    if got_round != round_ or behind:
+        return [], f"listeners out of step: expected round {round_}, got {got_round}, behind {behind}"
+    return list(board.times), None
 
 
 # --- main -------------------------------------------------------------------------
@@ -463,6 +496,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--warmup", type=int, help="round trip: warm-up requests (default 1000)")
     p.add_argument("--fanout-clients", type=int, default=32)
     p.add_argument("--rounds", type=int, help="fan-out: rounds (default 300)")
+    p.add_argument("--fanout-warmup", type=int, default=5,
+                   help="fan-out: rounds before the measured ones (first notifications are slow)")
     p.add_argument("--time-limit", type=float, default=120.0,
                    help="seconds each benchmark may run before it is abandoned")
     p.add_argument("--no-redis", action="store_true", help="measure cqsd only")

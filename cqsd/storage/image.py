@@ -86,14 +86,15 @@ def read_rows(path: Path, structure: str) -> tuple[dict, dict[int, list]]:
             raise ImageError(f"{path}: image version {header.get('version')} is not {VERSION}")
         if header.get("structure") != structure:
             raise ImageError(f"{path}: image of structure {header.get('structure')}, not {structure}")
-        crc = 0
-        pack = msgpack.Packer(use_bin_type=True).pack
+        crc, view, start = 0, memoryview(raw), unpacker.tell()
         for item in unpacker:
+            end = unpacker.tell()
             if isinstance(item, dict):
                 if item.get("count") != len(rows) or item.get("crc32c") != crc:
                     raise ImageError(f"{path}: trailer does not match the {len(rows)} messages read")
                 return header, rows
-            crc = crc32c(pack(item), crc)
+            crc = crc32c(view[start:end], crc)
+            start = end
             if not isinstance(item, list) or len(item) != 10:
                 raise ImageError(f"{path}: message row {len(rows)} is malformed")
             rows[item[0]] = item

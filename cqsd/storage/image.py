@@ -4,17 +4,22 @@ A CF structure outlives its connectors; our structures live in daemon memory,
 so a clean stop writes each one out whole — recoverable and non-recoverable
 messages, locks and the cold queue included — and the next start loads it.
 
-Format (msgpack stream): a header map ``{"format": "cqsd-image", "version": 1,
-"structure", "last_id", "count", "created", "lsn"}`` (``lsn``: the log position
-the image covers, ``{writer: last LSN}``), then one array per message
+Format: ``u32`` big-endian length of the header, the header (a msgpack map
+``{"format": "cqsd-image", "version": 2, "structure", "last_id", "count",
+"created", "lsn"}``, ``lsn`` being the log position the image covers,
+``{writer: last LSN}``), then the rows as ONE msgpack array of arrays
 ``[entry_id, qtype, name, data, recoverable, put_time, delivery_count, where,
-owner, home]`` in entry-id order, then a trailer map ``{"end": true, "count",
-"crc32c"}`` whose CRC covers the packed messages. The file is written to a
-temporary name, fsynced, renamed and the directory fsynced, so an image is
-either whole or absent; a damaged one is refused by name, never half-loaded.
+owner, home]`` in entry-id order, then a 24-byte footer: ``u64`` length of the
+rows array, ``u64`` row count, ``u32`` CRC32C of the rows array, ``b"CQIE"``.
+One array lets a restart decode a million rows in a single C call over a
+memory map, with no copy of the file. The file is written to a temporary name,
+fsynced, renamed and the directory fsynced, so an image is either whole or
+absent; a damaged one is refused by name, never half-loaded.
 """
 
+import mmap
 import os
+import struct
 import time
 from pathlib import Path
 
@@ -26,7 +31,7 @@ from logstream.durable import fsync_dir
 from ..engine import Structure
 
 FORMAT = "cqsd-image"
-VERSION = 1
+VERSION = 2
 
 
 class ImageError(Exception):
@@ -37,32 +42,46 @@ def path_for(directory: Path, structure: str) -> Path:
     return directory / f"{structure}.img"
 
 
+FOOTER = struct.Struct(">QQI4s")
+MAGIC = b"CQIE"
+
+
 def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     """Write ``structure`` to ``path`` durably; returns the number of messages."""
     entries = list(structure)
     tmp = path.with_name(path.name + ".tmp")
-    pack = msgpack.Packer(use_bin_type=True).pack
-    crc = 0
+    packer = msgpack.Packer(use_bin_type=True)
+    header = packer.pack({
+        "format": FORMAT, "version": VERSION, "structure": structure.name,
+        "last_id": structure.last_id, "count": len(entries), "created": time.time_ns(),
+        "lsn": lsn,
+    })
+    crc = length = 0
     with open(tmp, "wb") as f:
-        f.write(pack({
-            "format": FORMAT, "version": VERSION, "structure": structure.name,
-            "last_id": structure.last_id, "count": len(entries), "created": time.time_ns(),
-            "lsn": lsn,
-        }))
+        f.write(struct.pack(">I", len(header)) + header)
+        chunks = [packer.pack_array_header(len(entries))]
         for e in entries:
-            row = pack([
+            chunks.append(packer.pack([
                 e.entry_id, int(e.qtype), e.name, e.data, e.recoverable, e.put_time,
                 e.delivery_count, e.where, e.owner,
                 [int(e.home[0]), e.home[1]] if e.home else None,
-            ])
-            crc = crc32c(row, crc)
-            f.write(row)
-        f.write(pack({"end": True, "count": len(entries), "crc32c": crc}))
+            ]))
+            if len(chunks) >= 1024:
+                crc, length = _write(f, chunks, crc, length)
+        crc, length = _write(f, chunks, crc, length)
+        f.write(FOOTER.pack(length, len(entries), crc, MAGIC))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
     return len(entries)
+
+
+def _write(f, chunks: list[bytes], crc: int, length: int) -> tuple[int, int]:
+    block = b"".join(chunks)
+    chunks.clear()
+    f.write(block)
+    return crc32c(block, crc), length + len(block)
 
 
 def read_rows(path: Path, structure: str) -> tuple[dict, dict[int, list]]:
@@ -72,41 +91,56 @@ def read_rows(path: Path, structure: str) -> tuple[dict, dict[int, list]]:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size < 4 + FOOTER.size:
+                raise ImageError(f"{path}: image is truncated ({size} bytes)")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return _parse(path, structure, mm, size)
     except OSError as err:
         raise ImageError(f"{path}: cannot read image: {err.strerror}") from err
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(raw), 1))
-    unpacker.feed(raw)
-    rows: dict[int, list] = {}
+
+
+def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, dict[int, list]]:
+    rows_length, count, crc, magic = FOOTER.unpack(mm[size - FOOTER.size:])
+    (header_length,) = struct.unpack(">I", mm[:4])
+    if magic != MAGIC or 4 + header_length + rows_length + FOOTER.size != size:
+        raise ImageError(f"{path}: not a whole cqsd structure image (footer does not match)")
+    view = memoryview(mm)
     try:
-        header = next(unpacker)
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise ImageError(f"{path}: not a cqsd structure image")
-        if header.get("version") != VERSION:
-            raise ImageError(f"{path}: image version {header.get('version')} is not {VERSION}")
-        if header.get("structure") != structure:
-            raise ImageError(f"{path}: image of structure {header.get('structure')}, not {structure}")
-        crc, view, start = 0, memoryview(raw), unpacker.tell()
-        for item in unpacker:
-            end = unpacker.tell()
-            if isinstance(item, dict):
-                if item.get("count") != len(rows) or item.get("crc32c") != crc:
-                    raise ImageError(f"{path}: trailer does not match the {len(rows)} messages read")
-                return header, rows
-            crc = crc32c(view[start:end], crc)
-            start = end
-            if not isinstance(item, list) or len(item) != 10:
-                raise ImageError(f"{path}: message row {len(rows)} is malformed")
-            rows[item[0]] = item
-    except ImageError:
-        raise
-    except (StopIteration, ValueError, TypeError, msgpack.UnpackException) as err:
-        raise ImageError(f"{path}: damaged image ({type(err).__name__}: {err})") from err
-    raise ImageError(f"{path}: image is truncated (no trailer after {len(rows)} messages)")
+        try:
+            header = msgpack.unpackb(view[4:4 + header_length], raw=False)
+            if not isinstance(header, dict) or header.get("format") != FORMAT:
+                raise ImageError(f"{path}: not a cqsd structure image")
+            if header.get("version") != VERSION:
+                raise ImageError(f"{path}: image version {header.get('version')} is not {VERSION}")
+            if header.get("structure") != structure:
+                raise ImageError(
+                    f"{path}: image of structure {header.get('structure')}, not {structure}"
+                )
+            body = view[4 + header_length: 4 + header_length + rows_length]
+            if crc32c(body) != crc:
+                raise ImageError(f"{path}: rows fail their CRC32C check")
+            rows = msgpack.unpackb(body, raw=False)
+        except (ValueError, TypeError, msgpack.UnpackException) as err:
+            raise ImageError(f"{path}: damaged image ({type(err).__name__}: {err})") from err
+        if not isinstance(rows, list) or len(rows) != count:
+            raise ImageError(f"{path}: holds {len(rows)} rows, its footer says {count}")
+        if any(not isinstance(r, list) or len(r) != 10 for r in rows):
+            raise ImageError(f"{path}: a message row is malformed")
+        return header, {r[0]: r for r in rows}
+    finally:
+        view.release()
 
 
 def restore(structure: Structure, rows: dict[int, list]) -> None:
     """Put image rows into an empty structure, in entry-id order."""
-    for eid in sorted(rows):
-        structure.restore(*rows[eid])
+    ids = iter(rows)
+    previous = -1
+    in_order = True
+    for eid in ids:  # images are written in id order and the fold only appends above
+        if eid < previous:
+            in_order = False
+            break
+        previous = eid
+    structure.load(rows.values() if in_order else (rows[i] for i in sorted(rows)))
     structure.take_events()

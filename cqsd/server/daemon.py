@@ -154,8 +154,9 @@ class Daemon:
                 self.waiters.serve(s)
             if s.effects:
                 effects, s.effects = s.effects, []
-                lsn = self.journal.append({"s": s.name, "e": effects})
-                if any(e[0] != LOCK for e in effects):
+                urgent = any(e[0] != LOCK for e in effects)
+                lsn = self.journal.append({"s": s.name, "e": effects}, urgent)
+                if urgent:
                     wait_for = lsn or NEVER
         return wait_for
 

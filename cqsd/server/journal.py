@@ -2,14 +2,20 @@
 hold replies until what they acknowledge is durable.
 
 Design note. Appends happen on the event loop, in request order, and are
-cheap (a write to the page cache). One flusher task runs ``fsync`` in a worker
-thread; whatever was appended while it ran is covered by the next one, so
-concurrent clients share fsyncs (group commit) without any of them waiting for
-a timer. A write or fsync error is final (the fsyncgate lesson): nothing more
+cheap (a write to the page cache). One flusher task runs ``fsync``; whatever
+was appended while it ran is covered by the next one, so concurrent clients
+share fsyncs (group commit) without any of them waiting for a timer. On a disk
+whose fsync is fast, handing it to a worker thread costs more than the fsync
+itself (~100 µs of thread and loop wake-ups measured on a 2-core VM against a
+~200 µs fsync), so the flusher runs it inline while the moving average stays
+under ``INLINE_FSYNC``, and in a thread when the disk is slow. Records that
+only lock do not wake the flusher: nobody waits for them, and the next fsync
+covers them. A write or fsync error is final (the fsyncgate lesson): nothing more
 is acknowledged, every waiting reply becomes an error, and the daemon stops so
 that a restart recovers from what is really on disk.
 """
 
+import time
 from pathlib import Path
 
 import structlog
@@ -19,6 +25,7 @@ import logstream
 
 log = structlog.get_logger()
 WRITER = "cqsd"  # one daemon per data directory (the lock file sees to it)
+INLINE_FSYNC = 0.001  # seconds: above this average an fsync would stall the loop too long
 
 
 class Journal:
@@ -33,14 +40,16 @@ class Journal:
         self.failed: BaseException | None = None
         self._work = trio.Event()
         self._flushed = trio.Event()
+        self._fsync_average = 0.0
         self.on_failure = None  # called once with the error
 
     @property
     def position(self) -> int:
         return self.writer.appended_lsn
 
-    def append(self, body: dict) -> int:
-        """Append a record; returns its LSN (0 if the log has failed: nothing is logged)."""
+    def append(self, body: dict, urgent: bool = True) -> int:
+        """Append a record; returns its LSN (0 if the log has failed: nothing is logged).
+        ``urgent``: a reply waits for it, so start an fsync now."""
         if self.failed is not None:
             return 0
         try:
@@ -48,7 +57,8 @@ class Journal:
         except logstream.LogstreamError as err:
             self._fail(err)
             return 0
-        self._work.set()
+        if urgent:
+            self._work.set()
         return lsn
 
     async def wait_durable(self, lsn: int) -> bool:
@@ -67,11 +77,17 @@ class Journal:
             target = self.writer.appended_lsn
             if target <= self.durable:
                 continue
+            started = time.perf_counter()
             try:
-                self.durable = await trio.to_thread.run_sync(self.writer.flush, target)
+                if self._fsync_average < INLINE_FSYNC:
+                    self.durable = self.writer.flush(target)
+                else:
+                    self.durable = await trio.to_thread.run_sync(self.writer.flush, target)
             except logstream.LogstreamError as err:
                 self._fail(err)
+            self._fsync_average = 0.8 * self._fsync_average + 0.2 * (time.perf_counter() - started)
             self._wake()
+            await trio.sleep(0)  # let the requests that arrived meanwhile append first
 
     def _wake(self) -> None:
         flushed, self._flushed = self._flushed, trio.Event()

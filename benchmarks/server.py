@@ -52,6 +52,8 @@ JOIN_TIMEOUT = 10.0  # seconds a client process gets to exit once told to stop
 WATCHDOG_GRACE = 30.0  # seconds past its time limits before a benchmark's servers are killed
 MAX_CLIENTS = 64  # the fan-out's 32 listeners + its producer, with room to spare
 BUSY_SHARE = 0.05  # others using more than this share of the CPUs make the figures pessimistic
+CALIBRATION_LOOP = 1_000_000  # iterations of the speed check: some 50 ms on a fast core
+CALIBRATION_REPEATS = 3
 
 
 # --- helpers ----------------------------------------------------------------------
@@ -462,6 +464,19 @@ def own_cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
+def calibrate(lines: list[dict]) -> None:
+    """Emit how fast this machine runs plain Python right now. Virtual machines
+    vary by a factor of 2 or more from hour to hour (the host's other guests),
+    so figures from different runs are comparable only next to this one."""
+    times = []
+    for _ in range(CALIBRATION_REPEATS):
+        t0 = time.perf_counter()
+        sum(i * i for i in range(CALIBRATION_LOOP))
+        times.append(time.perf_counter() - t0)
+    emit({"bench": "machine", "during": "calibration", "cpus": os.cpu_count(),
+          "python_loop_ms": round(min(times) * 1e3, 1), "loop": CALIBRATION_LOOP}, lines)
+
+
 @contextlib.contextmanager
 def other_cpu(name: str, lines: list[dict]) -> Iterator[None]:
     """Emit how much CPU processes outside the benchmark used while it ran: on a
@@ -530,6 +545,9 @@ def summary(lines: list[dict]) -> list[str]:
             verdict = "" if "met" not in rec else f"  [{'met' if rec['met'] else 'MISSED'}]"
             out.append(f"roundtrip {server} {rec['op']}: p50 {rec['p50_us']} us, "
                        f"p99 {rec['p99_us']} us{verdict}")
+        elif bench == "machine" and rec.get("during") == "calibration":
+            out.append(f"machine: {rec['cpus']} CPUs, a {rec['loop']:,}-step Python loop "
+                       f"takes {rec['python_loop_ms']} ms")
         elif bench == "machine":
             if not rec["quiet"]:
                 out.append(f"WARNING: during {rec['during']}, other processes used "
@@ -549,8 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     lines: list[dict] = []
     tmp = Path(tempfile.mkdtemp(prefix="cqbench-"))
-    failed = False
     try:
+        calibrate(lines)
         for name in args.only:
             try:
                 with other_cpu(name, lines):

@@ -123,6 +123,11 @@ def commit_ops(ops: list) -> list[tuple[str, dict[str, Any]]]:
         )
     out = []
     for i, op in enumerate(ops):
+        if type(op) is dict and op.get("op") == "put" and _plain_put(op):
+            # the common case of put_batch, checked in one expression (~1 µs a message)
+            out.append(("put", {"queue": op["queue"], "qtype": op.get("qtype", "TRAN"),
+                                "data": op["data"], "recoverable": op.get("recoverable", True)}))
+            continue
         kind = op.get("op") if isinstance(op, dict) else None
         spec = COMMIT_OPS.get(kind) if type(kind) is str else None
         if spec is None:
@@ -131,3 +136,16 @@ def commit_ops(ops: list) -> list[tuple[str, dict[str, Any]]]:
             )
         out.append((kind, fields(f"commit ops[{i}] ({kind})", spec, op)))
     return out
+
+
+_PUT_KEYS = frozenset(("op", *COMMIT_OPS["put"]))
+
+
+def _plain_put(op: dict) -> bool:
+    return (
+        op.keys() <= _PUT_KEYS
+        and type(op.get("queue")) is str
+        and type(op.get("data")) is bytes
+        and type(op.get("qtype", "TRAN")) in (str, int)
+        and type(op.get("recoverable", True)) is bool
+    )

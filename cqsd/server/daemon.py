@@ -175,6 +175,8 @@ class Daemon:
             await trio.aclose_forcefully(stream)
             return
         session = Session(_peer(stream), over_tcp, self.config.daemon.send_queue, self.max_frame)
+        if isinstance(stream, trio.SocketStream):
+            session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
         self.sessions.add(session)
         try:
             with trio.CancelScope() as session.scope:
@@ -192,6 +194,7 @@ class Daemon:
             self._connection_lost(session)
             if not self.sessions:
                 self._sessions_gone.set()
+            session.close()
             await trio.aclose_forcefully(stream)
 
     async def _reader(self, session: Session, stream: trio.abc.Stream) -> None:
@@ -237,6 +240,7 @@ class Daemon:
                 await stream.send_all(
                     batch[0][2] if len(batch) == 1 else b"".join(item[2] for item in batch)
                 )
+                session.pending -= len(batch)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:

@@ -225,3 +225,19 @@ def test_daemon_survives_every_error(daemon):
         raw.close()
     healthy(daemon)
     assert daemon.proc.poll() is None
+
+
+def test_bad_commit_operations_are_named(daemon):
+    """Each operation of a commit is checked like a request, and named by its index."""
+    raw = Raw(daemon.socket)
+    raw.register("COMMIT")
+    for ops, words in [
+        ([{"op": "put", "queue": "Q", "data": "text"}], "ops[0] (put): field 'data'"),
+        ([{"op": "put", "queue": "Q", "data": b"x"}, 7], "ops[1] must be a map"),
+        ([{"op": "put", "queue": "Q", "data": b"x", "extra": 1}], "unknown field 'extra'"),
+        ([{"op": "explode"}], "ops[0] must be a map with op put"),
+    ]:
+        reply = raw.request("commit", structure="MSGQ01", ops=ops)
+        assert reply["reason"] == "INVALID_REQUEST" and words in reply["message"], reply
+    assert raw.request("commit", structure="MSGQ01",
+                       ops=[{"op": "put", "queue": "Q", "data": b"ok"}])["ok"]

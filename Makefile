@@ -33,6 +33,8 @@ test: $(STAMP) java
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python benchmarks/server.py
+	$(BIN)/python benchmarks/durability.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -124,6 +124,7 @@ class Daemon:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
                       message=err.message)
             session.fail(rid, err.reason, err.message)
+            self.settle()  # a refused put may have changed the fullness state
         except Exception:  # a bug must cost one request, not the daemon
             log.exception("internal_error", client=session.client, op=op)
             session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")

@@ -18,7 +18,7 @@ from ..engine.qtypes import QueueType, check_name
 from ..protocol import requests
 from ..protocol.codec import PROTOCOL_VERSION
 from . import wire
-from .waiters import Waiter, _read_up_to
+from .waiters import Waiter, read_up_to
 
 log = structlog.get_logger()
 DEFERRED = object()
@@ -101,7 +101,7 @@ def op_read(d, session, rid, structure, queue, qtype, n, wait):
     key = (parse_qtype(qtype), check_name(queue))
     if not 1 <= n <= MAX_READ_BATCH:
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
-    got = _read_up_to(s, session.client, key, n)
+    got = read_up_to(s, session.client, key, n)
     if got:
         return {"messages": [wire.message(e) for e in got]}
     if not wait:

@@ -50,7 +50,7 @@ class ReadWaiters:
             queue = self._queues.get((structure.name, key))
             while queue:
                 waiter = queue[0]
-                got = _read_up_to(structure, waiter.client, key, waiter.n)
+                got = read_up_to(structure, waiter.client, key, waiter.n)
                 if not got:
                     break
                 queue.popleft()
@@ -64,7 +64,7 @@ class ReadWaiters:
         structure.watched.discard(key)
 
 
-def _read_up_to(structure: Structure, client: str, key: Key, n: int) -> list[Entry]:
+def read_up_to(structure: Structure, client: str, key: Key, n: int) -> list[Entry]:
     got = []
     try:
         while len(got) < n:

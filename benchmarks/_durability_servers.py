@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,33 +24,14 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-STRUCTURE = "MSGQ01"
 STARTUP_TIMEOUT = 120.0  # seconds: a daemon rebuilding ~1M messages from an image is slow to start
 STOP_TIMEOUT = 180.0  # seconds a clean stop may take: it writes the image (~1 GiB at 1M messages)
 KILL_TIMEOUT = 10.0  # seconds to reap a SIGKILLed process
 LOG_TAIL = 40  # lines of a server's output kept for error messages
 
-REDIS_INSTALL_HINT = "redis-server is missing; as root: apt-get install -y redis-server"
-
 
 class ServerFailed(RuntimeError):
     """A server did not start, stop or stay up; the message carries the tail of its log."""
-
-
-def write_config(tmp: Path, size: str, max_clients: int) -> Path:
-    """A daemon config with its data directory and socket in *tmp* (one structure)."""
-    path = tmp / "cqsd.toml"
-    path.write_text(
-        "[daemon]\n"
-        f'data_dir = "{tmp / "data"}"\n'
-        f'socket = "{tmp / "s"}"\n'
-        f"max_clients = {max_clients}\n"
-        'log_level = "info"\n'
-        "[[structure]]\n"
-        f'name = "{STRUCTURE}"\n'
-        f'size = "{size}"\n'
-    )
-    return path
 
 
 def process_rss(pid: int) -> dict[str, int]:
@@ -191,29 +170,6 @@ def daemon(config: Path, profile: Path | None = None,
         yield d
     finally:
         d.kill()
-
-
-def redis_binary() -> str | None:
-    """The redis-server binary; installs Debian's package first when root.
-
-    Returns None (after saying how to install it) when it cannot be had.
-    """
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    if os.geteuid() != 0:
-        print(REDIS_INSTALL_HINT, file=sys.stderr)
-        return None
-    print("installing redis-server with apt-get ...", file=sys.stderr)
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT,
-             "env": dict(os.environ, DEBIAN_FRONTEND="noninteractive"), "timeout": 600}
-    if subprocess.run(["apt-get", "install", "-y", "redis-server"], **quiet).returncode:
-        subprocess.run(["apt-get", "update"], **quiet)
-        subprocess.run(["apt-get", "install", "-y", "redis-server"], **quiet)
-    found = shutil.which("redis-server")
-    if not found:
-        print(REDIS_INSTALL_HINT, file=sys.stderr)
-    return found
 
 
 def redis_version(binary: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -122,6 +123,14 @@ def _is_ready_event(line: str) -> bool:
         return json.loads(line).get("event") == "ready"
     except ValueError:
         return False
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
 
 
 def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Path:

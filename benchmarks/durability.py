@@ -45,6 +45,8 @@ from pathlib import Path
 
 import _durability_clients as clients
 import _durability_servers as servers
+import _procs
+from _procs import percentile
 
 FSYNC_BLOCK = 4096
 PUT_QUEUE = "DURPUT"
@@ -66,13 +68,6 @@ def emit(record: dict, lines: list[dict]) -> None:
     lines.append(record)
     print(json.dumps(record), flush=True)
 
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def spread_ms(samples_ns: list[int]) -> dict:
@@ -283,11 +278,11 @@ def live_figures(tmp: Path, args, disk: dict | None, lines: list[dict]) -> None:
     """
     where = tmp / "live"
     where.mkdir(exist_ok=True)
-    config = servers.write_config(where, STRUCTURE_SIZE, MAX_CLIENTS)
+    config = _procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)
     profile = args.profile / "cqsd-live.prof" if args.profile else None
-    binary = servers.redis_binary() if "redis" in args.only else None
+    binary = _procs.redis_server_path() if "redis" in args.only else None
     if "redis" in args.only and binary is None:
-        emit({"bench": "cycle", "server": "redis", "error": servers.REDIS_INSTALL_HINT}, lines)
+        emit({"bench": "cycle", "server": "redis", "error": _procs.REDIS_INSTALL_HINT}, lines)
     runs: dict[tuple[str, int], list[dict]] = {}
     with servers.daemon(config, profile) as d:
         d.start()
@@ -399,7 +394,7 @@ def restart_figure(tmp: Path, args, lines: list[dict]) -> None:
     """Build, stop cleanly, start from the image, add a tail, crash, time the restart."""
     where = tmp / "restart"
     where.mkdir(exist_ok=True)
-    config = servers.write_config(where, STRUCTURE_SIZE, MAX_CLIENTS)
+    config = _procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)
     record: dict = {"bench": "restart", "payload": clients.PAYLOAD_SIZE}
     try:
         with servers.daemon(config) as d:

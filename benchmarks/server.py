@@ -43,6 +43,7 @@ from pathlib import Path
 
 import _clients
 import _procs
+from _procs import percentile
 from _clients import RECEIPT, STRUCTURE, Board, Worker
 
 ROUNDTRIP_QUEUE = "BENCHRT"
@@ -63,13 +64,6 @@ def emit(record: dict, lines: list[dict]) -> None:
     lines.append(record)
     print(json.dumps(record), flush=True)
 
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def spread(samples_ns: list[int], unit: float, suffix: str) -> dict:

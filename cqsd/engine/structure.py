@@ -484,10 +484,6 @@ class Structure:
         """Locks held per client."""
         return {client: len(locks) for client, locks in self._locks.items() if locks}
 
-    def get(self, entry_id: int) -> Entry:
-        """The message with this id, wherever it is. Raises ENTRY_NOT_FOUND."""
-        return self._find(entry_id)
-
     def take_events(self) -> list[QueueWork | FullnessChanged]:
         events, self.events = self.events, []
         return events
@@ -535,14 +531,11 @@ class Structure:
             return None
         return (parse_qtype(qtype if qtype is not None else entry.qtype), check_name(name or entry.name))
 
-    def _cost_check(self, need_elements: int, need_entries: int) -> bool:
-        return (
-            self.elements_used + need_elements <= self.elements_total
-            and self.entries_used + need_entries <= self.entries_total
-        )
-
     def _check_fits(self, need_elements: int, need_entries: int, what: str) -> None:
-        if not self._cost_check(need_elements, need_entries):
+        if (
+            self.elements_used + need_elements > self.elements_total
+            or self.entries_used + need_entries > self.entries_total
+        ):
             if not self.full:
                 self.full = True
                 self._fullness()

@@ -58,7 +58,6 @@ class Daemon:
             )
             for sc in config.structures
         }
-        self._structure_list = list(self.structures.values())
         self.datadir = DataDir(d.data_dir)
         self.max_frame = d.max_message + FRAME_HEADROOM
         self.clients: dict[str, Session] = {}
@@ -118,27 +117,26 @@ class Daemon:
         if self.shutting_down:
             session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
             return
+        result = DEFERRED
         try:
             result = HANDLERS[op](self, session, rid, **args)
         except (CQSError, ProtocolError) as err:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
                       message=err.message)
             session.fail(rid, err.reason, err.message)
-            self.settle()  # a refused put may have changed the fullness state
         except Exception:  # a bug must cost one request, not the daemon
             log.exception("internal_error", client=session.client, op=op)
             session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")
-            self.settle()
-        else:
-            lsn = self.settle()
-            if result is not DEFERRED:
-                session.reply(rid, result, lsn)
+        # even a refused request settles: a refused put may have changed the fullness state
+        lsn = self.settle()
+        if result is not DEFERRED:
+            session.reply(rid, result, lsn)
 
     def settle(self) -> int:
         """Turn what the last request did into notifications, waiter hand-offs and log
         records; returns the LSN a reply must wait for (0: none)."""
         wait_for = 0
-        for s in self._structure_list:
+        for s in self.structures.values():
             if s.events:
                 for event in s.take_events():
                     if type(event) is FullnessChanged:
@@ -297,7 +295,7 @@ class Daemon:
                 self._recover_peer(client)
 
     def _recover_peer(self, client: str) -> None:
-        for s in self._structure_list:
+        for s in self.structures.values():
             released = s.release_client(client)
             if released:
                 suspended = sum(1 for e in released if e.qtype == QueueType.TRAN_SUSPEND)
@@ -389,7 +387,7 @@ class Daemon:
         """Rebuild every structure from its image and the log; returns the clients whose
         locks survived a clean stop, and those whose locks a crash left behind."""
         held, crashed = set(), set()
-        for r in rebuild_all(self._structure_list, self.datadir.images,
+        for r in rebuild_all(self.structures.values(), self.datadir.images,
                              self.datadir.logstream, WRITER, self.journal.position):
             log.info("structure_rebuilt", structure=r.structure, clean=r.clean,
                      messages=r.messages, records_replayed=r.replayed,
@@ -403,7 +401,7 @@ class Daemon:
 
     def _save_images(self) -> None:
         position = {WRITER: self.journal.position}
-        for s in self._structure_list:
+        for s in self.structures.values():
             path = image.path_for(self.datadir.images, s.name)
             count = image.save(path, s, position)
             log.info("image_saved", structure=s.name, messages=count, path=str(path))

@@ -23,10 +23,10 @@ def browsed(entry: Entry) -> dict:
     out["where"] = entry.where
     out["owner"] = entry.owner
     if entry.home is not None:
-        out["home"] = [QueueType(entry.home[0]).name, entry.home[1]]
+        out["home"] = [TYPE_NAMES[entry.home[0]], entry.home[1]]
     return out
 
 
 def lock(structure: str, entry: Entry) -> dict:
     return {"structure": structure, "entry_id": entry.entry_id, "queue": entry.name,
-            "qtype": QueueType(entry.qtype).name, "delivery_count": entry.delivery_count}
+            "qtype": TYPE_NAMES[entry.qtype], "delivery_count": entry.delivery_count}

@@ -134,13 +134,9 @@ def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, 
 
 def restore(structure: Structure, rows: dict[int, list]) -> None:
     """Put image rows into an empty structure, in entry-id order."""
-    ids = iter(rows)
-    previous = -1
-    in_order = True
-    for eid in ids:  # images are written in id order and the fold only appends above
-        if eid < previous:
-            in_order = False
-            break
-        previous = eid
+    # images are written in id order and the fold only adds ids above them, so a
+    # sort (a third of a second at a million rows) is rarely needed
+    ids = list(rows)
+    in_order = all(a < b for a, b in zip(ids, ids[1:]))
     structure.load(rows.values() if in_order else (rows[i] for i in sorted(rows)))
     structure.take_events()

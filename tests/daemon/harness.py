@@ -5,7 +5,6 @@ Readiness is awaited by reading the daemon's "ready" log line, never by sleeping
 """
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -147,9 +146,3 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def env_without_address() -> dict:
-    env = dict(os.environ)
-    env.pop("CQSD_ADDRESS", None)
-    return env

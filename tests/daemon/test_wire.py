@@ -9,7 +9,7 @@ import sys
 
 import msgpack
 
-from .harness import Daemon, Raw
+from .harness import Raw
 
 
 def healthy(daemon) -> None:

@@ -12,12 +12,11 @@ from cqsd.engine import (
     Put,
     QueueType,
     QueueWork,
-    Reason,
     Structure,
     Unlock,
     elements,
 )
-from cqsd.engine.qtypes import LOCK_LH, COLD_LH, list_header
+from cqsd.engine.qtypes import LOCK_LH, list_header
 
 
 def make(size=1 << 20, **kw):
@@ -413,4 +412,3 @@ def test_queries_report_usage():
     assert s.queues() == [q]
     assert {h["lh"] for h in s.header_stats()} == {LOCK_LH, list_header(1, "Q")}
     assert s.client_stats() == {"IMS1": 1}
-    assert COLD_LH == 1

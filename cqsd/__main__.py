@@ -29,7 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     from .server.daemon import Daemon, LogFailed  # after logging is configured
 
     try:
-        trio.run(Daemon(config, sink).run)
+        daemon = Daemon(config, sink)
+    except ConfigError as err:
+        print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(daemon.run)
     except LogFailed as err:
         print(f"cqsd: {err}", file=sys.stderr)
         return 3

@@ -112,6 +112,12 @@ class DaemonConfig:
     log_level: str
     log_file: str  # "" = standard error; a file is reopened on SIGHUP
     log_segment: int  # bytes per logstream segment file before it rotates
+    checkpoint_interval: float  # seconds between automatic structure checkpoints; 0 = off
+    checkpoint_log_volume: int  # log bytes since a structure's last checkpoint that start one; 0 = off
+    log_retention: float  # seconds a segment no checkpoint needs is kept before it is trimmed
+    spark_master: str  # master URL the SRDS jobs run on
+    spark_recovery_records: int  # crash-restart log tails longer than this use the Spark job
+    job_timeout: float  # seconds an SRDS job may run before it is killed
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -133,6 +139,8 @@ class StructureConfig:
     overflow: str | None
     overflow_threshold: int  # percent of data elements in use; 100 = overflow off
     max_entries: int
+    overflow_exit: str  # "module:function" asked to drop overflow candidates; "" = none
+    queue_space_exit: str  # "module:function" asked before a put to an overflow name; "" = none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,6 +312,23 @@ def _tcp(value: object) -> str:
     return text
 
 
+def _spark_master(value: object) -> str:
+    text = _string(value)
+    if not text.strip():
+        raise _Bad('expected a Spark master URL such as "local[*]" or "spark://host:7077"')
+    return text
+
+
+_EXIT_RE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:[A-Za-z_]\w*")
+
+
+def _exit_ref(value: object) -> str:
+    text = _string(value)
+    if text and not _EXIT_RE.fullmatch(text):
+        raise _Bad(f'expected "module:function" (e.g. "mysite.exits:overflow"), got {_show(text)}')
+    return text
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[object], str]:
     def check(value: object) -> str:
         text = _string(value)
@@ -370,6 +395,12 @@ _DAEMON: dict[str, _Key] = {
     "log_level": _Key(_choice(LOG_LEVELS), "info"),
     "log_file": _Key(_string, ""),
     "log_segment": _Key(_size_between(64 * KiB, 4 * GiB), "64MiB"),
+    "checkpoint_interval": _Key(_seconds(0, inclusive=True), 3600),
+    "checkpoint_log_volume": _Key(_size_between(0, 1024 * GiB), "256MiB"),
+    "log_retention": _Key(_seconds(0, inclusive=True), 0),
+    "spark_master": _Key(_spark_master, "local[*]"),
+    "spark_recovery_records": _Key(_integer(0), 200_000),
+    "job_timeout": _Key(_seconds(0, inclusive=False), 3600),
 }
 
 _structure_size = _size_between(DATA_ELEMENT, MAX_STRUCTURE_SIZE)
@@ -381,6 +412,8 @@ _STRUCTURE: dict[str, _Key] = {
     "overflow": _Key(_structure_name, None),
     "overflow_threshold": _Key(_integer(1, 100), 70),
     "max_entries": _Key(_integer(1), None),  # = data elements in size
+    "overflow_exit": _Key(_exit_ref, ""),
+    "queue_space_exit": _Key(_exit_ref, ""),
 }
 
 _CLIENT: dict[str, _Key] = {
@@ -645,6 +678,12 @@ max_wait = 3600
 log_level = "info"
 log_file = ""
 log_segment = "64MiB"
+checkpoint_interval = 3600
+checkpoint_log_volume = "256MiB"
+log_retention = 0
+spark_master = "local[*]"
+spark_recovery_records = 200000
+job_timeout = 3600
 
 [[structure]]
 name = "MSGQ01"

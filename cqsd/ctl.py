@@ -44,13 +44,11 @@ CLIENT_NAME: Final = re.compile(r"[A-Za-z0-9@#$_.\-]{1,16}")
 # Table cells holding data are cut here, so one message cannot blow up a table.
 DATA_WIDTH: Final = 60
 
-QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers")
+QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups")
 # Displays of DESIGN §7 whose daemon side comes later.
-LATER_KINDS: Final = ("backups", "smds", "smdsconn", "cfstatus")
+LATER_KINDS: Final = ("smds", "smdsconn", "cfstatus")
 # Subcommands of DESIGN §7 whose daemon side comes later, with their help.
 LATER_COMMANDS: Final = {
-    "checkpoint": "checkpoint a structure to its SRDS (waits for the job and reports it)",
-    "recover": "recover a structure from its SRDS and the logstream",
     "alter": "change a structure's size",
     "rebuild": "rebuild a structure",
     "delete-structure": "delete a structure",
@@ -291,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of cqsctl."""
     parser = argparse.ArgumentParser(
         prog="cqsctl",
-        description="Operate a cqsd daemon: display, put, read, browse, delete, requeue, dequeue.",
+        description="Operate a cqsd daemon: display, put, read, browse, delete, requeue, dequeue, "
+                    "checkpoint, recover.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
     _global_options(parser, suppress=False)
@@ -346,11 +345,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--qtype", default="TRAN", help="queue type (default TRAN)")
     sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    sub = command("checkpoint", "checkpoint a structure to its SRDS (waits for the job and "
+                  "reports it)")
+    sub.add_argument("structure", metavar="STRUCTURE")
+
+    sub = command("recover", "recover a structure from its SRDS and the logstream (RECOVER "
+                  "CFSTRUCT); it is failed meanwhile")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("--purge", action="store_true",
+                     help="empty the structure instead (TYPE(PURGE)): nothing is recovered")
+
     for name, help in LATER_COMMANDS.items():
         sub = command(name, f"{help} (not implemented yet)")
         sub.add_argument("structure", metavar="STRUCTURE")
-        if name == "recover":
-            sub.add_argument("--purge", action="store_true", help="purge the structure first")
         if name == "alter":
             sub.add_argument("--size", help="the new size, e.g. 64MiB")
     return parser
@@ -432,6 +439,18 @@ def cmd_dequeue(client: cqsclient.Client, args: argparse.Namespace) -> Report:
     return Report({"count": count}, f"dequeued {count} message{'s' * (count != 1)}")
 
 
+def cmd_checkpoint(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.checkpoint(args.structure)
+    return Report(r, f"checkpoint of {r['structure']} in {r['slot']}: {r['rows']} messages, "
+                     f"{r['records']} log records folded, {r['seconds']}s")
+
+
+def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.recover(args.structure, purge=args.purge)
+    return Report(r, f"{r['structure']} recovered ({r['source']}): {r['messages']} messages, "
+                     f"{r['records_replayed']} log records replayed, {r['seconds']}s")
+
+
 # Each returns what to print, or None if it printed already.
 COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Report | None]]] = {
     "display": cmd_display,
@@ -441,6 +460,8 @@ COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Repor
     "delete": cmd_delete,
     "requeue": cmd_requeue,
     "dequeue": cmd_dequeue,
+    "checkpoint": cmd_checkpoint,
+    "recover": cmd_recover,
 }
 
 

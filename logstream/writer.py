@@ -328,6 +328,11 @@ class Writer:
         """The LSN up to which every record is known to be durable."""
         return self._durable_lsn
 
+    @property
+    def bytes_written(self) -> int:
+        """Record bytes appended since open (cheap, for per-caller accounting)."""
+        return self._bytes
+
     def stats(self) -> WriterStats:
         """A snapshot of the counters."""
         with self._lock, self._sync, self._count_lock:

@@ -56,7 +56,11 @@ def test_embedded_default_is_the_design_default():
     assert [s.name for s in c.structures] == ["MSGQ01", "MSGQ01OV", "EMHQ01"]
     assert c.structure("MSGQ01") == config.StructureConfig(
         name="MSGQ01", size=64 * 1024**2, initsize=32 * 1024**2, entry_max=32 * 1024,
-        overflow="MSGQ01OV", overflow_threshold=70, max_entries=64 * 1024**2 // 512)
+        overflow="MSGQ01OV", overflow_threshold=70, max_entries=64 * 1024**2 // 512,
+        overflow_exit="", queue_space_exit="")
+    assert (d.checkpoint_interval, d.checkpoint_log_volume, d.log_retention) == (
+        3600.0, 256 * 1024**2, 0.0)
+    assert (d.spark_master, d.spark_recovery_records) == ("local[*]", 200_000)
     assert c.structure("MSGQ01OV").size == 16 * 1024**2
     assert c.structure("EMHQ01").size == 32 * 1024**2
     assert c.clients == ()
@@ -561,3 +565,15 @@ def test_loads_names_its_source():
     with pytest.raises(ConfigError) as info:
         loads(daemon(max_clients='"many"'), source="inline")
     assert str(info.value) == 'inline: daemon.max_clients: expected an integer, got "many"'
+
+
+def test_exit_references_must_name_a_module_and_function():
+    with pytest.raises(ConfigError, match=r'structure\[0\]\.overflow_exit: expected "module:function"'):
+        loads(structure(name='"S"', size='"1MiB"', overflow_exit='"no colon"'))
+    c = loads(structure(name='"S"', size='"1MiB"', queue_space_exit='"site.exits:space"'))
+    assert c.structure("S").queue_space_exit == "site.exits:space"
+
+
+def test_spark_master_must_not_be_blank():
+    with pytest.raises(ConfigError, match="daemon.spark_master: expected a Spark master URL"):
+        loads(daemon(spark_master='" "'))

@@ -452,9 +452,19 @@ class Client:
         return _Notifications(self._conn, timeout)
 
     async def query(self, kind: str, structure: str | None = None) -> list[dict[str, Any]]:
-        """The rows of a display: structures, queues, clients, locks or headers."""
+        """The rows of a display: structures, queues, clients, locks, headers or backups."""
         rows: list[dict[str, Any]] = await self._do(ops.query(kind, structure))
         return rows
+
+    async def checkpoint(self, structure: str) -> dict[str, Any]:
+        """Checkpoint a structure to its SRDS now; waits for the job and returns its report."""
+        result: dict[str, Any] = await self._do(ops.checkpoint(structure))
+        return result
+
+    async def recover(self, structure: str, purge: bool = False) -> dict[str, Any]:
+        """RECOVER CFSTRUCT (see the blocking client); returns a report."""
+        result: dict[str, Any] = await self._do(ops.recover(structure, purge))
+        return result
 
 
 class StructureHandle:

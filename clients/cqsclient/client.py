@@ -185,8 +185,20 @@ class Client:
             yield note
 
     def query(self, kind: str, structure: str | None = None) -> list[dict[str, Any]]:
-        """The rows of a display: structures, queues, clients, locks or headers."""
+        """The rows of a display: structures, queues, clients, locks, headers or backups."""
         result: list[dict[str, Any]] = self._do(ops.query(kind, structure))
+        return result
+
+    def checkpoint(self, structure: str) -> dict[str, Any]:
+        """Checkpoint a structure to its SRDS now (BACKUP CFSTRUCT); waits for the job
+        and returns its report (slot, lsn, rows, seconds)."""
+        result: dict[str, Any] = self._do(ops.checkpoint(structure))
+        return result
+
+    def recover(self, structure: str, purge: bool = False) -> dict[str, Any]:
+        """RECOVER CFSTRUCT: the structure is failed, rebuilt from its newest checkpoint
+        and the log (or emptied, with *purge*), and available again; returns a report."""
+        result: dict[str, Any] = self._do(ops.recover(structure, purge))
         return result
 
     def deregister(self) -> None:

@@ -381,7 +381,7 @@ def deregister_interest(structure: str, queue: str, qtype: QType) -> Call:
 
 
 def query(kind: str, structure: str | None = None) -> Call:
-    """``query``: the rows of a display (structures, queues, clients, locks, headers)."""
+    """``query``: the rows of a display (structures, queues, clients, locks, headers, backups)."""
     return Call({"op": "query", "kind": kind, "structure": structure}, _rows)
 
 
@@ -394,6 +394,16 @@ def dequeue(structure: str, queue: str, qtype: QType) -> Call:
     """``dequeue``: delete every message of the queue; the result is how many."""
     request = {"op": "dequeue", "structure": structure, "queue": queue, "qtype": qtype}
     return Call(request, lambda result: int(result["count"]))
+
+
+def checkpoint(structure: str) -> Call:
+    """``checkpoint``: take a structure checkpoint now; the job's report when it ends."""
+    return Call({"op": "checkpoint", "structure": structure}, dict)
+
+
+def recover(structure: str, purge: bool) -> Call:
+    """``recover``: rebuild a structure from its checkpoint and the log (or empty it)."""
+    return Call({"op": "recover", "structure": structure, "purge": purge}, dict)
 
 
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:

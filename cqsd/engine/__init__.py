@@ -2,11 +2,15 @@
 
 from .entry import ELEMENT, ENTRY_CONTROLS, Entry, elements
 from .errors import CQSError, Reason
-from .events import FullnessChanged, QueueWork
+from .events import Altered, ExitFailed, FullnessChanged, OverflowMode, OverflowStatus, QueueWork
+from .overflow import Relief
+from .pair import StructurePair
 from .qtypes import QueueType, parse_qtype
 from .structure import Delete, Move, Put, Structure, Unlock
 
 __all__ = [
-    "ELEMENT", "ENTRY_CONTROLS", "CQSError", "Delete", "Entry", "FullnessChanged", "Move",
-    "Put", "QueueType", "QueueWork", "Reason", "Structure", "Unlock", "elements", "parse_qtype",
+    "ELEMENT", "ENTRY_CONTROLS", "Altered", "CQSError", "Delete", "Entry", "ExitFailed",
+    "FullnessChanged", "Move", "OverflowMode", "OverflowStatus", "Put", "QueueType",
+    "QueueWork", "Reason", "Relief", "Structure", "StructurePair", "Unlock", "elements",
+    "parse_qtype",
 ]

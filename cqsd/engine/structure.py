@@ -14,6 +14,12 @@ queue (LH 1) a map by id. Browse shows them in entry-id order.
 Side effects the daemon needs but the reply does not carry are left in
 ``events`` (empty→non-empty transitions, fullness changes) and, for keys a
 waiter watches, in ``readable``; the caller drains both after each request.
+
+A structure may be paired with an overflow structure (``pair_with``; the
+routing between the two is ``pair.py``). The two then share their id clock,
+their waiter sets, their events and the SERIAL in-flight set, and each knows the
+other's ready queues, so that a queue spread over both is one queue to a reader:
+one id order, one message in flight if SERIAL, one empty→non-empty transition.
 """
 
 import time
@@ -24,7 +30,8 @@ from sortedcontainers import SortedDict
 
 from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, Queue, elements
 from .errors import CQSError, Reason
-from .events import FullnessChanged, QueueWork
+from .events import Altered, Event, FullnessChanged, QueueWork
+from .ids import Ids
 from .qtypes import (
     COLD_LH,
     FIRST_CLIENT_LH,
@@ -51,7 +58,7 @@ BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
 )
 
 # Effect kinds (docs/recovery.md)
-PUT, LOCK, DELETE, READY_AT, COLD_BY = "P", "L", "D", "R", "C"
+PUT, LOCK, DELETE, READY_AT, COLD_BY, MOVED_OUT, MOVED_IN = "P", "L", "D", "R", "C", "O", "I"
 
 Key = tuple[int, str]
 Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
@@ -84,6 +91,13 @@ class Unlock(NamedTuple):
 Op = Put | Delete | Move | Unlock
 
 
+class Checked(NamedTuple):
+    """A commit that passed every check and can no longer fail (``check_commit``)."""
+
+    ops: list[Op]
+    puts: list[tuple[QueueType, str, bytes, bool]]  # each Put, parsed, in order
+
+
 class Structure:
     """One list structure of 192 list headers (DESIGN §3)."""
 
@@ -108,8 +122,7 @@ class Structure:
         self.elements_used = 0
         self.entries_used = 0
         self.full = False
-        self.last_id = 0
-        self._clock = clock
+        self.ids = Ids(clock)
         self._entries: dict[int, Entry] = {}  # every message head, by id
         self._queues: dict[Key, Queue] = {}  # non-empty ready queues
         self._headers = [SortedDict() for _ in range(LIST_HEADERS)]  # name -> Queue
@@ -117,10 +130,20 @@ class Structure:
         self._locked_per_key: dict[Key, int] = {}
         self._serial_busy: set[Key] = set()
         self._cold: dict[int, Entry] = {}
-        self.events: list[QueueWork | FullnessChanged] = []
+        self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
+        self.events: list[Event] = []
         self.effects: list[tuple] = []  # what happened to recoverable messages (docs/recovery.md)
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
+
+    @property
+    def last_id(self) -> int:
+        """The highest entry id handed out (the daemon raises it after recovery)."""
+        return self.ids.last
+
+    @last_id.setter
+    def last_id(self, value: int) -> None:
+        self.ids.last = value
 
     # -- requests ------------------------------------------------------------
 
@@ -192,10 +215,15 @@ class Structure:
         return entry
 
     def commit(self, client: str, ops: Iterable[Op]) -> list[Entry]:
-        """Apply puts, deletes, moves and unlocks all together or not at all.
+        """Apply puts, deletes, moves and unlocks all together or not at all."""
+        return self.apply_commit(client, self.check_commit(client, ops))
 
-        Everything is checked before anything changes: each entry may appear once,
+    def check_commit(self, client: str, ops: Iterable[Op]) -> Checked:
+        """Everything a commit checks, changing nothing: each entry may appear once,
         and the puts must fit in the space free after the batch's deletes.
+
+        Split from ``apply_commit`` so that a commit spanning a primary and its
+        overflow structure can check both before applying to either.
         """
         ops = list(ops)
         seen: set[int] = set()
@@ -235,8 +263,13 @@ class Structure:
                 need_entries - freed_entries,
                 f"commit of {len(puts)} puts",
             )
+        return Checked(ops, puts)
+
+    def apply_commit(self, client: str, checked: Checked) -> list[Entry]:
+        """Apply a commit ``check_commit`` passed, with nothing changed in between;
+        returns each operation's entry, in order."""
         results: list[Entry | None] = []
-        for op in ops:  # the checks above guarantee none of these can fail
+        for op in checked.ops:  # the checks guarantee none of these can fail
             if type(op) is Delete:
                 results.append(self.delete(client, op.entry_id))
             elif type(op) is Move:
@@ -247,7 +280,7 @@ class Structure:
                 )
             else:
                 results.append(None)
-        puts.reverse()
+        puts = checked.puts[::-1]
         return [
             result if result is not None else self._insert_reserved(*puts.pop())
             for result in results
@@ -281,7 +314,7 @@ class Structure:
         last = found[-1] if len(found) == limit else None
         if last is None or next(walk, None) is None:
             return found, None
-        return found, (self._lh_of(last), last.name if last.where == READY else "", last.entry_id)
+        return found, position(last)
 
     # -- operator requests -----------------------------------------------------
 
@@ -315,6 +348,29 @@ class Structure:
         for entry in gone:
             self.delete(None, entry.entry_id)
         return gone
+
+    def alter(self, size_bytes: int, reason: str = "operator") -> Altered:
+        """Change the current size (SETXCF START,ALTER), within the configured maximum
+        ``size``: overflow processing grows a structure this way before it selects
+        queues. Raises INVALID_REQUEST for a size below the data elements in use or
+        above ``size``. The ``Altered`` event is also left in ``events``."""
+        if type(size_bytes) is not int or not 0 < size_bytes <= self.size:
+            raise CQSError(
+                Reason.INVALID_REQUEST,
+                f"alter of structure {self.name} to {size_bytes!r} bytes: the size must be "
+                f"1 to its maximum size {self.size}",
+            )
+        if size_bytes // ELEMENT < self.elements_used:
+            raise CQSError(
+                Reason.INVALID_REQUEST,
+                f"alter of structure {self.name} to {size_bytes} bytes "
+                f"({size_bytes // ELEMENT} data elements): {self.elements_used} are in use",
+            )
+        event = Altered(self.name, self.current_size, size_bytes, reason)
+        self.current_size = size_bytes
+        self.elements_total = size_bytes // ELEMENT
+        self.events.append(event)
+        return event
 
     def load(self, rows: Iterable[list]) -> int:
         """Bulk restore of image rows (docs/recovery.md) into an empty structure.
@@ -398,6 +454,87 @@ class Structure:
         entry.delivery_count = delivery_count
         return entry
 
+    # -- overflow: what a primary and its overflow structure need of each other --
+
+    def pair_with(self, overflow: "Structure") -> None:
+        """Make ``overflow`` this structure's overflow structure (see the design note).
+
+        The id clock becomes one (continuing above the higher of the two) because
+        a moved message keeps its id and FIFO across the two is by id.
+        """
+        self.ids.last = max(self.ids.last, overflow.ids.last)
+        overflow.ids = self.ids
+        self.watched |= overflow.watched
+        overflow.watched = self.watched
+        self.readable |= overflow.readable
+        overflow.readable = self.readable
+        self._serial_busy |= overflow._serial_busy
+        overflow._serial_busy = self._serial_busy
+        self.events += overflow.events
+        overflow.events = self.events
+        self._peer, overflow._peer = overflow._queues, self._queues
+
+    def transfer(self, entry_id: int, target: "Structure") -> Entry:
+        """Move a ready message into ``target`` (overflow processing), keeping its id,
+        put time, delivery count, home, segments and recoverability; the log sees it
+        leave here (``O``) and arrive there (``I``).
+
+        Raises INVALID_REQUEST if it is not ready (a locked message stays where it
+        is) and STRUCTURE_FULL (of ``target``) if it does not fit, changing nothing.
+        """
+        entry = self._find(entry_id)
+        if entry.where != READY:
+            raise CQSError(
+                Reason.INVALID_REQUEST,
+                f"entry {entry_id} on {_show(entry.key)} is {entry.where}; only ready "
+                "messages move to the overflow structure",
+            )
+        target._admit(entry)  # placed there first, so the queue is never seen empty
+        self._unplace(entry)
+        self._free(entry)
+        if entry.recoverable:
+            self.effects.append((MOVED_OUT, entry_id))
+        return entry
+
+    def _admit(self, e: Entry) -> None:
+        self._reserve(e.total_elements, e.total_entries, f"overflow move of entry {e.entry_id}")
+        self._entries[e.entry_id] = e
+        if e.segments is not None:
+            self._headers[e.segments.lh][e.segments.name] = e.segments
+        self._place(e)
+        if e.recoverable:
+            home = (int(e.home[0]), e.home[1]) if e.home else None
+            self.effects.append((MOVED_IN, e.entry_id, int(e.qtype), e.name, e.data, e.put_time,
+                                 e.delivery_count, home))
+
+    def holds(self, entry_id: object) -> bool:
+        """Whether a message with this id is here (ready, locked or cold)."""
+        try:
+            return entry_id in self._entries
+        except TypeError:  # not an id at all: the request will say ENTRY_NOT_FOUND
+            return False
+
+    def entry(self, entry_id: int) -> Entry:
+        """The message with this id. Raises ENTRY_NOT_FOUND."""
+        return self._find(entry_id)
+
+    def head_id(self, key: Key) -> int | None:
+        """The id of the first ready message of a queue, or None if it has none."""
+        queue = self._queues.get(key)
+        return None if queue is None else queue.entries.peekitem(0)[0]
+
+    def has_ready(self, key: Key) -> bool:
+        return key in self._queues
+
+    def ready_keys(self) -> Iterator[Key]:
+        """Every queue holding ready messages (staging queues are not queues here)."""
+        return iter(self._queues)
+
+    def ready_elements(self) -> Iterator[tuple[int, Key]]:
+        """(data elements, key) of every queue holding ready messages, heads only,
+        as ``queue_stats`` counts them."""
+        return ((queue.elements, key) for key, queue in self._queues.items())
+
     # -- clients ---------------------------------------------------------------
 
     def client_locks(self, client: str) -> list[Entry]:
@@ -463,9 +600,12 @@ class Structure:
     def queues(self, also: Iterable[Key] = ()) -> list[dict]:
         """Every queue that holds or has lent out a message (and those in ``also``),
         in list-header order."""
+        return [self.queue_stats(*k) for k in in_header_order(self.queue_keys(also))]
+
+    def queue_keys(self, also: Iterable[Key] = ()) -> set[Key]:
+        """The keys ``queues`` reports on."""
         keys = set(self._queues) | set(self._locked_per_key) | set(also)
-        keys = {k for k in keys if k[0] not in STAGING_TYPES}
-        return [self.queue_stats(*k) for k in sorted(keys, key=lambda k: (list_header(*k), k[1]))]
+        return {k for k in keys if k[0] not in STAGING_TYPES}
 
     def header_stats(self) -> list[dict]:
         """Entries and data elements on each list header that holds any."""
@@ -484,8 +624,11 @@ class Structure:
         """Locks held per client."""
         return {client: len(locks) for client, locks in self._locks.items() if locks}
 
-    def take_events(self) -> list[QueueWork | FullnessChanged]:
-        events, self.events = self.events, []
+    def take_events(self) -> list[Event]:
+        """The events since the last call. The list is emptied in place, not replaced:
+        a structure paired with an overflow structure shares it."""
+        events = self.events[:]
+        self.events.clear()
         return events
 
     def cost(self, nbytes: int) -> tuple[int, int]:
@@ -560,8 +703,9 @@ class Structure:
         )
 
     def _new_id(self, now: int) -> int:
-        self.last_id = now if now > self.last_id else self.last_id + 1
-        return self.last_id
+        ids = self.ids
+        ids.last = now if now > ids.last else ids.last + 1
+        return ids.last
 
     def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
         self._reserve(*self.cost(len(data)), "commit")
@@ -591,7 +735,7 @@ class Structure:
     ) -> Entry:
         """Add a message whose space is reserved. Its 2nd..nth segments go to the
         staging queue first and its head last, as IMS puts the first record last."""
-        now = self._clock()
+        now = self.ids.clock()
         step = self.entry_max
         segments = None
         if len(data) > step:
@@ -627,7 +771,8 @@ class Structure:
             lh = list_header(*key)
             queue = self._queues[key] = Queue(entry.qtype, entry.name, lh)
             self._headers[lh][entry.name] = queue
-            self.events.append(QueueWork(self.name, entry.qtype, entry.name))
+            if key not in self._peer:  # else the queue was not empty: it had messages there
+                self.events.append(QueueWork(self.name, entry.qtype, entry.name))
         queue.add(entry)
         entry.where = READY
         if key in self.watched:
@@ -688,7 +833,7 @@ class Structure:
             del self._locked_per_key[key]
         if entry.qtype == SERIAL:
             self._serial_busy.discard(key)
-            if key in self.watched and key in self._queues:
+            if key in self.watched and (key in self._queues or key in self._peer):
                 self.readable.add(key)
 
     def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
@@ -704,13 +849,6 @@ class Structure:
     def _all_locked(self) -> Iterator[Entry]:
         for locks in self._locks.values():
             yield from locks.values()
-
-    def _lh_of(self, entry: Entry) -> int:
-        if entry.where == LOCKED:
-            return LOCK_LH
-        if entry.where == COLD:
-            return COLD_LH
-        return list_header(entry.qtype, entry.name)
 
     def _walk(self, lhs: Iterable[int], only: str | None, after: Cursor | None) -> Iterator[Entry]:
         """Entries strictly after the cursor, in (list header, name, entry id) order."""
@@ -739,6 +877,20 @@ class Structure:
                     ids = queue.entries.keys()
                 for entry_id in ids:
                     yield queue.entries[entry_id]
+
+
+def in_header_order(keys: Iterable[Key]) -> list[Key]:
+    return sorted(keys, key=lambda k: (list_header(*k), k[1]))
+
+
+def position(entry: Entry) -> Cursor:
+    """Where browse shows an entry, as a cursor: the cold and lock queues are in id
+    order alone, a ready entry in (list header, queue name, id) order."""
+    if entry.where == LOCKED:
+        return (LOCK_LH, "", entry.entry_id)
+    if entry.where == COLD:
+        return (COLD_LH, "", entry.entry_id)
+    return (list_header(entry.qtype, entry.name), entry.name, entry.entry_id)
 
 
 def _check_cursor(after: object) -> Cursor:

@@ -67,6 +67,11 @@ OPS: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     "query": {"kind": ((str,), REQUIRED), "structure": ((str, type(None)), None)},
     "requeue": {"structure": _STRUCTURE, "entry_id": _ENTRY},
     "dequeue": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
+    "checkpoint": {"structure": _STRUCTURE},
+    "recover": {"structure": _STRUCTURE, "purge": ((bool,), False)},
+    "alter": {"structure": _STRUCTURE, "size": ((int,), REQUIRED)},
+    "rebuild": {"structure": _STRUCTURE, "size": ((int, type(None)), None)},
+    "delete_structure": {"structure": _STRUCTURE},
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).

@@ -19,32 +19,45 @@ def fold(image: dict[int, list], records: Iterable[dict], structure: str) -> int
     entry id put by the records (0 if none)."""
     last_id = 0
     for body in records:
-        if body.get("s") != structure:
+        if body.get("s") == structure:
+            last_id = max(last_id, _apply(image, body["e"], structure))
+        other = body.get("x")
+        if other and structure in other:
+            last_id = max(last_id, _apply(image, other[structure], structure))
+    return last_id
+
+
+def _apply(image: dict[int, list], effects: list, structure: str) -> int:
+    last_id = 0
+    for effect in effects:
+        kind, eid = effect[0], effect[1]
+        if kind == "P":
+            _, _, qtype, name, data, put_time = effect
+            image[eid] = [eid, qtype, name, data, True, put_time, 0, "ready", None, None]
+            last_id = max(last_id, eid)
             continue
-        for effect in body["e"]:
-            kind, eid = effect[0], effect[1]
-            if kind == "P":
-                _, _, qtype, name, data, put_time = effect
-                image[eid] = [eid, qtype, name, data, True, put_time, 0, "ready", None, None]
-                last_id = max(last_id, eid)
-                continue
-            row = image.get(eid)
-            if row is None:
-                raise FoldError(f"structure {structure}: effect {kind} on entry {eid}, "
-                                "which the image does not hold")
-            if kind == "L":
-                row[WHERE], row[OWNER] = "locked", effect[2]
-                row[COUNT] += 1
-            elif kind == "D":
-                del image[eid]
-            elif kind == "R":
-                _, _, qtype, name, home, count = effect
-                row[QTYPE], row[NAME], row[HOME], row[COUNT] = qtype, name, home, count
-                row[WHERE], row[OWNER] = "ready", None
-            elif kind == "C":
-                row[WHERE], row[OWNER] = "cold", effect[2]
-            else:
-                raise FoldError(f"structure {structure}: unknown effect kind {kind!r}")
+        if kind == "I":
+            _, _, qtype, name, data, put_time, count, home = effect
+            image[eid] = [eid, qtype, name, data, True, put_time, count, "ready", None, home]
+            last_id = max(last_id, eid)
+            continue
+        row = image.get(eid)
+        if row is None:
+            raise FoldError(f"structure {structure}: effect {kind} on entry {eid}, "
+                            "which the image does not hold")
+        if kind == "L":
+            row[WHERE], row[OWNER] = "locked", effect[2]
+            row[COUNT] += 1
+        elif kind in ("D", "O"):
+            del image[eid]
+        elif kind == "R":
+            _, _, qtype, name, home, count = effect
+            row[QTYPE], row[NAME], row[HOME], row[COUNT] = qtype, name, home, count
+            row[WHERE], row[OWNER] = "ready", None
+        elif kind == "C":
+            row[WHERE], row[OWNER] = "cold", effect[2]
+        else:
+            raise FoldError(f"structure {structure}: unknown effect kind {kind!r}")
     return last_id
 
 

@@ -10,6 +10,7 @@ import logstream
 from logstream.durable import fsync_dir
 
 from ..engine import Structure
+from ..srds import slots
 from ..storage import image
 from .fold import RECOVERABLE, WHERE, OWNER, fold
 
@@ -18,6 +19,7 @@ from .fold import RECOVERABLE, WHERE, OWNER, fold
 class Rebuilt:
     structure: str
     clean: bool  # from a clean-shutdown image
+    source: str = "empty"  # image, base, srds (a checkpoint folded here) or spark (the recovery job)
     messages: int = 0
     replayed: int = 0  # records of this structure folded
     image_seconds: float = 0.0
@@ -30,8 +32,14 @@ class LogBehindImage(Exception):
 
 
 def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer: str,
-                log_end: int) -> list[Rebuilt]:
+                log_end: int, srds: Path, spark_recover=None,
+                spark_records: int = 0) -> list[Rebuilt]:
     """Load images and fold the log into ``structures`` (empty, as configured).
+
+    After a crash each structure starts from the newer of its base image and its
+    newest valid checkpoint (SRDS slot). From a checkpoint whose log tail is longer
+    than ``spark_records`` records, ``spark_recover(name) -> image path`` (the Spark
+    recovery job) does the fold instead of this process.
 
     The garbage collector is paused meanwhile (a million new rows and entries would
     trigger collections that find nothing) and what survives is frozen out of it.
@@ -41,26 +49,26 @@ def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer
     """
     gc.disable()
     try:
-        return _rebuild_all(structures, images, log_dir, writer, log_end)
+        return _rebuild_all(structures, images, log_dir, writer, log_end, srds, spark_recover,
+                            spark_records)
     finally:
         gc.enable()
         gc.freeze()
 
 
 def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer: str,
-                 log_end: int) -> list[Rebuilt]:
+                 log_end: int, srds: Path, spark_recover, spark_records: int) -> list[Rebuilt]:
     plans = []
     for s in structures:
         clean_path, base_path = image.path_for(images, s.name), images / f"{s.name}.base"
         t0 = time.perf_counter()
         report = Rebuilt(s.name, clean=clean_path.exists())
         if report.clean:
+            report.source = "image"
             header, rows = image.read_rows(clean_path, s.name)
-        elif base_path.exists():
-            header, rows = image.read_rows(base_path, s.name)
-            rows = {i: r for i, r in rows.items() if r[RECOVERABLE]}
         else:
-            header, rows = {"lsn": {}, "last_id": 0}, {}
+            header, rows = _crash_start(s.name, base_path, srds, writer, log_end,
+                                        spark_recover, spark_records, report)
         report.image_seconds = time.perf_counter() - t0
         covered = header.get("lsn", {}).get(writer, 0)
         if covered > log_end:
@@ -94,3 +102,47 @@ def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, write
             os.replace(clean_path, clean_path.with_suffix(".base"))
             fsync_dir(clean_path.parent)
     return [p[1] for p in plans]
+
+
+def _crash_start(name: str, base_path: Path, srds: Path, writer: str, log_end: int,
+                 spark_recover, spark_records: int, report: Rebuilt) -> tuple[dict, dict]:
+    """The starting rows of a crash restart: the recoverable rows of the base image or
+    of the newest valid checkpoint, whichever covers more of the log."""
+    base = image.read_header(base_path, name) if base_path.exists() else None
+    newest = next(iter(slots.valid_slots(srds, name)), None)
+    base_at = base["lsn"].get(writer, 0) if base else -1
+    if newest is not None and newest.lsn.get(writer, 0) >= base_at:
+        tail = log_end - newest.lsn.get(writer, 0)
+        recovered = spark_recover(name) if spark_recover and tail > spark_records else None
+        if recovered is not None:
+            report.source = "spark"
+            return image.read_rows(recovered, name)
+        report.source = "srds"
+        return {"lsn": dict(newest.lsn), "last_id": newest.last_id}, slots.read_rows(newest)
+    if base is not None:
+        report.source = "base"
+        header, rows = image.read_rows(base_path, name)
+        return header, {i: r for i, r in rows.items() if r[RECOVERABLE]}
+    return {"lsn": {}, "last_id": 0}, {}
+
+
+def load_recovered(s: Structure, path: Path, log_dir: Path, cut: dict[str, int]) -> Rebuilt:
+    """Fill the empty structure ``s`` from a recovery job's image plus the log records
+    after the position it covers up to ``cut`` (the durable end of the live log)."""
+    report = Rebuilt(s.name, clean=False, source="spark")
+    t0 = time.perf_counter()
+    header, rows = image.read_rows(path, s.name)
+    report.image_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    start = {w: lsn + 1 for w, lsn in header.get("lsn", {}).items()}
+    last_id = 0
+    for record in logstream.read(log_dir, start=start, cut=cut):
+        if isinstance(record.body, dict):
+            last_id = max(last_id, fold(rows, [record.body], s.name))
+            report.replayed += 1
+    report.replay_seconds = time.perf_counter() - t0
+    image.restore(s, rows)
+    s.last_id = max(s.last_id, header.get("last_id", 0), last_id)
+    report.messages = len(rows)
+    report.lock_owners = {r[OWNER] for r in rows.values() if r[WHERE] == "locked"}
+    return report

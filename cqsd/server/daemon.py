@@ -12,8 +12,12 @@ deadline, reader → waiting reads), grace timers of dropped clients).
 """
 
 import functools
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 import socket as stdlib_socket
 import ssl
 from pathlib import Path
@@ -21,14 +25,22 @@ from pathlib import Path
 import structlog
 import trio
 
+from .. import exits
 from ..config import Config
-from ..engine import CQSError, FullnessChanged, QueueType, Reason, Structure
+from ..engine import (
+    Altered, CQSError, ExitFailed, FullnessChanged, OverflowMode, OverflowStatus, QueueType,
+    QueueWork, Reason, Structure, StructurePair,
+)
 from ..engine.structure import LOCK
-from ..recovery.restart import rebuild_all
+from ..engine.entry import ELEMENT
+from ..recovery.fold import rows_of
+from ..recovery.restart import load_recovered, rebuild_all
 from ..protocol import requests
 from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
 from ..storage import image
+from ..srds import slots
 from ..storage.datadir import DataDir, DataDirError
+from .checkpoints import Checkpoints, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
 from .session import Session
@@ -51,13 +63,18 @@ class Daemon:
         self.config = config
         self.log_sink = log_sink
         d = config.daemon
-        self.structures = {
-            sc.name: Structure(
-                sc.name, sc.size, initsize=sc.initsize, entry_max=sc.entry_max,
-                max_entries=sc.max_entries, max_deliveries=d.max_deliveries,
-            )
+        self.overflow_of = {sc.overflow: sc.name for sc in config.structures if sc.overflow}
+        self.exits = {
+            sc.name: (exits.resolve(sc.overflow_exit, f"structure {sc.name}: overflow_exit"),
+                      exits.resolve(sc.queue_space_exit, f"structure {sc.name}: queue_space_exit"))
             for sc in config.structures
         }
+        # what clients address: each primary structure with its overflow structure
+        self.structures = {name: self._new_pair(name) for name in self.config_names()
+                           if name not in self.overflow_of}
+        self.failed: dict[str, StructurePair] = {}  # marked failed by the operator's recover
+        self._movers: set[str] = set()  # pairs whose overflow moves are under way
+        self._recovering: set[str] = set()
         self.datadir = DataDir(d.data_dir)
         self.max_frame = d.max_message + FRAME_HEADROOM
         self.clients: dict[str, Session] = {}
@@ -71,11 +88,32 @@ class Daemon:
         self.nursery: trio.Nursery | None = None
         self._socket_made = False
 
+    def _new_structure(self, name: str, size: int | None = None) -> Structure:
+        sc = self.config.structure(name)
+        return Structure(sc.name, size or sc.size, initsize=size or sc.initsize,
+                         entry_max=sc.entry_max, max_entries=sc.max_entries,
+                         max_deliveries=self.config.daemon.max_deliveries)
+
+    def _new_pair(self, name: str, sizes: dict[str, int] | None = None) -> StructurePair:
+        sc, sizes = self.config.structure(name), sizes or {}
+        overflow = self._new_structure(sc.overflow, sizes.get(sc.overflow)) if sc.overflow else None
+        overflow_exit, space_exit = self.exits[name]
+        return StructurePair(self._new_structure(name, sizes.get(name)), overflow,
+                             threshold=sc.overflow_threshold, overflow_exit=overflow_exit,
+                             queue_space_exit=space_exit)
+
     # -- used by handlers ------------------------------------------------------
 
-    def structure(self, name: str) -> Structure:
+    def structure(self, name: str) -> StructurePair:
         s = self.structures.get(name)
         if s is None:
+            if name in self.failed:
+                raise CQSError(Reason.STRUCTURE_FAILED,
+                               f"structure {name} has failed and is being recovered")
+            if name in self.overflow_of:
+                raise CQSError(Reason.UNKNOWN_STRUCTURE,
+                               f"{name} is the overflow structure of {self.overflow_of[name]}; "
+                               f"requests go to {self.overflow_of[name]}")
             raise CQSError(
                 Reason.UNKNOWN_STRUCTURE,
                 f"no structure named {name!r}; this daemon has {', '.join(self.structures)}",
@@ -139,25 +177,53 @@ class Daemon:
         for s in self.structures.values():
             if s.events:
                 for event in s.take_events():
-                    if type(event) is FullnessChanged:
-                        log.warning("structure_full" if event.full else "structure_not_full",
-                                    structure=s.name, elements_used=event.elements_used,
-                                    elements_total=event.elements_total)
-                        continue
-                    sessions = self.interest.get((s.name, event.qtype, event.name))
-                    if sessions:
-                        frame = encode_frame(self.notification(*event))
-                        for session in list(sessions):
-                            session.send_bytes(frame)
+                    if type(event) is QueueWork:
+                        sessions = self.interest.get((s.name, event.qtype, event.name))
+                        if sessions:
+                            frame = encode_frame(self.notification(*event))
+                            for session in list(sessions):
+                                session.send_bytes(frame)
+                    else:
+                        _log_event(event)
             if s.readable:
                 self.waiters.serve(s)
-            if s.effects:
-                effects, s.effects = s.effects, []
-                urgent = any(e[0] != LOCK for e in effects)
-                lsn = self.journal.append({"s": s.name, "e": effects}, urgent)
+            record = s.take_record()
+            if record is not None:
+                urgent = _urgent(record)
+                before = self.journal.writer.bytes_written
+                lsn = self.journal.append(record, urgent)
+                self.checkpoints.note_logged(record, self.journal.writer.bytes_written - before)
                 if urgent:
                     wait_for = lsn or NEVER
+            if s.pressure and self.nursery is not None:
+                self._relieve(s)
         return wait_for
+
+    def _relieve(self, s: StructurePair) -> None:
+        """Overflow processing (seed 004): grow, or select queues; their messages then
+        move to the overflow structure in batches between other requests."""
+        started = time.perf_counter()
+        relief = s.relieve()
+        if relief is None:
+            return
+        if relief.selected or relief.dropped:
+            log.warning("overflow_selected", structure=s.name, queues=relief.selected,
+                        dropped_by_exit=relief.dropped, exit_error=relief.exit_error,
+                        pause_ms=round(1000 * (time.perf_counter() - started), 3))
+        if s.moving and s.name not in self._movers:
+            self._movers.add(s.name)
+            self.nursery.start_soon(self._move_to_overflow, s)
+
+    async def _move_to_overflow(self, s: StructurePair) -> None:
+        moved = 0
+        try:
+            while s.moving and self.structures.get(s.name) is s:
+                moved += s.move_some()
+                self.settle()
+                await trio.sleep(0)  # the requests waiting meanwhile go first
+        finally:
+            self._movers.discard(s.name)
+        log.info("overflow_moved", structure=s.name, overflow=s.overflow.name, messages=moved)
 
     # -- connections -----------------------------------------------------------
 
@@ -312,11 +378,14 @@ class Daemon:
         try:
             self.journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
             self.journal.on_failure = lambda err: self.stop(f"log write failed: {err}")
+            self.checkpoints = Checkpoints(self)
             held, crashed = self._rebuild()
             listeners = await self._listen()
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self.journal.run)
+                nursery.start_soon(self.checkpoints.run)
+                self.settle()  # overflow processing a restart found due
                 for client in sorted(crashed):
                     self._recover_peer(client)  # their holder died with the daemon
                 for client in sorted(held):
@@ -387,9 +456,12 @@ class Daemon:
         """Rebuild every structure from its image and the log; returns the clients whose
         locks survived a clean stop, and those whose locks a crash left behind."""
         held, crashed = set(), set()
-        for r in rebuild_all(self.structures.values(), self.datadir.images,
-                             self.datadir.logstream, WRITER, self.journal.position):
-            log.info("structure_rebuilt", structure=r.structure, clean=r.clean,
+        for r in rebuild_all([s for p in self.structures.values() for s in _physical(p)],
+                             self.datadir.images,
+                             self.datadir.logstream, WRITER, self.journal.position,
+                             self.datadir.srds, self._spark_recover,
+                             self.config.daemon.spark_recovery_records):
+            log.info("structure_rebuilt", structure=r.structure, clean=r.clean, source=r.source,
                      messages=r.messages, records_replayed=r.replayed,
                      image_seconds=round(r.image_seconds, 3),
                      replay_seconds=round(r.replay_seconds, 3))
@@ -397,11 +469,172 @@ class Daemon:
                 log.warning("image_behind_log", structure=r.structure, records=r.replayed,
                             action="folded the records logged after the clean-stop image")
             (held if r.clean else crashed).update(r.lock_owners)
+        for pair in self.structures.values():
+            pair.derive_status()
         return held, crashed - held
+
+    def _spark_recover(self, name: str) -> Path | None:
+        """At start, before serving: the Spark recovery job folds a long log tail. On
+        failure the daemon folds it itself (slower, but it starts)."""
+        path = self.datadir.images / f"{name}.recovered"
+        d = self.config.daemon
+        command = [sys.executable, "-m", "cqsd.srds", "recover", "--structure", name,
+                   "--to-image", str(path), "--data-dir", d.data_dir, "--master", d.spark_master]
+        log.info("spark_recovery_started", structure=name)
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=d.job_timeout, check=False)
+        except subprocess.TimeoutExpired:
+            log.error("spark_recovery_failed", structure=name, error="job_timeout")
+            return None
+        if done.returncode != 0:
+            log.error("spark_recovery_failed", structure=name,
+                      error=done.stderr.decode(errors="replace").strip().splitlines()[-1:])
+            return None
+        log.info("spark_recovery_done", structure=name,
+                 result=json.loads(done.stdout.decode().strip().splitlines()[-1]))
+        return path
+
+    async def recover_structure(self, name: str, purge: bool, why: str = "recover") -> dict:
+        """RECOVER CFSTRUCT: mark ``name`` failed (its requests get STRUCTURE_FAILED, the
+        others carry on), rebuild it — with its overflow structure, as IMS recovers
+        the pair — from the newest checkpoint and the log with the recovery job, or,
+        with ``purge``, empty it and make sure nothing older is ever recovered, and
+        make it available again. Locks of clients still registered stay theirs; the
+        others' go back as in peer recovery."""
+        if name in self._recovering:
+            raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
+        old = self.failed.get(name)
+        if old is None:  # else a retry after a failed recovery
+            old = self.structure(name)
+            del self.structures[name]
+            self.failed[name] = old
+            self.waiters.fail(old)
+            log.warning("structure_failed", structure=name, why=why, purge=purge,
+                        messages=old.stats()["messages"])
+        self._recovering.add(name)
+        started = time.monotonic()
+        new = self._new_pair(name)
+        new.last_id = old.last_id
+        replayed = 0
+        try:
+            await self.journal.wait_durable(self.journal.position)
+            for s in _physical(new):
+                if purge:
+                    slots.purge(self.datadir.srds, s.name, {WRITER: self.journal.position},
+                                old.last_id)
+                    (self.datadir.images / f"{s.name}.base").unlink(missing_ok=True)
+                    continue
+                path = self.datadir.images / f"{s.name}.recovered"
+                await run_job(self.config, ["recover", "--structure", s.name,
+                                            "--to-image", str(path)])
+                r = await trio.to_thread.run_sync(
+                    load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable})
+                path.unlink()
+                replayed += r.replayed
+        except Exception as err:
+            reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
+            log.error("structure_recovery_failed", structure=name, error=reason,
+                      action="the structure stays failed; retry cqsctl recover, or --purge")
+            raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
+                           f"failed: {reason}") from err
+        finally:
+            self._recovering.discard(name)
+        del self.failed[name]
+        self._install(new)
+        for owner in sorted(set(new.client_stats()) - set(self.clients)):
+            new.release_client(owner)
+        self.settle()
+        stats = new.stats()
+        source = "purge" if purge else "checkpoint and log"
+        seconds = round(time.monotonic() - started, 3)
+        log.info("structure_recovered", structure=name, source=source, messages=stats["messages"],
+                 records_replayed=replayed, seconds=seconds)
+        return {"structure": name, "source": source, "messages": stats["messages"],
+                "records_replayed": replayed, "seconds": seconds}
+
+    def _install(self, new: StructurePair) -> None:
+        """Make a rebuilt or recovered pair the one clients reach, in config order, and
+        tell interested clients about the queues it holds work on."""
+        new.derive_status()
+        self.structures = {n: new if n == new.name else self.structures[n]
+                           for n in self.config_names() if n == new.name or n in self.structures}
+        for sname, qtype, queue in list(self.interest):
+            if sname == new.name and new.queue_stats(qtype, queue)["depth"]:
+                for session in list(self.interest.get((sname, qtype, queue), ())):
+                    session.send(self.notification(sname, qtype, queue))
+
+    def rebuild_structure(self, name: str, size: int | None) -> dict:
+        """Structure copy (SETXCF START,REBUILD): every message, recoverable or not,
+        locks and cold queue included, copied to a new instance — with ``size`` as
+        its new SIZE if given — while requests wait; nothing changes in the log."""
+        pair = self.pair_of(name)
+        target = self.physical(name)
+        if size is not None and size < target.elements_used * ELEMENT:
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"rebuild of {name}: {size} bytes is less than the "
+                           f"{target.elements_used * ELEMENT} in use")
+        started = time.perf_counter()
+        new = self._new_pair(pair.name, {name: size} if size else None)
+        for old_s, new_s in zip(_physical(pair), _physical(new)):
+            image.restore(new_s, rows_of(old_s))
+        new.last_id = pair.last_id
+        new.watched.update(pair.watched)
+        self._install(new)
+        seconds = round(time.perf_counter() - started, 3)
+        row = self.physical(name).stats()
+        log.info("structure_rebuilt_copy", structure=name, size=row["size"],
+                 messages=row["messages"], seconds=seconds)
+        return {**row, "seconds": seconds}
+
+    def alter_structure(self, name: str, size: int) -> dict:
+        """SETXCF START,ALTER: change a structure's current size, up to its SIZE and
+        never below what is in use."""
+        pair = self.pair_of(name)
+        (pair if name == pair.name else self.physical(name)).alter(size)
+        self.settle()
+        return self.physical(name).stats()
+
+    def pair_of(self, name: str) -> StructurePair:
+        """The pair a structure belongs to, primary or overflow, if it is available."""
+        return self.structure(self.overflow_of.get(name, name))
+
+    async def detached(self, operation, *args):
+        """Await ``operation`` run in the daemon's nursery rather than the caller's, so an
+        operator's connection dropping does not cancel a recovery half-way."""
+        done, outcome = trio.Event(), []
+
+        async def run():
+            try:
+                outcome.append(await operation(*args))
+            except CQSError as err:
+                outcome.append(err)
+            except Exception as err:  # a bug must cost one request, not the daemon
+                log.exception("internal_error", operation=operation.__name__)
+                outcome.append(CQSError(Reason.INVALID_REQUEST, f"internal error: {err}"))
+            finally:
+                done.set()
+
+        self.nursery.start_soon(run)
+        await done.wait()
+        if not outcome:
+            raise CQSError(Reason.SHUTTING_DOWN, "the daemon stopped before it finished")
+        if isinstance(outcome[0], CQSError):
+            raise outcome[0]
+        return outcome[0]
+
+    def physical(self, name: str) -> Structure | None:
+        """The live structure called ``name`` (primary or overflow), None if failed."""
+        pair = self.structures.get(self.overflow_of.get(name, name))
+        if pair is None:
+            return None
+        return pair.primary if pair.primary.name == name else pair.overflow
+
+    def config_names(self) -> list[str]:
+        return [sc.name for sc in self.config.structures]
 
     def _save_images(self) -> None:
         position = {WRITER: self.journal.position}
-        for s in self.structures.values():
+        for s in (s for p in self.structures.values() for s in _physical(p)):
             path = image.path_for(self.datadir.images, s.name)
             count = image.save(path, s, position)
             log.info("image_saved", structure=s.name, messages=count, path=str(path))
@@ -471,3 +704,32 @@ def _remove_socket(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _physical(pair: StructurePair) -> list[Structure]:
+    return [pair.primary] + ([pair.overflow] if pair.overflow is not None else [])
+
+
+def _urgent(record: dict) -> bool:
+    """Whether a reply waits for this record: anything but locks does."""
+    if any(e[0] != LOCK for e in record["e"]):
+        return True
+    return any(e[0] != LOCK for effects in record.get("x", {}).values() for e in effects)
+
+
+def _log_event(event) -> None:
+    kind = type(event)
+    if kind is FullnessChanged:
+        log.warning("structure_full" if event.full else "structure_not_full",
+                    structure=event.structure, elements_used=event.elements_used,
+                    elements_total=event.elements_total)
+    elif kind is Altered:
+        log.info("structure_altered", structure=event.structure, old_size=event.old_size,
+                 new_size=event.new_size, reason=event.reason)
+    elif kind is OverflowStatus:
+        log.info("overflow_status", structure=event.structure, qtype=QueueType(event.qtype).name,
+                 queue=event.name, on=event.on)
+    elif kind is OverflowMode:
+        log.warning("overflow_mode", structure=event.structure, on=event.on)
+    elif kind is ExitFailed:
+        log.error("exit_failed", structure=event.structure, exit=event.exit, error=event.error)

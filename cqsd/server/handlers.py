@@ -17,6 +17,7 @@ from ..engine import CQSError, Delete, Move, Put, Reason, Unlock, parse_qtype
 from ..engine.qtypes import QueueType, check_name
 from ..protocol import requests
 from ..protocol.codec import PROTOCOL_VERSION
+from ..storage import repository
 from . import wire
 from .waiters import Waiter, read_up_to
 
@@ -125,7 +126,9 @@ async def _wait_read(d, session, rid, s, key, n, wait):
                 session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
         else:
             session.reply(rid, {"messages": [wire.message(e) for e in waiter.messages]})
-    if waiter.messages is None and not d.shutting_down:
+    if waiter.failed:
+        session.fail(rid, Reason.STRUCTURE_FAILED, f"structure {s.name} failed during the wait")
+    elif waiter.messages is None and not d.shutting_down:
         session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
 
 
@@ -185,9 +188,19 @@ def op_deregister_interest(d, session, rid, structure, queue, qtype):
 
 
 def op_query(d, session, rid, kind, structure):
+    if kind == "backups":
+        return {"rows": repository.backups(d.datadir.repository, structure)}
+    if kind == "structures" and structure in d.failed:
+        return {"rows": [_failed_row(structure)]}
     chosen = [d.structure(structure)] if structure is not None else list(d.structures.values())
     if kind == "structures":
-        rows = [s.stats() for s in chosen]
+        rows = [
+            {**row, "status": "available"}
+            for s in chosen
+            for row in [s.stats()] + [{**o, "overflow_of": s.name} for o in s.structure_stats()[1:]]
+        ]
+        if structure is None:
+            rows += [_failed_row(name) for name in d.failed]
     elif kind == "queues":
         rows = [
             {"structure": s.name, **q,
@@ -216,8 +229,13 @@ def op_query(d, session, rid, kind, structure):
             for name, sess in sorted(d.clients.items())
         ]
     else:
-        raise _bad(f"query: unknown kind {kind!r} (structures, queues, clients, locks, headers)")
+        raise _bad(f"query: unknown kind {kind!r} "
+                   "(structures, queues, clients, locks, headers, backups)")
     return {"rows": rows}
+
+
+def _failed_row(name):
+    return {"name": name, "status": "failed"}
 
 
 def op_requeue(d, session, rid, structure, entry_id):
@@ -230,6 +248,54 @@ def op_dequeue(d, session, rid, structure, queue, qtype):
     gone = d.structure(structure).dequeue(qtype, queue)
     log.info("dequeue", client=session.client, structure=structure, queue=queue, messages=len(gone))
     return {"count": len(gone)}
+
+
+def op_alter(d, session, rid, structure, size):
+    log.info("alter_requested", client=session.client, structure=structure, size=size)
+    return d.alter_structure(structure, size)
+
+
+def op_rebuild(d, session, rid, structure, size):
+    log.info("rebuild_requested", client=session.client, structure=structure, size=size)
+    return d.rebuild_structure(structure, size)
+
+
+def op_delete_structure(d, session, rid, structure):
+    if structure in d.overflow_of:
+        raise _bad(f"{structure} is the overflow structure of {d.overflow_of[structure]}: "
+                   f"delete {d.overflow_of[structure]}, which empties both")
+    if structure not in d.failed:
+        d.structure(structure)
+    log.warning("delete_structure_requested", client=session.client, structure=structure)
+    session.waits.start_soon(_finish, session, rid, d.detached, d.recover_structure, structure,
+                             True, "delete structure")
+    return DEFERRED
+
+
+def op_checkpoint(d, session, rid, structure):
+    d.pair_of(structure)  # a primary or an overflow structure, if available
+    session.waits.start_soon(_finish, session, rid, d.checkpoints.take, structure, "operator")
+    return DEFERRED
+
+
+def op_recover(d, session, rid, structure, purge):
+    if structure not in d.failed:
+        d.structure(structure)
+    log.info("recover_requested", client=session.client, structure=structure, purge=purge)
+    session.waits.start_soon(_finish, session, rid, d.detached, d.recover_structure, structure,
+                             purge)
+    return DEFERRED
+
+
+async def _finish(session, rid, operation, *args):
+    """Reply to an operator request that takes a while (a Spark job): the work itself
+    runs in the daemon, and the reply follows when it ends."""
+    try:
+        result = await operation(*args)
+    except CQSError as err:
+        session.fail(rid, err.reason, err.message)
+    else:
+        session.reply(rid, result)
 
 
 HANDLERS = {name.removeprefix("op_"): fn for name, fn in dict(globals()).items()

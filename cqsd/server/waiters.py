@@ -16,13 +16,14 @@ Key = tuple[int, str]
 
 
 class Waiter:
-    __slots__ = ("client", "n", "event", "messages")
+    __slots__ = ("client", "n", "event", "messages", "failed")
 
     def __init__(self, client: str, n: int) -> None:
         self.client = client
         self.n = n
         self.event = trio.Event()
         self.messages: list[Entry] | None = None
+        self.failed = False  # its structure failed: it will never be served
 
 
 class ReadWaiters:
@@ -58,6 +59,14 @@ class ReadWaiters:
                 waiter.event.set()
             if not queue:
                 self._forget(structure, key)
+
+    def fail(self, structure: Structure) -> None:
+        """Wake every waiter on a structure that has failed, unserved."""
+        for name, key in [k for k in self._queues if k[0] == structure.name]:
+            for waiter in self._queues.pop((name, key)):
+                waiter.failed = True
+                waiter.event.set()
+            structure.watched.discard(key)
 
     def _forget(self, structure: Structure, key: Key) -> None:
         self._queues.pop((structure.name, key), None)

@@ -11,12 +11,15 @@ class DataDirError(Exception):
 
 class DataDir:
     """``data_dir`` and its layout (docs/datadir.md): ``cqsd.lock``, ``images/``
-    (clean-shutdown images and crash-recovery bases), ``logstream/``."""
+    (clean-shutdown images and crash-recovery bases), ``logstream/``, ``srds/``
+    (checkpoint slots) and ``repository.db``."""
 
     def __init__(self, root: str) -> None:
         self.root = Path(root)
         self.images = self.root / "images"
         self.logstream = self.root / "logstream"
+        self.srds = self.root / "srds"
+        self.repository = self.root / "repository.db"
         self._lock_fd: int | None = None
 
     def open(self) -> None:

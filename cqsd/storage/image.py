@@ -21,6 +21,7 @@ import mmap
 import os
 import struct
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgpack
@@ -77,6 +78,44 @@ def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     return len(entries)
 
 
+def write_rows(path: Path, structure: str, rows: Iterable[list], count: int,
+               lsn: dict[str, int], last_id: int) -> int:
+    """Write an image of ``count`` message rows (docs/recovery.md) streamed from
+    ``rows`` in entry-id order, e.g. a recovery job's output, durably to ``path``.
+
+    The count comes first because the header and the array header hold it.
+    Raises ImageError (and leaves no file) if ``rows`` yields another number.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    packer = msgpack.Packer(use_bin_type=True)
+    header = packer.pack({
+        "format": FORMAT, "version": VERSION, "structure": structure, "last_id": last_id,
+        "count": count, "created": time.time_ns(), "lsn": lsn,
+    })
+    crc = length = written = 0
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack(">I", len(header)) + header)
+            chunks = [packer.pack_array_header(count)]
+            for row in rows:
+                chunks.append(packer.pack(row))
+                written += 1
+                if len(chunks) >= 1024:
+                    crc, length = _write(f, chunks, crc, length)
+            crc, length = _write(f, chunks, crc, length)
+            if written != count:
+                raise ImageError(f"{path}: {written} rows were streamed for an image of {count}")
+            f.write(FOOTER.pack(length, count, crc, MAGIC))
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return count
+
+
 def _write(f, chunks: list[bytes], crc: int, length: int) -> tuple[int, int]:
     block = b"".join(chunks)
     chunks.clear()
@@ -98,6 +137,24 @@ def read_rows(path: Path, structure: str) -> tuple[dict, dict[int, list]]:
                 return _parse(path, structure, mm, size)
     except OSError as err:
         raise ImageError(f"{path}: cannot read image: {err.strerror}") from err
+
+
+def read_header(path: Path, structure: str) -> dict:
+    """The header of an image (its log position and last id) without reading its rows;
+    raises ImageError naming the file if it is not an image of ``structure``."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack(">I", f.read(4).rjust(4, b"\0"))
+            header = msgpack.unpackb(f.read(length), raw=False)
+    except OSError as err:
+        raise ImageError(f"{path}: cannot read image: {err.strerror}") from err
+    except (ValueError, TypeError, msgpack.UnpackException) as err:
+        raise ImageError(f"{path}: damaged image header ({err})") from err
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ImageError(f"{path}: not a cqsd structure image")
+    if header.get("structure") != structure:
+        raise ImageError(f"{path}: image of structure {header.get('structure')}, not {structure}")
+    return header
 
 
 def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, dict[int, list]]:

@@ -96,7 +96,7 @@ def start_workers(daemon, n, seed):
 def survivors(daemon):
     with cqsclient.connect(daemon.address, client="CHECKER") as c:
         s = c.structure("MSGQ01")
-        return {q: s.browse(q, limit=10_000) for q in ("Q0", "Q1", "Q2")}
+        return {q: list(s.browse_all(q, "TRAN", page_size=10_000)) for q in ("Q0", "Q1", "Q2")}
 
 
 def check(journals, found):

@@ -1,0 +1,122 @@
+"""Log records as effect rows: the decoding half of the Spark fold.
+
+Each effect of docs/recovery.md on a structure being folded becomes one row
+carrying its order key, (timestamp, writer, LSN, part, index): ``part`` is 0
+for the record's ``e`` list and 1 for its ``x`` map, ``index`` the effect's
+place in its list. Sorting by that key is the log order of the reference fold.
+A slot's messages become rows of kind ``B`` (base) that sort before any
+record.
+
+This runs in Spark's Python workers (inside ``mapInArrow``) and on the driver
+for in-memory records, so it uses pyarrow and nothing of pyspark.
+"""
+
+from collections.abc import Collection, Iterator
+
+import pyarrow as pa
+
+from ..recovery.fold import FoldError
+
+SCHEMA = pa.schema([
+    ("structure", pa.string()),
+    ("id", pa.int64()),
+    ("ts", pa.int64()),
+    ("writer", pa.string()),
+    ("lsn", pa.int64()),
+    ("part", pa.int32()),
+    ("idx", pa.int32()),
+    ("kind", pa.string()),
+    ("qtype", pa.int32()),
+    ("name", pa.string()),
+    ("data", pa.binary()),
+    ("put_time", pa.int64()),
+    ("count", pa.int32()),
+    ("where", pa.string()),
+    ("owner", pa.string()),
+    ("home_qtype", pa.int32()),
+    ("home_name", pa.string()),
+])
+BASE = "B"  # a slot's message, before every record
+BATCH_ROWS = 4096  # rows per Arrow batch: a few MiB of 1 KiB messages
+ARITY = {"P": 6, "L": 3, "D": 2, "R": 6, "C": 3, "O": 2, "I": 8}
+
+
+def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int) -> list[tuple]:
+    """The effect rows of one record body for the structures in ``structures``.
+
+    Bodies that are not maps are no concern of a structure fold. Raises
+    FoldError naming the record for an effect that is not one of docs/recovery.md.
+    """
+    if not isinstance(body, dict):
+        return []
+    rows: list[tuple] = []
+    s = body.get("s")
+    if s in structures:
+        _add(rows, s, body.get("e") or [], ts, writer, lsn, 0)
+    other = body.get("x")
+    if other:
+        for t, effects in other.items():
+            if t in structures:
+                _add(rows, t, effects, ts, writer, lsn, 1)
+    return rows
+
+
+def _add(rows: list, s: str, effects: list, ts: int, writer: str, lsn: int, part: int) -> None:
+    for idx, effect in enumerate(effects):
+        try:
+            kind = effect[0]
+            if len(effect) != ARITY[kind]:
+                raise ValueError
+            rows.append(_row(s, kind, effect, ts, writer, lsn, part, idx))
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise FoldError(f"structure {s}: effect {effect!r} (writer {writer} LSN {lsn}) "
+                            "is not an effect of docs/recovery.md") from None
+
+
+def _row(s, kind, e, ts, writer, lsn, part, idx) -> tuple:
+    key = (s, e[1], ts, writer, lsn, part, idx, kind)
+    if kind == "P":
+        return (*key, e[2], e[3], e[4], e[5], 0, "ready", None, None, None)
+    if kind == "L":
+        return (*key, None, None, None, None, None, "locked", e[2], None, None)
+    if kind == "R":
+        home = e[4]
+        return (*key, e[2], e[3], None, None, e[5], "ready", None, *_home(home))
+    if kind == "C":
+        return (*key, None, None, None, None, None, "cold", e[2], None, None)
+    if kind == "I":
+        return (*key, e[2], e[3], e[4], e[5], e[6], "ready", None, *_home(e[7]))
+    return (*key, None, None, None, None, None, None, None, None, None)  # D, O
+
+
+def _home(home) -> tuple:
+    if home is None:
+        return (None, None)
+    qtype, name = home
+    return (qtype, name)
+
+
+def batch(rows: list[tuple]) -> pa.RecordBatch:
+    """Effect rows as one Arrow batch in SCHEMA; raises FoldError if a value has the
+    wrong type (a queue type that is not a number, say)."""
+    columns = list(zip(*rows, strict=True)) if rows else [[]] * len(SCHEMA)
+    try:
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, SCHEMA, strict=True)]
+    except (pa.ArrowException, OverflowError) as err:
+        first, last = rows[0], rows[-1]
+        raise FoldError(f"structure {first[0]}: an effect in the records of writer {first[3]} "
+                        f"from LSN {first[4]} to {last[4]} has a value of the wrong type "
+                        f"({err})") from None
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def batches(records, structures: Collection[str]) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the effect rows of ``(writer, lsn, timestamp, body)`` records."""
+    rows: list[tuple] = []
+    for writer, lsn, ts, body in records:
+        rows += rows_of(body, structures, ts, writer, lsn)
+        if len(rows) >= BATCH_ROWS:
+            yield batch(rows)
+            rows = []
+    if rows:
+        yield batch(rows)

@@ -1,0 +1,177 @@
+"""The fold of docs/recovery.md as Spark DataFrame operations.
+
+Design note. The reference fold (cqsd/recovery/fold.py) walks the log once and
+updates a dict. Here every effect is a row (effects.py) and the walk becomes a
+window over each entry's rows in log order, partitioned by (structure, id).
+Because entry ids are never reused within a structure, each entry's history is
+independent of every other's, so the window is the whole fold:
+
+- an entry is present at the end if its last add (``B`` slot row, ``P``, ``I``)
+  comes after its last removal (``D``, ``O``);
+- qtype, name, home and the base delivery count come from its last *reset*
+  (``B``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
+  ``L`` rows after it;
+- where and owner come from the last of ``B P I R L C``; data and put time
+  from the last add;
+- an ``L D R C O`` whose previous add/remove row is missing or a removal is
+  the reference fold's FoldError; Spark raises it from inside the plan with
+  ``raise_error``, and ``raised`` turns it back into a FoldError.
+
+The output keeps the window's partitioning, so each partition (each written
+file) is sorted by (structure, id) at no extra cost.
+"""
+
+import contextlib
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
+from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from ..recovery.fold import FoldError
+from . import effects, segments, slots
+
+EVENTS = from_arrow_schema(effects.SCHEMA)
+SLOT = from_arrow_schema(slots.SCHEMA)
+ORDER = ["ts", "writer", "lsn", "part", "idx"]
+_RAISED = "USER_RAISED_EXCEPTION"
+
+
+class _Summaries(AccumulatorParam):
+    """Collects the tasks' summaries (segments.scan) on the driver."""
+
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, value1: list, value2: list) -> list:
+        value1.extend(value2)
+        return value1
+
+
+class LogEvents:
+    """The effect rows of a plan's segments, read by one Spark task per segment;
+    after an action on them, ``check`` says whether the tasks read everything."""
+
+    def __init__(self, spark: SparkSession, tasks: list[segments.Task], structures: set[str]):
+        self.tasks = tasks
+        self._summaries = spark.sparkContext.accumulator([], _Summaries())
+        if not tasks:
+            self.frame = spark.createDataFrame([], EVENTS)
+            return
+        # One partition per task, made in the JVM: each task's number picks its segment.
+        numbers = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
+        self.frame = numbers.mapInArrow(
+            _decoder(tasks, frozenset(structures), self._summaries), EVENTS)
+
+    def summaries(self) -> list[dict]:
+        """What the tasks that ended reported (segments.scan)."""
+        return self._summaries.value
+
+    def check(self) -> segments.Coverage:
+        """Raises what segments.check raises."""
+        return segments.check(self.tasks, self.summaries())
+
+
+def _decoder(tasks: list[segments.Task], structures: frozenset[str], summaries):
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for numbers in batches:
+            for number in numbers.column(0).to_pylist():
+                summary: dict = {}
+                yield from segments.scan(tasks[number], structures, summary)
+                summaries.add([summary])
+    return decode
+
+
+def record_events(spark: SparkSession, records, structures: set[str]) -> DataFrame:
+    """The effect rows of in-memory ``(writer, lsn, timestamp, body)`` records."""
+    table = pa.Table.from_batches(list(effects.batches(records, structures)), effects.SCHEMA)
+    return spark.createDataFrame(table) if table.num_rows else spark.createDataFrame([], EVENTS)
+
+
+def slot_events(rows: DataFrame, structure: str) -> DataFrame:
+    """Slot rows (slot schema) as base rows of ``structure``, before every record."""
+    return rows.select(
+        F.lit(structure).alias("structure"), "id", F.lit(-1).cast("long").alias("ts"),
+        F.lit("").alias("writer"), F.lit(0).cast("long").alias("lsn"),
+        F.lit(0).alias("part"), F.lit(0).alias("idx"), F.lit(effects.BASE).alias("kind"),
+        "qtype", "name", "data", "put_time", "count", "where", "owner", "home_qtype", "home_name",
+    )
+
+
+def read_slot(spark: SparkSession, slot: slots.Slot) -> DataFrame:
+    """A slot's files as slot rows."""
+    return spark.read.schema(SLOT).parquet(*(str(p) for p in slot.paths))
+
+
+def fold(events: DataFrame) -> DataFrame:
+    """The rows (``structure`` plus the slot schema) the events fold to.
+
+    Each partition is sorted by (structure, id). An action on the result
+    raises a Spark error that ``raised`` turns into FoldError if an effect
+    names an entry that is not there.
+    """
+    kind = F.col("kind")
+    added, removed = kind.isin("B", "P", "I"), kind.isin("D", "O")
+    reset, placed = added | (kind == "R"), added | kind.isin("R", "L", "C")
+    entry = Window.partitionBy("structure", "id").orderBy(*ORDER)
+    upto = entry.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = entry.rowsBetween(Window.unboundedPreceding, -1)
+    presence = F.when(added | removed, kind)
+    counted = events.select(
+        "*",
+        F.last(presence, ignorenulls=True).over(before).alias("_before"),
+        F.last(presence, ignorenulls=True).over(upto).alias("_now"),
+        F.sum((kind == "L").cast("int")).over(upto).alias("_locks"),
+        F.lead("kind").over(entry).isNull().alias("_last"),
+    )
+    folded = counted.select(
+        "*",
+        F.last(F.when(reset, F.struct("qtype", "name", "home_qtype", "home_name", "count",
+                                      "_locks")), True).over(upto).alias("_reset"),
+        F.last(F.when(placed, F.struct("where", "owner")), True).over(upto).alias("_place"),
+        F.last(F.when(added, F.struct("data", "put_time")), True).over(upto).alias("_add"),
+    )
+    orphan = ~added & (F.col("_before").isNull() | F.col("_before").isin("D", "O"))
+    # One expression, so no optimiser can test the last-row condition first and
+    # skip the check on the rows it would drop.
+    keep = F.when(orphan, F.raise_error(_orphan_message())).otherwise(
+        F.col("_last") & F.col("_now").isin("B", "P", "I"))
+    return folded.filter(keep).select(
+        "structure", "id",
+        F.col("_reset.qtype").alias("qtype"), F.col("_reset.name").alias("name"),
+        F.col("_add.data").alias("data"), F.lit(None).cast("string").alias("ref"),
+        F.col("_add.put_time").alias("put_time"),
+        (F.col("_reset.count") + F.col("_locks") - F.col("_reset._locks")).cast("int")
+        .alias("count"),
+        F.col("_place.where").alias("where"), F.col("_place.owner").alias("owner"),
+        F.col("_reset.home_qtype").alias("home_qtype"),
+        F.col("_reset.home_name").alias("home_name"),
+    ).sortWithinPartitions("structure", "id")
+
+
+def _orphan_message() -> Column:
+    """The reference fold's FoldError text, naming the record too."""
+    return F.concat(
+        F.lit("structure "), F.col("structure"), F.lit(": effect "), F.col("kind"),
+        F.lit(" on entry "), F.col("id").cast("string"), F.lit(" (writer "), F.col("writer"),
+        F.lit(" LSN "), F.col("lsn").cast("string"), F.lit("), which the image does not hold"),
+    )
+
+
+@contextlib.contextmanager
+def raised() -> Iterator[None]:
+    """Turn the fold's in-plan error back into FoldError around a Spark action."""
+    try:
+        yield
+    except CapturedException as err:
+        if err.getCondition() == _RAISED:
+            raise FoldError(err.getMessageParameters()["errorMessage"]) from None
+        raise
+
+
+def slot_columns(rows: DataFrame) -> DataFrame:
+    """Fold output as slot rows (the structure column dropped)."""
+    return rows.select(*SLOT.fieldNames())

@@ -1,0 +1,350 @@
+"""SRDS slots: reading, checking, installing and purging a structure's checkpoints.
+
+Design note. A structure has two slot directories, ``SRDS1`` and ``SRDS2``, as
+IMS CQS has two structure recovery data sets. A checkpoint writes into a
+staging directory and then replaces the slot it did *not* start from, so the
+slot it started from stays whole and current until the manifest swap
+(``manifest.store``) commits the new one. A job killed at any point therefore
+leaves the previous checkpoint current and readable; what it leaves behind (a
+staging directory, a replaced slot the manifest does not describe) is ignored,
+and removed by the next job that holds the structure's lock.
+
+A slot is valid only if every file its manifest entry lists is there with the
+size and CRC32C recorded. A damaged newest slot is skipped with a warning
+naming the file, and the older one is used, with its longer log tail.
+
+This module never imports pyspark: the daemon uses it to read a checkpoint for
+a short tail and to purge one, and must never start a JVM.
+"""
+
+import contextlib
+import fcntl
+import heapq
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import structlog
+from crc32c import crc32c
+
+from logstream.durable import fsync_dir, make_dirs
+
+from . import manifest
+
+log = structlog.get_logger()
+
+SLOT_NAMES = ("SRDS1", "SRDS2")
+# The rule of cqsd/config.py: an MVS coupling-facility structure name. It is
+# also a directory name here, so nothing else may get through.
+STRUCTURE_NAME = re.compile(r"[A-Z0-9@#$_]{1,16}")
+STAGING_PREFIX = ".staging-"  # a job's output before it becomes a slot or an image
+RETIRED_PREFIX = ".old-"  # a slot being replaced, until the manifest no longer names it
+LOCK_NAME = ".lock"
+CHUNK = 1 << 20  # bytes per read while checksumming a slot file
+
+# One row per recoverable message. ``data`` is nullable and ``ref`` is there so
+# a payload can later live in an SMDS and be referenced instead; for now
+# ``ref`` is always null and ``data`` always set.
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("qtype", pa.int32(), nullable=False),
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("data", pa.binary()),
+    pa.field("ref", pa.string()),
+    pa.field("put_time", pa.int64(), nullable=False),
+    pa.field("count", pa.int32(), nullable=False),
+    pa.field("where", pa.string(), nullable=False),
+    pa.field("owner", pa.string()),
+    pa.field("home_qtype", pa.int32()),
+    pa.field("home_name", pa.string()),
+])
+# Spark writes every column as optional, so files are checked by names and types.
+_COLUMNS = [(f.name, f.type) for f in SCHEMA]
+
+
+class SlotError(Exception):
+    """A slot or its manifest cannot be used; the message names the file and why."""
+
+
+class SlotsBusy(SlotError):
+    """Another job holds the structure's SRDS lock."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One valid checkpoint as its manifest entry describes it."""
+
+    structure: str
+    name: str  # SRDS1 or SRDS2
+    directory: Path  # the structure's directory, which holds both slots
+    lsn: dict[str, int]  # per writer, the last log record the checkpoint includes
+    time: float  # when its cut was taken, epoch seconds
+    rows: int
+    last_id: int  # the highest entry id ever put up to the cut
+    files: dict[str, tuple[int, int]]  # path relative to ``directory``: (size, crc32c)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self.directory / name for name in sorted(self.files)]
+
+
+def check_structure_name(name: str) -> str:
+    """Return ``name`` if it is a structure name; raise ValueError naming it if not."""
+    if not isinstance(name, str) or not STRUCTURE_NAME.fullmatch(name):
+        raise ValueError(
+            f"structure name {name!r} is not 1-16 characters of A-Z, 0-9, @, #, $ and _"
+        )
+    return name
+
+
+def structure_dir(srds_dir: Path, structure: str) -> Path:
+    return Path(srds_dir) / check_structure_name(structure)
+
+
+def other(name: str | None) -> str:
+    """The slot a checkpoint starting from slot ``name`` (or from nothing) writes."""
+    return SLOT_NAMES[1] if name == SLOT_NAMES[0] else SLOT_NAMES[0]
+
+
+# -- reading --------------------------------------------------------------------
+
+
+def listed(srds_dir: Path, structure: str) -> list[tuple[str, Slot | None, str | None]]:
+    """Every slot the manifest lists, current first: (name, slot, problem).
+
+    ``problem`` is None for a valid slot, else why it cannot be used (and
+    ``slot`` is None if its entry itself is damaged). Raises ManifestError.
+    """
+    directory = structure_dir(srds_dir, structure)
+    m = manifest.load(directory, structure)
+    names = sorted(m["slots"], key=lambda n: (n != m["current"], n))
+    return [(name, *_check(directory, structure, name, m["slots"][name])) for name in names]
+
+
+def valid_slots(srds_dir: Path, structure: str) -> list[Slot]:
+    """The usable checkpoints of ``structure``, newest first (empty if none).
+
+    A damaged slot is left out with a ``srds_slot_skipped`` warning naming what
+    is wrong. Raises ManifestError if the manifest itself cannot be read.
+    """
+    found = []
+    for name, slot, problem in listed(srds_dir, structure):
+        if problem is not None:
+            log.warning("srds_slot_skipped", structure=structure, slot=name, problem=problem)
+            continue
+        found.append(slot)
+    return found
+
+
+def _check(directory: Path, structure: str, name: str, entry) -> tuple[Slot | None, str | None]:
+    """The slot of a manifest entry and, if it cannot be used, why not."""
+    where = directory / manifest.NAME
+    if name not in SLOT_NAMES or not isinstance(entry, dict):
+        return None, f"{where}: entry {name!r} is not a slot"
+    if entry.get("checksum") != manifest.checksum(entry):
+        return None, f"{where}: the entry of {name} fails its checksum"
+    try:
+        slot = Slot(structure, name, directory, dict(entry["lsn"]), float(entry["time"]),
+                    int(entry["rows"]), int(entry["last_id"]),
+                    {f: (int(size), int(crc)) for f, (size, crc) in entry["files"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None, f"{where}: the entry of {name} is malformed"
+    for relative, (size, crc) in sorted(slot.files.items()):
+        problem = _file_problem(directory, name, relative, size, crc)
+        if problem is not None:
+            return slot, problem
+    return slot, None
+
+
+def _file_problem(directory: Path, name: str, relative: str, size: int, crc: int) -> str | None:
+    path = directory / relative
+    if Path(relative).parts[:1] != (name,) or ".." in Path(relative).parts:
+        return f"{path}: listed for slot {name} but outside its directory"
+    try:
+        actual = path.stat().st_size
+        if actual != size:
+            return f"{path}: {actual} bytes, the manifest says {size}"
+        if _crc_of(path) != crc:
+            return f"{path}: fails its CRC32C check"
+    except FileNotFoundError:
+        return f"{path}: missing"
+    except OSError as err:
+        return f"{path}: cannot be read ({err.strerror})"
+    return None
+
+
+def _crc_of(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            crc = crc32c(block, crc)
+    return crc
+
+
+def read_rows(slot: Slot) -> dict[int, list]:
+    """The slot's messages as image rows (docs/recovery.md), in entry-id order.
+
+    Raises SlotError naming the file if a file is not a slot file.
+    """
+    return {row[0]: row for row in iter_rows(slot.paths)}
+
+
+def iter_rows(paths: Iterable[Path]) -> Iterator[list]:
+    """Image rows from slot-format Parquet files each sorted by id, merged by id."""
+    return heapq.merge(*(_file_rows(Path(p)) for p in paths), key=lambda row: row[0])
+
+
+def _file_rows(path: Path) -> Iterator[list]:
+    try:
+        parquet = pq.ParquetFile(path)
+        if [(f.name, f.type) for f in parquet.schema_arrow] != _COLUMNS:
+            raise SlotError(f"{path}: not an SRDS slot file (columns {parquet.schema_arrow.names})")
+        last = None
+        for batch in parquet.iter_batches(batch_size=4096):
+            c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+            for eid, qtype, name, data, put_time, count, where, owner, hq, hn in zip(
+                c["id"], c["qtype"], c["name"], c["data"], c["put_time"], c["count"],
+                c["where"], c["owner"], c["home_qtype"], c["home_name"], strict=True,
+            ):
+                if last is not None and eid <= last:
+                    raise SlotError(f"{path}: rows are not in entry-id order at entry {eid}")
+                last = eid
+                home = [hq, hn] if hq is not None else None
+                yield [eid, qtype, name, data, True, put_time, count, where, owner, home]
+    except (OSError, pa.ArrowException) as err:
+        raise SlotError(f"{path}: cannot read slot file ({err})") from err
+
+
+def table_of(rows: Iterable[list]) -> pa.Table:
+    """Image rows (recoverable ones) as a table in the slot schema, sorted by id."""
+    ordered = sorted(rows, key=lambda row: row[0])
+    columns = list(zip(*ordered, strict=True)) if ordered else [[]] * 10
+    eid, qtype, name, data, _, put_time, count, where, owner, home = columns
+    return pa.table({
+        "id": eid, "qtype": qtype, "name": name, "data": data, "ref": [None] * len(eid),
+        "put_time": put_time, "count": count, "where": where, "owner": owner,
+        "home_qtype": [h[0] if h else None for h in home],
+        "home_name": [h[1] if h else None for h in home],
+    }, schema=SCHEMA)
+
+
+# -- writing --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def locked(srds_dir: Path, structure: str, *, exclusive: bool = True) -> Iterator[Path]:
+    """Hold the structure's SRDS lock; yields its directory.
+
+    Checkpoints and purges hold it exclusively (one writer of slots at a
+    time); recovery shares it, so a checkpoint cannot replace the older slot
+    while a recovery reads it. Raises SlotsBusy without waiting.
+    """
+    directory = structure_dir(srds_dir, structure)
+    make_dirs(directory)
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise SlotsBusy(f"structure {structure}: another SRDS job (pid {holder}) is "
+                            f"working on {directory}; retry when it ends") from None
+        if exclusive:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield directory
+    finally:
+        os.close(fd)
+
+
+def clear_leftovers(directory: Path) -> None:
+    """Remove what killed jobs left in a structure's directory; call holding the lock
+    exclusively. Slot directories the manifest does not list go too."""
+    structure = directory.name
+    listed_names = set(manifest.load(directory, structure)["slots"])
+    for entry in os.scandir(directory):
+        name = entry.name
+        if (name.startswith((STAGING_PREFIX, RETIRED_PREFIX))
+                or (name in SLOT_NAMES and name not in listed_names)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        elif name == manifest.NAME + ".tmp":
+            os.unlink(entry.path)
+
+
+def staging_dir(directory: Path, job: str) -> Path:
+    """A fresh path (not created) for a job's output beside the slots."""
+    return directory / f"{STAGING_PREFIX}{job}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def install(directory: Path, staged: Path, target: str, lsn: dict[str, int], last_id: int,
+            taken: float, *, keep_other: bool = True) -> Slot:
+    """Make the Parquet files in ``staged`` slot ``target`` and swap the manifest to it.
+
+    The caller holds the lock exclusively and never passes the slot it read
+    from as ``target``. Files other than ``*.parquet`` (Spark's ``_SUCCESS``
+    and ``.crc`` files) are dropped; the rest are fsynced and checksummed.
+    ``keep_other=False`` also drops the other slot, from the manifest first.
+    """
+    structure = directory.name
+    files = _seal(staged, target)
+    rows = sum(pq.read_metadata(staged / Path(f).name).num_rows for f in files)
+    slot_dir, retired = directory / target, directory / f"{RETIRED_PREFIX}{target}"
+    if slot_dir.exists():
+        os.rename(slot_dir, retired)
+    os.rename(staged, slot_dir)
+    fsync_dir(directory)
+    entry = {"lsn": dict(lsn), "time": taken, "rows": rows, "last_id": last_id,
+             "files": {f: list(v) for f, v in files.items()}}
+    entry["checksum"] = manifest.checksum(entry)
+    m = manifest.load(directory, structure)
+    m["slots"] = {**(m["slots"] if keep_other else {}), target: entry}
+    m["current"] = target
+    manifest.store(directory, m)  # the commit point
+    shutil.rmtree(retired, ignore_errors=True)
+    if not keep_other:
+        shutil.rmtree(directory / other(target), ignore_errors=True)
+    fsync_dir(directory)
+    return Slot(structure, target, directory, dict(lsn), taken, rows, last_id, files)
+
+
+def _seal(staged: Path, target: str) -> dict[str, tuple[int, int]]:
+    """fsync the Parquet files of ``staged`` and the directory; their manifest entries."""
+    files = {}
+    for entry in sorted(os.scandir(staged), key=lambda e: e.name):
+        if not entry.name.endswith(".parquet"):
+            os.unlink(entry.path)
+            continue
+        fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        files[f"{target}/{entry.name}"] = (entry.stat().st_size, _crc_of(Path(entry.path)))
+    if not files:
+        raise SlotError(f"{staged}: the job wrote no Parquet file")
+    fsync_dir(staged)
+    return files
+
+
+def purge(srds_dir: Path, structure: str, lsn: dict[str, int], last_id: int) -> Slot:
+    """Make an empty checkpoint at log position ``lsn`` current and delete the other.
+
+    This is RECOVER --purge and structure delete: nothing older than ``lsn``
+    can be recovered afterwards. ``last_id`` is kept so ids continue above it.
+    Raises SlotsBusy if a checkpoint job is running (it would install older
+    content after the purge).
+    """
+    with locked(srds_dir, structure) as directory:
+        clear_leftovers(directory)
+        target = other(manifest.load(directory, structure)["current"])
+        staged = staging_dir(directory, "purge")
+        staged.mkdir()
+        pq.write_table(table_of([]), staged / "part-00000.parquet")
+        return install(directory, staged, target, lsn, last_id, time.time(), keep_other=False)

@@ -1,0 +1,110 @@
+"""The repository: what cqsd knows about its own backups, in SQLite.
+
+IBM MQ keeps the name of each structure backup, its log range and its time in
+a shared Db2 repository (seeds 002, 003); ours is ``<data_dir>/repository.db``.
+The daemon and the SRDS jobs open it at the same time, so it runs in WAL mode
+with a busy timeout, and every write is one short transaction.
+
+The schema is versioned with ``PRAGMA user_version``: ``MIGRATIONS[n]`` takes
+a database from version n to n + 1, so later tables (SMDS data sets, structure
+definitions) are added by appending to it. A database newer than this code is
+refused rather than written to.
+"""
+
+import json
+import sqlite3
+from pathlib import Path
+
+BUSY_TIMEOUT = 30.0  # seconds a writer waits for another; a job's commit takes milliseconds
+
+MIGRATIONS: list[list[str]] = [
+    [  # 1: the backups table
+        """CREATE TABLE backups (
+            id INTEGER PRIMARY KEY,
+            structure TEXT NOT NULL,
+            slot TEXT,                  -- SRDS1 or SRDS2, NULL if it failed before choosing
+            lsn_from TEXT NOT NULL,     -- JSON {writer: last LSN of the slot it started from}
+            lsn_to TEXT NOT NULL,       -- JSON {writer: last LSN included}
+            started REAL NOT NULL,      -- epoch seconds
+            finished REAL NOT NULL,
+            rows INTEGER,
+            records INTEGER,
+            status TEXT NOT NULL,       -- ok or failed
+            error TEXT                  -- why it failed
+        )""",
+        "CREATE INDEX backups_by_structure ON backups (structure, finished)",
+    ],
+]
+
+
+class RepositoryError(Exception):
+    """The repository cannot be used; the message names the file and why."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open (creating or upgrading) the repository; raises RepositoryError."""
+    try:
+        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
+        _migrate(path, db)
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _migrate(path: Path, db: sqlite3.Connection) -> None:
+    db.execute("BEGIN IMMEDIATE")  # two processes opening a new file migrate one at a time
+    try:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        if version > len(MIGRATIONS):
+            raise RepositoryError(f"{path}: schema version {version} is newer than this cqsd "
+                                  f"knows ({len(MIGRATIONS)})")
+        for step in MIGRATIONS[version:]:
+            for statement in step:
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def record_backup(path: Path, *, structure: str, slot: str | None, lsn_from: dict[str, int],
+                  lsn_to: dict[str, int], started: float, finished: float, rows: int | None,
+                  records: int | None, status: str, error: str | None = None) -> int:
+    """Record one checkpoint job, done or failed; returns its id."""
+    db = connect(path)
+    try:
+        cursor = db.execute(
+            "INSERT INTO backups (structure, slot, lsn_from, lsn_to, started, finished, rows,"
+            " records, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (structure, slot, json.dumps(lsn_from, sort_keys=True),
+             json.dumps(lsn_to, sort_keys=True), started, finished, rows, records, status, error),
+        )
+        return cursor.lastrowid
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+
+
+def backups(path: Path, structure: str | None = None) -> list[dict]:
+    """Recorded checkpoint jobs, newest first, of one structure or all."""
+    if not Path(path).exists():
+        return []
+    db = connect(path)
+    try:
+        query = "SELECT * FROM backups"
+        args: tuple = ()
+        if structure is not None:
+            query, args = query + " WHERE structure = ?", (structure,)
+        rows = db.execute(query + " ORDER BY finished DESC, id DESC", args).fetchall()
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+    return [{**dict(r), "lsn_from": json.loads(r["lsn_from"]), "lsn_to": json.loads(r["lsn_to"])}
+            for r in rows]

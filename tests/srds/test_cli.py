@@ -1,0 +1,111 @@
+"""``python -m cqsd.srds`` and ``spark-submit cqsd/srds/__main__.py`` as the daemon runs
+them: exit codes, the result line, error events, and a job killed midway.
+
+Only two of these start a JVM of their own (the kill and spark-submit); the
+others fail, or report, before any Spark is needed.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import logstream
+from cqsd.srds import jobs, manifest, slots
+
+ROOT = Path(__file__).resolve().parents[2]
+S = "MSGQ01"
+
+
+def run(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cqsd.srds", *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, check=False, **kw)
+
+
+def last_event(stderr: str) -> dict:
+    return json.loads(stderr.strip().splitlines()[-1])
+
+
+def fill(data_dir: Path, first: int, count: int, size: int = 1024) -> None:
+    """Log ``count`` puts of ``size`` bytes, ids from ``first``, as the daemon would."""
+    with logstream.Writer.open(data_dir / "logstream", "cqsd", segment_size=1 << 20) as w:
+        for i in range(first, first + count):
+            w.append({"s": S, "e": [["P", i, 1, "Q", b"%08d" % i * (size // 8), i]]})
+
+
+def test_a_wrong_command_line_exits_2():
+    """Usage errors (no structure, a cut that is not WRITER=LSN) exit 2 before any work."""
+    assert run("checkpoint").returncode == 2
+    bad_cut = run("checkpoint", "--structure", S, "--cut", "cqsd:5")
+    assert bad_cut.returncode == 2 and "WRITER=LSN" in bad_cut.stderr
+
+
+def test_a_bad_structure_name_fails_with_an_error_event_naming_it(tmp_path):
+    """Exit 1, nothing on stdout, and a structlog error event whose error names it."""
+    done = run("recover", "--structure", "../etc", "--data-dir", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == ""
+    event = last_event(done.stderr)
+    assert event["level"] == "error" and "'../etc'" in event["error"]
+
+
+def test_report_prints_one_json_result_line(tmp_path):
+    """report needs no Spark: its result is the last line of stdout."""
+    fill(tmp_path, 1, 3)
+    done = run("report", "--structure", S, "--data-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["slots"] == [] and result["tail"]["cqsd"]["records"] == 3
+
+
+def test_a_checkpoint_killed_midway_leaves_the_old_slot_current(spark, tmp_path):
+    """SIGKILL to the job (driver, JVM and workers) while Spark writes the new slot:
+    the manifest is untouched, the old slot is still valid and recoverable, and
+    the next checkpoint clears what the dead one left."""
+    fill(tmp_path, 1, 500)
+    jobs.checkpoint(spark, tmp_path, S)
+    before = (tmp_path / "srds" / S / manifest.NAME).read_bytes()
+    fill(tmp_path, 501, 3_000)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "cqsd.srds", "checkpoint", "--structure", S, "--data-dir",
+         str(tmp_path), "--master", "local[2]"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        staging = wait_for(lambda: [p for p in (tmp_path / "srds" / S).iterdir()
+                                    if p.name.startswith(slots.STAGING_PREFIX)], job)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert staging, "the job ended before it was killed"
+    assert (tmp_path / "srds" / S / manifest.NAME).read_bytes() == before
+    assert [s.name for s in slots.valid_slots(tmp_path / "srds", S)] == ["SRDS1"]
+    assert len(slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0])) == 500
+    assert jobs.checkpoint(spark, tmp_path, S)["rows"] == 3_500
+    assert not [p for p in (tmp_path / "srds" / S).iterdir() if p.name.startswith(".")
+                and p.name != slots.LOCK_NAME]
+
+
+def wait_for(found, job: subprocess.Popen, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and job.poll() is None:
+        if result := found():
+            return result
+        time.sleep(0.01)
+    return None
+
+
+def test_spark_submit_runs_the_same_job(tmp_path):
+    """spark-submit cqsd/srds/__main__.py checkpoint ...: same result line."""
+    fill(tmp_path, 1, 10)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
+         "cqsd/srds/__main__.py", "checkpoint", "--structure", S, "--data-dir", str(tmp_path),
+         "--master", "local[2]", "--cut", "cqsd=7"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["slot"], result["rows"], result["lsn"]) == ("SRDS1", 7, {"cqsd": 7})
+    assert {"session", "plan", "read", "fold", "commit"} <= set(result["stages"])

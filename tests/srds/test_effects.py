@@ -1,0 +1,54 @@
+"""Record bodies as effect rows: which effects, in which order, and what is refused."""
+
+import pytest
+
+from cqsd.recovery.fold import FoldError
+from cqsd.srds import effects
+
+
+def test_own_effects_come_before_the_x_map_each_with_its_index():
+    """e is part 0 and x[S] part 1; the index is the place in its list."""
+    body = {"s": "S", "e": [["P", 1, 1, "Q", b"a", 7], ["L", 1, "C"]],
+            "x": {"S": [["D", 1]], "T": [["D", 2]]}}
+    rows = effects.rows_of(body, {"S"}, 100, "w", 3)
+    assert [(r[0], r[1], r[5], r[6], r[7]) for r in rows] == [
+        ("S", 1, 0, 0, "P"), ("S", 1, 0, 1, "L"), ("S", 1, 1, 0, "D")]
+    assert all(r[2:5] == (100, "w", 3) for r in rows)
+
+
+def test_each_kind_carries_what_the_fold_needs():
+    """P and I carry payload and place; R place, home and count; L and C the client."""
+    body = {"s": "S", "e": [["I", 5, 3, "Q", b"d", 9, 2, [1, "H"]], ["R", 5, 1, "Q", None, 0],
+                            ["C", 5, "IMS1"], ["O", 5]]}
+    i, r, c, o = (row[8:] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
+    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H")
+    assert r == (1, "Q", None, None, 0, "ready", None, None, None)
+    assert c == (None, None, None, None, None, "cold", "IMS1", None, None)
+    assert o == (None,) * 9
+
+
+def test_records_of_other_structures_and_bodies_that_are_not_maps_give_nothing():
+    """Only the structures being folded count; other record kinds are skipped."""
+    assert effects.rows_of({"s": "T", "e": [["D", 1]]}, {"S"}, 0, "w", 1) == []
+    assert effects.rows_of(["not", "a", "map"], {"S"}, 0, "w", 1) == []
+
+
+@pytest.mark.parametrize("effect", [["Z", 1], ["P", 1, 1, "Q"], ["L"], "P", ["D", 1, 2]])
+def test_an_effect_that_is_not_one_is_a_fold_error_naming_the_record(effect):
+    """Unknown kinds and wrong arities are refused, naming writer and LSN."""
+    with pytest.raises(FoldError, match=r"structure S: effect .* \(writer w LSN 4\)"):
+        effects.rows_of({"s": "S", "e": [effect]}, {"S"}, 0, "w", 4)
+
+
+def test_a_value_of_the_wrong_type_is_a_fold_error():
+    """A queue type that is not a number cannot become a row."""
+    rows = effects.rows_of({"s": "S", "e": [["P", 1, "TRAN", "Q", b"", 0]]}, {"S"}, 0, "w", 4)
+    with pytest.raises(FoldError, match="writer w from LSN 4 to 4 has a value of the wrong type"):
+        effects.batch(rows)
+
+
+def test_batches_split_long_logs():
+    """Rows go out in batches of at most BATCH_ROWS."""
+    records = [("w", i, i, {"s": "S", "e": [["D", i]]}) for i in range(1, effects.BATCH_ROWS + 2)]
+    sizes = [b.num_rows for b in effects.batches(records, {"S"})]
+    assert sizes == [effects.BATCH_ROWS, 1]

@@ -1,0 +1,251 @@
+"""The checkpoint, recover and report jobs end to end, in process on the test session's
+Spark, over real segment files written by several ``logstream.Writer``s."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import logstream
+from cqsd.engine import Structure
+from cqsd.recovery.fold import FoldError, fold
+from cqsd.srds import jobs, manifest, slots
+from cqsd.storage import image, repository
+
+from .histories import History, Seeded
+
+S = "MSGQ01"
+
+
+def write_log(data_dir: Path, records: list) -> None:
+    """Append ``(writer, lsn, timestamp, body)`` records with small segments (many files)."""
+    writers: dict[str, logstream.Writer] = {}
+    try:
+        for writer, lsn, ts, body in records:
+            if writer not in writers:
+                writers[writer] = logstream.Writer.open(data_dir / "logstream", writer,
+                                                        segment_size=4096)
+            assert writers[writer].append(body, timestamp=ts) == lsn
+    finally:
+        for w in writers.values():
+            w.close()
+
+
+def reference(data_dir: Path, structure: str) -> dict[int, list]:
+    """The plain-Python fold of the whole log: what recovery must give."""
+    rows: dict[int, list] = {}
+    fold(rows, (r.body for r in logstream.read(data_dir / "logstream")), structure)
+    return rows
+
+
+@pytest.fixture
+def history() -> History:
+    return History(S, Seeded(2024)).run(300)
+
+
+def test_checkpoints_alternate_slots_and_recovery_equals_the_reference_fold(spark, tmp_path,
+                                                                            history):
+    """Checkpoint, more records, checkpoint again: the slots alternate and each holds
+    the fold up to its cut; recovery from the newest plus the tail gives the
+    reference fold, the live engine's recoverable rows and its FIFO order."""
+    half = len(history.records) // 2
+    write_log(tmp_path, history.records[:half])
+    first = jobs.checkpoint(spark, tmp_path, S)
+    assert first["slot"] == "SRDS1"
+    assert first["lsn"] == logstream.tail_positions(tmp_path / "logstream")
+    assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == reference(tmp_path, S)
+    write_log(tmp_path, history.records[half:])
+    second = jobs.checkpoint(spark, tmp_path, S)
+    assert second["slot"] == "SRDS2"
+    assert [s.name for s in slots.valid_slots(tmp_path / "srds", S)] == ["SRDS2", "SRDS1"]
+    assert second["rows"] == len(history.expected()[S])
+    done = jobs.recover(spark, tmp_path, S)
+    assert done["from_slot"] == "SRDS2" and done["records"] == 0
+    header, rows = image.read_rows(Path(done["image"]), S)
+    assert rows == reference(tmp_path, S) == history.expected()[S]
+    assert header["lsn"] == logstream.tail_positions(tmp_path / "logstream")
+    assert header["last_id"] == history.primary.last_id
+    rebuilt = Structure(S, 1 << 22, entry_max=300)
+    image.restore(rebuilt, rows)
+    assert queues(rebuilt) == queues(history.primary, recoverable_only=True)
+
+
+def queues(s: Structure, recoverable_only: bool = False) -> dict:
+    """Every queue's entry ids in FIFO (browse) order."""
+    found: dict = {}
+    for e in s.browse(limit=100_000)[0]:
+        if e.recoverable or not recoverable_only:
+            found.setdefault((e.where, int(e.qtype), e.name, e.owner), []).append(e.entry_id)
+    return found
+
+
+def test_recovery_without_a_checkpoint_replays_the_whole_log(spark, tmp_path, history):
+    """With no slot at all the recovery job folds every record from LSN 1, for the
+    primary and, from the same log, for its overflow structure."""
+    write_log(tmp_path, history.records)
+    for s in history.names:
+        done = jobs.recover(spark, tmp_path, s, to_image=tmp_path / f"{s}.img")
+        assert done["from_slot"] is None and done["records"] > 0
+        assert image.read_rows(tmp_path / f"{s}.img", s)[1] == history.expected()[s]
+
+
+def test_a_damaged_newest_slot_falls_back_to_the_older_one(spark, tmp_path, history,
+                                                           capsys):
+    """A flipped byte in the newest slot's Parquet file: the slot is skipped with a
+    warning naming the file, recovery starts from the older slot and its longer
+    tail, and the next checkpoint replaces the damaged slot, not the good one."""
+    third = len(history.records) // 3
+    write_log(tmp_path, history.records[:third])
+    jobs.checkpoint(spark, tmp_path, S)
+    write_log(tmp_path, history.records[third:2 * third])
+    jobs.checkpoint(spark, tmp_path, S)
+    write_log(tmp_path, history.records[2 * third:])
+    damaged = slots.valid_slots(tmp_path / "srds", S)[0].paths[0]
+    flip(damaged, damaged.stat().st_size // 2)
+    capsys.readouterr()
+    assert [s.name for s in slots.valid_slots(tmp_path / "srds", S)] == ["SRDS1"]
+    assert str(damaged) in capsys.readouterr().out  # structlog's default sink is stdout
+    done = jobs.recover(spark, tmp_path, S)
+    assert done["from_slot"] == "SRDS1"
+    assert image.read_rows(Path(done["image"]), S)[1] == history.expected()[S]
+    report = jobs.report(tmp_path, S)
+    assert [(s["name"], s["valid"]) for s in report["slots"]] == [("SRDS2", False), ("SRDS1", True)]
+    assert "CRC32C" in report["slots"][0]["problem"]
+    assert jobs.checkpoint(spark, tmp_path, S)["slot"] == "SRDS2"
+    assert [s.name for s in slots.valid_slots(tmp_path / "srds", S)] == ["SRDS2", "SRDS1"]
+
+
+def flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_a_fold_error_fails_the_checkpoint_and_keeps_the_old_slot(spark, tmp_path, history):
+    """An effect on an entry nobody put fails the job with the structure and entry
+    named; the previous slot stays current, and the repository says it failed."""
+    write_log(tmp_path, history.records)
+    jobs.checkpoint(spark, tmp_path, S)
+    before = (tmp_path / "srds" / S / manifest.NAME).read_bytes()
+    with logstream.Writer.open(tmp_path / "logstream", "cqsd") as w:
+        w.append({"s": S, "e": [["L", 777, "IMS1"]]})
+    with pytest.raises(FoldError, match=rf"structure {S}: effect L on entry 777 \(writer cqsd"):
+        jobs.checkpoint(spark, tmp_path, S)
+    assert (tmp_path / "srds" / S / manifest.NAME).read_bytes() == before
+    assert not [p for p in (tmp_path / "srds" / S).iterdir() if p.name.startswith(".staging")]
+    recorded = repository.backups(tmp_path / "repository.db", S)
+    assert [b["status"] for b in recorded] == ["failed", "ok"]
+    assert "entry 777" in recorded[0]["error"]
+
+
+def test_corruption_in_the_middle_of_the_log_fails_the_job_naming_the_file(spark, tmp_path,
+                                                                          history):
+    """A bit flipped in a segment that is not the last of its series is corruption,
+    never a torn tail: the job fails with CorruptLog naming that segment."""
+    write_log(tmp_path, history.records)
+    segment = min((tmp_path / "logstream").glob("cqsd.*.seg"))
+    flip(segment, 64 + 40)  # inside the first record's body
+    with pytest.raises(logstream.CorruptLog) as failed:
+        jobs.checkpoint(spark, tmp_path, S)
+    assert failed.value.path == str(segment)
+    assert not (tmp_path / "srds" / S / manifest.NAME).exists()
+
+
+def test_records_trimmed_after_the_slot_make_the_jobs_fail(spark, tmp_path, history):
+    """If records after the newest slot were trimmed away, nothing is folded: the gap
+    is reported (Trimmed), by the report too."""
+    write_log(tmp_path, history.records[:20])
+    jobs.checkpoint(spark, tmp_path, S)
+    write_log(tmp_path, history.records[20:])
+    for writer in history.names and logstream.tail_positions(tmp_path / "logstream"):
+        logstream.trim(tmp_path / "logstream", writer, 10**9)
+    with pytest.raises(logstream.Trimmed):
+        jobs.recover(spark, tmp_path, S)
+    assert jobs.report(tmp_path, S)["recoverable"] is False
+
+
+def test_purge_makes_an_empty_slot_current_and_nothing_older_is_recovered(spark, tmp_path,
+                                                                          history):
+    """After a purge at the log's end the only slot is empty; recovery folds just the
+    records logged after it, and ids continue above the purged ones."""
+    write_log(tmp_path, history.records)
+    jobs.checkpoint(spark, tmp_path, S)
+    jobs.checkpoint(spark, tmp_path, S)
+    end = logstream.tail_positions(tmp_path / "logstream")
+    purged = slots.purge(tmp_path / "srds", S, end, history.primary.last_id)
+    assert [s.name for s in slots.valid_slots(tmp_path / "srds", S)] == [purged.name]
+    assert not (tmp_path / "srds" / S / slots.other(purged.name)).exists()
+    with logstream.Writer.open(tmp_path / "logstream", "cqsd") as w:
+        w.append({"s": S, "e": [["P", 10**7, 1, "NEW", b"after", 1]]})
+    done = jobs.recover(spark, tmp_path, S)
+    header, rows = image.read_rows(Path(done["image"]), S)
+    assert list(rows) == [10**7] and header["last_id"] == 10**7
+
+
+def test_a_cut_behind_the_current_slot_is_refused(spark, tmp_path, history):
+    """A cut cannot go back before what the current slot already holds."""
+    write_log(tmp_path, history.records)
+    jobs.checkpoint(spark, tmp_path, S, cut={"cqsd": 5})
+    with pytest.raises(jobs.JobError, match="behind slot SRDS1"):
+        jobs.checkpoint(spark, tmp_path, S, cut={"cqsd": 4})
+
+
+def test_a_cut_includes_exactly_the_records_up_to_it(spark, tmp_path, history):
+    """--cut: the slot holds the fold of the records up to the cut per writer."""
+    write_log(tmp_path, history.records)
+    upto = history.records[:25]
+    cut = {writer: lsn for writer, lsn, _, _ in upto}
+    done = jobs.checkpoint(spark, tmp_path, S, cut=cut)
+    assert done["lsn"] == cut
+    rows: dict = {}
+    fold(rows, (body for *_, body in upto), S)
+    assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == rows
+
+
+def test_the_repository_records_each_checkpoint(spark, tmp_path, history):
+    """Each checkpoint is a row: structure, slot, LSN range, times, rows and records."""
+    write_log(tmp_path, history.records[:30])
+    a = jobs.checkpoint(spark, tmp_path, S)
+    write_log(tmp_path, history.records[30:])
+    b = jobs.checkpoint(spark, tmp_path, S)
+    newest, oldest = repository.backups(tmp_path / "repository.db", S)
+    assert (newest["slot"], newest["lsn_from"], newest["lsn_to"]) == ("SRDS2", a["lsn"], b["lsn"])
+    assert (oldest["slot"], oldest["lsn_from"], oldest["rows"]) == ("SRDS1", {}, a["rows"])
+    assert newest["records"] == b["records"] > 0 and newest["status"] == "ok"
+    assert newest["started"] <= newest["finished"]
+
+
+def test_structure_names_with_special_characters_work_as_paths(spark, tmp_path):
+    """# and $ are legal in structure names and must survive Spark's path handling."""
+    name = "Q#1$"
+    write_log(tmp_path, [("cqsd", 1, 1, {"s": name, "e": [["P", 1, 1, "A", b"x", 1]]})])
+    assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
+    assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
+    assert image.read_rows(Path(jobs.recover(spark, tmp_path, name)["image"]), name)[1] == {
+        1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None]}
+
+
+def test_the_report_shows_slots_and_the_tail_per_writer(spark, tmp_path, history):
+    """report: the current slot, its LSNs, and how many records each writer has after it."""
+    write_log(tmp_path, history.records[:40])
+    jobs.checkpoint(spark, tmp_path, S)
+    write_log(tmp_path, history.records[40:])
+    report = jobs.report(tmp_path, S)
+    json.dumps(report)  # it is the CLI's output
+    slot = report["slots"][0]
+    assert report["current"] == "SRDS1" and slot["valid"] and report["recoverable"]
+    ends = logstream.tail_positions(tmp_path / "logstream")
+    assert report["tail"] == {w: {"after": slot["lsn"].get(w, 0), "end": ends[w],
+                                  "records": ends[w] - slot["lsn"].get(w, 0)} for w in ends}
+    assert report["backups"][0]["slot"] == "SRDS1"
+
+
+def test_another_job_on_the_structure_is_refused_not_waited_for(spark, tmp_path):
+    """Two checkpoints of one structure never run at once."""
+    (tmp_path / "logstream").mkdir()
+    with slots.locked(tmp_path / "srds", S), \
+            pytest.raises(slots.SlotsBusy, match=f"pid {os.getpid()}"):
+        jobs.checkpoint(spark, tmp_path, S)

@@ -1,0 +1,51 @@
+"""The SQLite repository: backups recorded and listed, WAL mode, a versioned schema."""
+
+import sqlite3
+
+import pytest
+
+from cqsd.storage import repository
+
+
+def record(path, structure, finished, status="ok", **kw):
+    return repository.record_backup(
+        path, structure=structure, slot="SRDS1", lsn_from={"cqsd": 1}, lsn_to={"cqsd": 9},
+        started=finished - 1, finished=finished, rows=3, records=8, status=status, **kw)
+
+
+def test_backups_are_listed_newest_first_per_structure_or_all(tmp_path):
+    """backups() decodes the LSN ranges and orders by finish time, newest first."""
+    db = tmp_path / "repository.db"
+    record(db, "A", 10.0)
+    record(db, "B", 11.0)
+    record(db, "A", 12.0, status="failed", error="FoldError: structure A: ...")
+    assert [(b["structure"], b["finished"]) for b in repository.backups(db)] == [
+        ("A", 12.0), ("B", 11.0), ("A", 10.0)]
+    newest = repository.backups(db, "A")[0]
+    assert newest["lsn_to"] == {"cqsd": 9} and newest["status"] == "failed"
+    assert newest["error"].startswith("FoldError")
+
+
+def test_no_repository_yet_means_no_backups(tmp_path):
+    """Listing does not create the file."""
+    assert repository.backups(tmp_path / "repository.db") == []
+    assert not (tmp_path / "repository.db").exists()
+
+
+def test_it_runs_in_wal_mode_with_the_current_schema_version(tmp_path):
+    """WAL lets the daemon read while a job writes; user_version tracks the schema."""
+    db = tmp_path / "repository.db"
+    record(db, "A", 1.0)
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == len(repository.MIGRATIONS)
+
+
+def test_a_repository_newer_than_this_code_is_refused(tmp_path):
+    """A later cqsd's schema is not written to by an older one."""
+    db = tmp_path / "repository.db"
+    raw = sqlite3.connect(db)
+    raw.execute(f"PRAGMA user_version={len(repository.MIGRATIONS) + 1}")
+    raw.close()
+    with pytest.raises(repository.RepositoryError, match="newer than this cqsd knows"):
+        repository.backups(db)

@@ -32,6 +32,8 @@ import cqsclient
 from cqsclient.errors import ConnectionLost, CQSError
 from cqsclient.model import Message
 
+from .config import ConfigError, parse_size
+
 __all__ = ["build_parser", "format_table", "main", "show_data", "to_json"]
 
 EXIT_OK: Final = 0
@@ -49,9 +51,6 @@ QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "ba
 LATER_KINDS: Final = ("smds", "smdsconn", "cfstatus")
 # Subcommands of DESIGN §7 whose daemon side comes later, with their help.
 LATER_COMMANDS: Final = {
-    "alter": "change a structure's size",
-    "rebuild": "rebuild a structure",
-    "delete-structure": "delete a structure",
     "reset-smds": "reset the shared message data set status of a structure",
     "start-smdsconn": "make a structure's SMDS connection available",
     "stop-smdsconn": "stop a structure's SMDS connection",
@@ -237,6 +236,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _size(text: str) -> int:
+    try:
+        return parse_size(text, "--size")
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _entry_id(text: str) -> int:
     try:
         return int(text, 0)
@@ -290,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cqsctl",
         description="Operate a cqsd daemon: display, put, read, browse, delete, requeue, dequeue, "
-                    "checkpoint, recover.",
+                    "checkpoint, recover, alter, rebuild, delete-structure.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
     _global_options(parser, suppress=False)
@@ -355,11 +361,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--purge", action="store_true",
                      help="empty the structure instead (TYPE(PURGE)): nothing is recovered")
 
+    sub = command("alter", "change a structure's current size (SETXCF START,ALTER)")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("--size", type=_size, required=True, help="the new size, e.g. 48MiB")
+
+    sub = command("rebuild", "copy a structure to a new instance, optionally with a new size")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("--size", type=_size, default=None, help="its new SIZE, e.g. 128MiB")
+
+    sub = command("delete-structure", "empty a structure and its checkpoints so that nothing "
+                  "in it is recovered (SETXCF FORCE)")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
     for name, help in LATER_COMMANDS.items():
         sub = command(name, f"{help} (not implemented yet)")
         sub.add_argument("structure", metavar="STRUCTURE")
-        if name == "alter":
-            sub.add_argument("--size", help="the new size, e.g. 64MiB")
     return parser
 
 
@@ -451,6 +468,22 @@ def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report:
                      f"{r['records_replayed']} log records replayed, {r['seconds']}s")
 
 
+def cmd_alter(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.alter(args.structure, args.size)
+    return Report(r, f"{r['name']} is now {r['current_size']} bytes ({r['percent_full']}% full)")
+
+
+def cmd_rebuild(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.rebuild(args.structure, args.size)
+    return Report(r, f"{r['name']} rebuilt: {r['messages']} messages, size {r['size']}, "
+                     f"{r['seconds']}s")
+
+
+def cmd_delete_structure(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.delete_structure(args.structure)
+    return Report(r, f"{r['structure']} deleted: empty, and nothing older will be recovered")
+
+
 # Each returns what to print, or None if it printed already.
 COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Report | None]]] = {
     "display": cmd_display,
@@ -462,6 +495,9 @@ COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Repor
     "dequeue": cmd_dequeue,
     "checkpoint": cmd_checkpoint,
     "recover": cmd_recover,
+    "alter": cmd_alter,
+    "rebuild": cmd_rebuild,
+    "delete-structure": cmd_delete_structure,
 }
 
 
@@ -508,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "dequeue" and not _confirm_dequeue(args, sys.stdin):
             _fail("dequeue cancelled")
             return EXIT_FAILED
+        if args.command == "delete-structure" and not args.yes:
+            raise UsageError("delete-structure empties the structure for good: pass --yes")
     except (UsageError, ValueError) as error:
         _fail(str(error))
         return EXIT_USAGE

@@ -461,6 +461,21 @@ class Client:
         result: dict[str, Any] = await self._do(ops.checkpoint(structure))
         return result
 
+    async def alter(self, structure: str, size: int) -> dict[str, Any]:
+        """SETXCF START,ALTER (see the blocking client); returns the structure's stats."""
+        result: dict[str, Any] = await self._do(ops.alter(structure, size))
+        return result
+
+    async def rebuild(self, structure: str, size: int | None = None) -> dict[str, Any]:
+        """Structure copy (see the blocking client); returns the structure's stats."""
+        result: dict[str, Any] = await self._do(ops.rebuild(structure, size))
+        return result
+
+    async def delete_structure(self, structure: str) -> dict[str, Any]:
+        """SETXCF FORCE (see the blocking client)."""
+        result: dict[str, Any] = await self._do(ops.delete_structure(structure))
+        return result
+
     async def recover(self, structure: str, purge: bool = False) -> dict[str, Any]:
         """RECOVER CFSTRUCT (see the blocking client); returns a report."""
         result: dict[str, Any] = await self._do(ops.recover(structure, purge))

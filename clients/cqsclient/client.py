@@ -201,6 +201,24 @@ class Client:
         result: dict[str, Any] = self._do(ops.recover(structure, purge))
         return result
 
+    def alter(self, structure: str, size: int) -> dict[str, Any]:
+        """SETXCF START,ALTER: set a structure's current size in bytes (up to its SIZE,
+        never below what is in use); returns its stats."""
+        result: dict[str, Any] = self._do(ops.alter(structure, size))
+        return result
+
+    def rebuild(self, structure: str, size: int | None = None) -> dict[str, Any]:
+        """Structure copy: every message copied to a new instance (with a new SIZE if
+        given) while requests wait; returns its stats."""
+        result: dict[str, Any] = self._do(ops.rebuild(structure, size))
+        return result
+
+    def delete_structure(self, structure: str) -> dict[str, Any]:
+        """SETXCF FORCE: empty a structure (and its overflow structure) and its
+        checkpoints, so that nothing in it is ever recovered."""
+        result: dict[str, Any] = self._do(ops.delete_structure(structure))
+        return result
+
     def deregister(self) -> None:
         """End the session cleanly (the daemon releases its state), then close."""
         self._conn.expect_close("deregistered by this client")

@@ -406,6 +406,21 @@ def recover(structure: str, purge: bool) -> Call:
     return Call({"op": "recover", "structure": structure, "purge": purge}, dict)
 
 
+def alter(structure: str, size: int) -> Call:
+    """``alter``: change a structure's current size (SETXCF START,ALTER)."""
+    return Call({"op": "alter", "structure": structure, "size": size}, dict)
+
+
+def rebuild(structure: str, size: int | None) -> Call:
+    """``rebuild``: copy a structure to a new instance, optionally with a new size."""
+    return Call({"op": "rebuild", "structure": structure, "size": size}, dict)
+
+
+def delete_structure(structure: str) -> Call:
+    """``delete_structure``: empty a structure and its checkpoints (a cold start)."""
+    return Call({"op": "delete_structure", "structure": structure}, dict)
+
+
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:
     """The Notification for an unsolicited frame, or None if it is not one we know."""
     if frame.get("notify") != "work":

@@ -83,11 +83,14 @@ def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, write
     by_name = {s.name: (s, report, rows) for s, report, _, rows, _ in plans}
     last_ids = dict.fromkeys(by_name, 0)
     for record in logstream.read(log_dir, start={writer: min(start.values(), default=0) + 1}):
-        name = record.body.get("s") if isinstance(record.body, dict) else None
-        if name in by_name and record.lsn > start[name]:
-            _, report, rows = by_name[name]
-            last_ids[name] = max(last_ids[name], fold(rows, [record.body], name))
-            report.replayed += 1
+        body = record.body
+        if not isinstance(body, dict):
+            continue
+        for name in (body.get("s"), *body.get("x", ())):  # "x": an overflow move's other side
+            if name in by_name and record.lsn > start[name]:
+                _, report, rows = by_name[name]
+                last_ids[name] = max(last_ids[name], fold(rows, [body], name))
+                report.replayed += 1
     replay = time.perf_counter() - t0
 
     for s, report, header, rows, clean_path in plans:

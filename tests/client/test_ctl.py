@@ -190,8 +190,7 @@ def test_requeue(server, cqsctl):
 
 @pytest.mark.parametrize(
     "argv",
-    [["alter", "MSGQ01"], ["rebuild", "MSGQ01"], ["delete-structure", "MSGQ01"],
-     ["reset-smds", "MSGQ01"], ["start-smdsconn", "MSGQ01"], ["stop-smdsconn", "MSGQ01"],
+    [["reset-smds", "MSGQ01"], ["start-smdsconn", "MSGQ01"], ["stop-smdsconn", "MSGQ01"],
      ["display", "cfstatus"]],
 )
 def test_later_commands_say_not_implemented(cqsctl, server, argv):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cqsd.recovery.fold import FoldError
 
 from .folds import log_order, python_fold, spark_fold
-from .histories import History
+from .histories import Drawn, History
 
 FOLDS = {"python": python_fold, "spark": spark_fold}
 
@@ -138,7 +138,7 @@ def test_spark_folds_generated_engine_histories_exactly_like_the_engine(spark):
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.data())
     def generate(data):
-        h = History(f"H{len(cases)}", data).run(data.draw(st.integers(20, 60)))
+        h = History(f"H{len(cases)}", Drawn(data)).run(data.draw(st.integers(20, 60)))
         split = data.draw(st.integers(0, len(h.records)))
         images = python_fold(None, {}, h.records[:split], h.names)
         rest = h.records[split:]

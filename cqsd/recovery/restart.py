@@ -8,6 +8,7 @@ from pathlib import Path
 
 import logstream
 from logstream.durable import fsync_dir
+from logstream.series import list_segments
 
 from ..engine import Structure
 from ..srds import slots
@@ -80,6 +81,14 @@ def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, write
 
     t0 = time.perf_counter()
     start = {s.name: header.get("lsn", {}).get(writer, 0) for s, _, header, _, _ in plans}
+    segments = list_segments(log_dir, writer)
+    first = segments[0].first_lsn if segments else 1  # earlier records were trimmed
+    for name, covered in start.items():
+        if covered == 0 and first > 1:  # a structure new to this data directory
+            start[name] = first - 1
+        elif covered + 1 < first:
+            raise LogBehindImage(f"structure {name} starts from log position {covered} but "
+                                 f"the log in {log_dir} was trimmed up to {first - 1}")
     by_name = {s.name: (s, report, rows) for s, report, _, rows, _ in plans}
     last_ids = dict.fromkeys(by_name, 0)
     for record in logstream.read(log_dir, start={writer: min(start.values(), default=0) + 1}):

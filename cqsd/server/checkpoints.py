@@ -124,11 +124,11 @@ class Checkpoints:
         log.info("checkpoint_taken", structure=name, slot=result.get("slot"),
                  rows=result.get("rows"), records=result.get("records"),
                  seconds=result.get("seconds"), lsn=result.get("lsn"))
-        self._cover_the_rest()
+        await self._cover_the_rest()
         self.trim()
         return result
 
-    def _cover_the_rest(self) -> None:
+    async def _cover_the_rest(self) -> None:
         """The log is trimmed only behind every structure's checkpoints, so give each
         structure that has none one: an empty slot at once for a structure holding no
         recoverable message (every record of it so far folds to nothing), a real
@@ -141,8 +141,11 @@ class Checkpoints:
                 continue  # failed: its recovery decides
             if any(e.recoverable for e in s):
                 self.daemon.nursery.start_soon(self._quietly, name, "first")
-            else:
-                slots.purge(self.srds, name, {WRITER: self.daemon.journal.position}, s.last_id)
+                continue
+            # empty as of this position: once it is durable, an empty slot there is exact
+            position = self.daemon.journal.position
+            if await self.daemon.journal.wait_durable(position):
+                slots.purge(self.srds, name, {WRITER: position}, s.last_id)
                 log.info("checkpoint_taken", structure=name, slot="empty", rows=0, records=0)
 
     def trim(self) -> None:

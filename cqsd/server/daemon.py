@@ -517,11 +517,12 @@ class Daemon:
         new.last_id = old.last_id
         replayed = 0
         try:
-            await self.journal.wait_durable(self.journal.position)
+            position = self.journal.position  # the structure is failed: none of it comes later
+            if not await self.journal.wait_durable(position):
+                raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
             for s in _physical(new):
                 if purge:
-                    slots.purge(self.datadir.srds, s.name, {WRITER: self.journal.position},
-                                old.last_id)
+                    slots.purge(self.datadir.srds, s.name, {WRITER: position}, old.last_id)
                     (self.datadir.images / f"{s.name}.base").unlink(missing_ok=True)
                     continue
                 path = self.datadir.images / f"{s.name}.recovered"

@@ -3,8 +3,9 @@
 A history works a primary structure and its overflow structure with every kind
 of request (puts of long messages included, which the engine stages in
 segments), on several queue types including SERIAL, and moves messages from
-the primary to the overflow as overflow processing does: one record holding an
-``O`` for the primary and, in its ``x`` map, an ``I`` for the overflow. Each
+the primary to the overflow as overflow processing does (``Structure.transfer``):
+one record holding an ``O`` for the primary and, in its ``x`` map, an ``I`` for
+the overflow. Each
 request's effects become one record, stamped for one of several writers so
 that the merged order (timestamp, writer, LSN) is the order of the requests.
 """
@@ -59,12 +60,10 @@ class History:
 
     def __init__(self, name: str, choices: Drawn | Seeded) -> None:
         ticks = itertools.count(1)
-        # Ids of the overflow's own puts start far above the primary's, so a message
-        # moved in never meets one of them (in cqsd both are nanosecond clocks).
         self.primary = Structure(name, 1 << 22, entry_max=ENTRY_MAX, max_deliveries=2,
                                  clock=lambda: next(ticks))
-        self.overflow = Structure(name + "X", 1 << 22, entry_max=ENTRY_MAX, max_deliveries=2,
-                                  clock=lambda: 10**6 + next(ticks))
+        self.overflow = Structure(name + "X", 1 << 22, entry_max=ENTRY_MAX, max_deliveries=2)
+        self.primary.pair_with(self.overflow)  # one id clock, as for any overflow pair
         self.choices = choices
         self.records: list[tuple[str, int, int, dict]] = []  # (writer, lsn, timestamp, body)
         self._lsn = dict.fromkeys(WRITERS, 0)
@@ -140,20 +139,11 @@ class History:
         s.cold_client(self.choices.pick(CLIENTS))
 
     def move_to_overflow(self, s: Structure) -> None:
-        """Overflow processing: a ready recoverable message leaves the primary for the
-        overflow structure, keeping its id, put time, count and home."""
-        ready = [e for e in self.primary if e.where == "ready" and e.recoverable]
-        if not ready:
-            return
-        e = self.choices.pick(ready)
-        home = [int(e.home[0]), e.home[1]] if e.home else None
-        qtype, name, data, put_time, count = int(e.qtype), e.name, bytes(e.data), e.put_time, \
-            e.delivery_count
-        self.primary.delete(None, e.entry_id)
-        self.primary.effects[-1] = ("O", e.entry_id)
-        self.overflow.restore(e.entry_id, qtype, name, data, True, put_time, count, "ready",
-                              None, home)
-        self.overflow.effects.append(("I", e.entry_id, qtype, name, data, put_time, count, home))
+        """Overflow processing moves a ready message to the overflow structure, keeping
+        its id, put time, count and home (``O`` here, ``I`` there)."""
+        ready = [e.entry_id for e in self.primary if e.where == "ready"]
+        if ready:
+            self.primary.transfer(self.choices.pick(ready), self.overflow)
 
     # -- logging -------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ def reference(data_dir: Path, structure: str) -> dict[int, list]:
 
 @pytest.fixture
 def history() -> History:
-    return History(S, Seeded(2024)).run(300)
+    return History(S, Seeded(2024)).run(600)
 
 
 def test_checkpoints_alternate_slots_and_recovery_equals_the_reference_fold(spark, tmp_path,

@@ -198,10 +198,11 @@ def read_rows(slot: Slot) -> dict[int, list]:
 
 def iter_rows(paths: Iterable[Path]) -> Iterator[list]:
     """Image rows from slot-format Parquet files each sorted by id, merged by id."""
-    return heapq.merge(*(_file_rows(Path(p)) for p in paths), key=lambda row: row[0])
+    # (id, row) pairs compare by id alone (ids are unique), without a key call per row
+    return (row for _, row in heapq.merge(*(_file_rows(Path(p)) for p in paths)))
 
 
-def _file_rows(path: Path) -> Iterator[list]:
+def _file_rows(path: Path) -> Iterator[tuple[int, list]]:
     try:
         parquet = pq.ParquetFile(path)
         if [(f.name, f.type) for f in parquet.schema_arrow] != _COLUMNS:
@@ -217,7 +218,7 @@ def _file_rows(path: Path) -> Iterator[list]:
                     raise SlotError(f"{path}: rows are not in entry-id order at entry {eid}")
                 last = eid
                 home = [hq, hn] if hq is not None else None
-                yield [eid, qtype, name, data, True, put_time, count, where, owner, home]
+                yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home]
     except (OSError, pa.ArrowException) as err:
         raise SlotError(f"{path}: cannot read slot file ({err})") from err
 

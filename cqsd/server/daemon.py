@@ -31,14 +31,14 @@ from ..engine import (
     Altered, CQSError, ExitFailed, FullnessChanged, OverflowMode, OverflowStatus, QueueType,
     QueueWork, Reason, Structure, StructurePair,
 )
-from ..engine.structure import LOCK
 from ..engine.entry import ELEMENT
-from ..recovery.fold import rows_of
-from ..recovery.restart import load_recovered, rebuild_all
+from ..engine.structure import LOCK
 from ..protocol import requests
 from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
-from ..storage import image
+from ..recovery.fold import rows_of
+from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
+from ..storage import image
 from ..storage.datadir import DataDir, DataDirError
 from .checkpoints import Checkpoints, run_job
 from .handlers import DEFERRED, HANDLERS
@@ -175,6 +175,8 @@ class Daemon:
         records; returns the LSN a reply must wait for (0: none)."""
         wait_for = 0
         for s in self.structures.values():
+            if s.pressure and self.nursery is not None:
+                self._relieve(s)
             if s.events:
                 for event in s.take_events():
                     if type(event) is QueueWork:
@@ -195,8 +197,6 @@ class Daemon:
                 self.checkpoints.note_logged(record, self.journal.writer.bytes_written - before)
                 if urgent:
                     wait_for = lsn or NEVER
-            if s.pressure and self.nursery is not None:
-                self._relieve(s)
         return wait_for
 
     def _relieve(self, s: StructurePair) -> None:

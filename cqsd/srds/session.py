@@ -7,12 +7,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 DEFAULTS = {
     "spark.ui.enabled": "false",  # a job is a batch step; nothing should bind a port
-    "spark.ui.showConsoleProgress": "false",
-    # Fewer rows per Arrow batch than Spark's 10,000: messages are up to 1 MiB each.
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "4096",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
 }
 
 
@@ -21,10 +18,13 @@ def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
     """Start (or join, under spark-submit) a session; ``conf`` overrides the defaults.
 
     Python workers run ``sys.executable`` so they import this very cqsd.
-    ``progress`` turns on Spark's console progress bar (on stderr).
+    ``progress`` turns on Spark's console progress bar (on stderr). Driver
+    JVM options in ``conf`` are added to the one that quiets Spark's logging.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = {**DEFAULTS, "spark.ui.showConsoleProgress": str(progress).lower(), **(conf or {})}
+    settings[JAVA_OPTIONS] = " ".join(
+        [f"-Dlog4j2.configurationFile={LOG4J.as_uri()}", settings.get(JAVA_OPTIONS, "")]).strip()
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)

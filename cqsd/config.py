@@ -399,7 +399,7 @@ _DAEMON: dict[str, _Key] = {
     "checkpoint_log_volume": _Key(_size_between(0, 1024 * GiB), "256MiB"),
     "log_retention": _Key(_seconds(0, inclusive=True), 0),
     "spark_master": _Key(_spark_master, "local[*]"),
-    "spark_recovery_records": _Key(_integer(0), 200_000),
+    "spark_recovery_records": _Key(_integer(0), 5_000_000),
     "job_timeout": _Key(_seconds(0, inclusive=False), 3600),
 }
 
@@ -682,7 +682,7 @@ checkpoint_interval = 3600
 checkpoint_log_volume = "256MiB"
 log_retention = 0
 spark_master = "local[*]"
-spark_recovery_records = 200000
+spark_recovery_records = 5000000
 job_timeout = 3600
 
 [[structure]]

@@ -60,7 +60,7 @@ def test_embedded_default_is_the_design_default():
         overflow_exit="", queue_space_exit="")
     assert (d.checkpoint_interval, d.checkpoint_log_volume, d.log_retention) == (
         3600.0, 256 * 1024**2, 0.0)
-    assert (d.spark_master, d.spark_recovery_records) == ("local[*]", 200_000)
+    assert (d.spark_master, d.spark_recovery_records) == ("local[*]", 5_000_000)
     assert c.structure("MSGQ01OV").size == 16 * 1024**2
     assert c.structure("EMHQ01").size == 32 * 1024**2
     assert c.clients == ()

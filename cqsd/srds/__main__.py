@@ -56,9 +56,11 @@ def _run(args: argparse.Namespace) -> dict:
 
 
 def _first_line(err: Exception) -> str:
-    """Spark errors carry a JVM stack trace after their first line."""
-    text = str(err).strip() or type(err).__name__
-    return text.splitlines()[0]
+    """What went wrong, in one line: Spark errors carry a JVM stack trace after
+    their first line, and an error in a Python worker its traceback, whose last
+    line is the error itself."""
+    lines = (str(err).strip() or type(err).__name__).splitlines()
+    return lines[-1] if type(err).__name__ == "PythonException" else lines[0]
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -85,12 +85,6 @@ def _decoder(tasks: list[segments.Task], structures: frozenset[str], summaries):
     return decode
 
 
-def record_events(spark: SparkSession, records, structures: set[str]) -> DataFrame:
-    """The effect rows of in-memory ``(writer, lsn, timestamp, body)`` records."""
-    table = pa.Table.from_batches(list(effects.batches(records, structures)), effects.SCHEMA)
-    return spark.createDataFrame(table) if table.num_rows else spark.createDataFrame([], EVENTS)
-
-
 def slot_events(rows: DataFrame, structure: str) -> DataFrame:
     """Slot rows (slot schema) as base rows of ``structure``, before every record."""
     return rows.select(

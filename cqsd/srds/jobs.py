@@ -8,13 +8,13 @@ driver, with the action split at the moment the last log segment was decoded.
 
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import structlog
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 import logstream
 from logstream.durable import make_dirs
@@ -74,10 +74,7 @@ def checkpoint(spark: SparkSession, data_dir: Path, structure: str,
             attempt["slot"] = target
             staged = slots.staging_dir(directory, "checkpoint")
             try:
-                began = time.time()
-                rows, events = _folded(spark, layout, structure, base, tasks)
-                coverage = _run(stages, began, events, lambda: rows.write.parquet(str(staged)))
-                last_id = max(base.last_id if base else 0, coverage.last_ids.get(structure, 0))
+                coverage, last_id = _fold_into(staged, spark, stages, structure, base, tasks)
                 with stages.stage("commit") as info:
                     slot = slots.install(directory, staged, target, attempt["lsn_to"], last_id,
                                          started)
@@ -106,10 +103,7 @@ def recover(spark: SparkSession, data_dir: Path, structure: str,
         base, tasks = _plan(stages, layout, structure, None, attempt)
         staged = slots.staging_dir(directory, "recover")
         try:
-            began = time.time()
-            rows, events = _folded(spark, layout, structure, base, tasks)
-            coverage = _run(stages, began, events, lambda: rows.write.parquet(str(staged)))
-            last_id = max(base.last_id if base else 0, coverage.last_ids.get(structure, 0))
+            coverage, last_id = _fold_into(staged, spark, stages, structure, base, tasks)
             with stages.stage("image") as info:
                 files = sorted(staged.glob("*.parquet"))
                 count = sum(pq.read_metadata(f).num_rows for f in files)
@@ -183,29 +177,27 @@ def _plan(stages: Stages, layout: DataDir, structure: str, cut: dict[str, int] |
     return base, tasks
 
 
-def _folded(spark: SparkSession, layout: DataDir, structure: str, base: slots.Slot | None,
-            tasks: list[segments.Task]) -> tuple[DataFrame, fold.LogEvents]:
-    """The fold's output rows (not yet computed) and the log reading behind them."""
+def _fold_into(staged: Path, spark: SparkSession, stages: Stages, structure: str,
+               base: slots.Slot | None, tasks: list[segments.Task]
+               ) -> tuple[segments.Coverage, int]:
+    """Fold the base slot and the planned segments into Parquet files in ``staged``,
+    in one Spark action; then check the tasks read the whole range. Returns
+    what they read and the last entry id.
+
+    "read" runs from building the DataFrames to the end of the last log task,
+    "fold" is the rest of the action. A damaged log explains any failure
+    downstream of it (a missing record makes a later effect an orphan), so
+    damage the tasks reported is raised in preference to the action's own error.
+    """
+    began = time.time()
     events = fold.LogEvents(spark, tasks, {structure})
     frame = events.frame
     if base is not None:
         frame = frame.unionByName(fold.slot_events(fold.read_slot(spark, base), structure))
-    return fold.slot_columns(fold.fold(frame)), events
-
-
-def _run(stages: Stages, began: float, events: fold.LogEvents, action: Callable[[], None]
-         ) -> segments.Coverage:
-    """Run the one Spark action of a job, then check the tasks read the whole range.
-
-    ``began`` is when the job started building its DataFrames (epoch seconds):
-    "read" runs from then to the end of the last log task, "fold" is the rest.
-    A damaged log explains any failure downstream of it (a missing record
-    makes a later effect an orphan), so damage the tasks reported is raised
-    in preference to the action's own error.
-    """
+    rows = fold.slot_columns(fold.fold(frame))
     try:
         with fold.raised():
-            action()
+            rows.write.parquet(str(staged))
     except Exception:
         segments.raise_reported(events.summaries())
         raise
@@ -214,7 +206,7 @@ def _run(stages: Stages, began: float, events: fold.LogEvents, action: Callable[
     read = min(ended, coverage.read_ended or began) - began
     stages.add("read", read, records=coverage.records, matched=coverage.matched)
     stages.add("fold", ended - began - read)
-    return coverage
+    return coverage, max(base.last_id if base else 0, coverage.last_ids.get(structure, 0))
 
 
 def _record(layout: DataDir, structure: str, attempt: dict, started: float, rows: int | None,

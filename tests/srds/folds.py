@@ -29,11 +29,12 @@ def python_fold(spark, images: dict, records: list, structures: list[str]) -> di
 
 
 def spark_fold(spark, images: dict, records: list, structures: list[str]) -> dict:
-    events = spark_fold_module.record_events(spark, records, set(structures))
+    batches = list(effects.batches(records, set(structures)))
     base = [_base_row(s, row) for s, rows in images.items() for row in rows.values()]
     if base:
-        table = pa.Table.from_batches([effects.batch(base)])
-        events = events.unionByName(spark.createDataFrame(table))
+        batches.append(effects.batch(base))
+    events = (spark.createDataFrame(pa.Table.from_batches(batches)) if batches
+              else spark.createDataFrame([], spark_fold_module.EVENTS))
     with spark_fold_module.raised():
         table = spark_fold_module.fold(events).toArrow()
     folded: dict = {s: {} for s in structures}

@@ -97,7 +97,9 @@ class History:
         s.put(*key, self._payload(size), self.choices.pick([True, True, False]))
 
     def read(self, s: Structure) -> None:
-        s.read(self.choices.pick(CLIENTS), *self._key())
+        """Mostly a queue that has a message, so that locks (and cold starts) happen."""
+        ready = sorted({(int(e.qtype), e.name) for e in s if e.where == "ready"})
+        s.read(self.choices.pick(CLIENTS), *self.choices.pick([*ready, *ready, self._key()]))
 
     def delete(self, s: Structure) -> None:
         s.delete(self.choices.pick([None, *CLIENTS]), self._any_id(s))
@@ -191,4 +193,4 @@ class History:
 
 STEPS = [History.put, History.put, History.put, History.read, History.read, History.delete,
          History.move, History.unlock, History.unlock, History.commit, History.requeue,
-         History.dequeue, History.release, History.cold, History.move_to_overflow]
+         History.dequeue, History.release, History.cold, History.cold, History.move_to_overflow]

@@ -134,7 +134,7 @@ def test_spark_folds_generated_engine_histories_exactly_like_the_engine(spark):
     reference fold does, for every history in one Spark job."""
     cases = []
 
-    @settings(max_examples=80, deadline=None, database=None,
+    @settings(max_examples=80, deadline=None, database=None, print_blob=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.data())
     def generate(data):

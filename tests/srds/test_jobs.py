@@ -34,9 +34,13 @@ def write_log(data_dir: Path, records: list) -> None:
 
 def reference(data_dir: Path, structure: str) -> dict[int, list]:
     """The plain-Python fold of the whole log: what recovery must give."""
+    return reference_with_last_id(data_dir, structure)[0]
+
+
+def reference_with_last_id(data_dir: Path, structure: str) -> tuple[dict[int, list], int]:
     rows: dict[int, list] = {}
-    fold(rows, (r.body for r in logstream.read(data_dir / "logstream")), structure)
-    return rows
+    last_id = fold(rows, (r.body for r in logstream.read(data_dir / "logstream")), structure)
+    return rows, last_id
 
 
 @pytest.fixture
@@ -65,7 +69,7 @@ def test_checkpoints_alternate_slots_and_recovery_equals_the_reference_fold(spar
     header, rows = image.read_rows(Path(done["image"]), S)
     assert rows == reference(tmp_path, S) == history.expected()[S]
     assert header["lsn"] == logstream.tail_positions(tmp_path / "logstream")
-    assert header["last_id"] == history.primary.last_id
+    assert header["last_id"] == reference_with_last_id(tmp_path, S)[1]
     rebuilt = Structure(S, 1 << 22, entry_max=300)
     image.restore(rebuilt, rows)
     assert queues(rebuilt) == queues(history.primary, recoverable_only=True)
@@ -160,7 +164,7 @@ def test_records_trimmed_after_the_slot_make_the_jobs_fail(spark, tmp_path, hist
     write_log(tmp_path, history.records[:20])
     jobs.checkpoint(spark, tmp_path, S)
     write_log(tmp_path, history.records[20:])
-    for writer in history.names and logstream.tail_positions(tmp_path / "logstream"):
+    for writer in logstream.tail_positions(tmp_path / "logstream"):
         logstream.trim(tmp_path / "logstream", writer, 10**9)
     with pytest.raises(logstream.Trimmed):
         jobs.recover(spark, tmp_path, S)
@@ -188,9 +192,10 @@ def test_purge_makes_an_empty_slot_current_and_nothing_older_is_recovered(spark,
 def test_a_cut_behind_the_current_slot_is_refused(spark, tmp_path, history):
     """A cut cannot go back before what the current slot already holds."""
     write_log(tmp_path, history.records)
-    jobs.checkpoint(spark, tmp_path, S, cut={"cqsd": 5})
+    cut = {writer: lsn for writer, lsn, _, _ in history.records[:20]}
+    jobs.checkpoint(spark, tmp_path, S, cut=cut)
     with pytest.raises(jobs.JobError, match="behind slot SRDS1"):
-        jobs.checkpoint(spark, tmp_path, S, cut={"cqsd": 4})
+        jobs.checkpoint(spark, tmp_path, S, cut={**cut, "cqsd": cut["cqsd"] - 1})
 
 
 def test_a_cut_includes_exactly_the_records_up_to_it(spark, tmp_path, history):

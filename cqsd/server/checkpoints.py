@@ -98,6 +98,13 @@ class Checkpoints:
             raise run.result
         return run.result
 
+    async def finished(self, name: str) -> None:
+        """Wait for a checkpoint of ``name`` that is running, if any (a recovery must
+        not race one: the job holds the slots' lock, and would install older content)."""
+        run = self._running.get(name)
+        if run is not None:
+            await run.done.wait()
+
     async def _take(self, name: str, why: str, run: "_Run") -> None:
         try:
             run.result = await self._checkpoint(name, why)
@@ -187,7 +194,7 @@ class Checkpoints:
             await trio.sleep(TRIGGER_POLL)
             now = time.time()
             for name in self.names:
-                if name in self._running or name in self.daemon.failed:
+                if name in self._running or self.daemon.physical(name) is None:
                     continue
                 if d.checkpoint_log_volume and self.log_bytes[name] >= d.checkpoint_log_volume:
                     why = "log_volume"

@@ -517,6 +517,8 @@ class Daemon:
         new.last_id = old.last_id
         replayed = 0
         try:
+            for s in _physical(new):
+                await self.checkpoints.finished(s.name)  # none starts while it is failed
             position = self.journal.position  # the structure is failed: none of it comes later
             if not await self.journal.wait_durable(position):
                 raise CQSError(Reason.SHUTTING_DOWN, "the log failed")

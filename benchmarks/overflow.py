@@ -28,9 +28,7 @@ import statistics
 import time
 
 from cqsd.engine import ELEMENT, Structure, StructurePair
-
-PAYLOAD = b"x" * 1024
-BLOCK = 500
+from engine import PAYLOAD, put_read_delete
 
 
 def depths(names: int, messages: int, skewed: bool) -> list[int]:
@@ -119,30 +117,13 @@ def fastpath(ops: int) -> list[dict]:
             target.put("TRAN", "TRANX", PAYLOAD)
         s.take_events()
         s.effects.clear()
-        clock = time.process_time_ns
-        put_ns = read_ns = delete_ns = 0
         gc.disable()
         try:
-            for _ in range(ops // BLOCK):
-                t0 = clock()
-                for _ in range(BLOCK):
-                    target.put("TRAN", "TRANX", PAYLOAD)
-                t1 = clock()
-                locked = [target.read("IMS1", "TRAN", "TRANX").entry_id for _ in range(BLOCK)]
-                t2 = clock()
-                for entry_id in locked:
-                    target.delete("IMS1", entry_id)
-                t3 = clock()
-                put_ns += t1 - t0
-                read_ns += t2 - t1
-                delete_ns += t3 - t2
-                s.effects.clear()
+            row = put_read_delete(target, s.effects.clear, ops)
         finally:
             gc.enable()
-        n = (ops // BLOCK) * BLOCK
         out.append({"bench": "fastpath", "through": through, "depth": 1000,
-                    "put_us": round(put_ns / n / 1000, 3), "read_us": round(read_ns / n / 1000, 3),
-                    "delete_us": round(delete_ns / n / 1000, 3)})
+                    **{k: round(v, 3) for k, v in row.items()}})
     return out
 
 

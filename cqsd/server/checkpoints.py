@@ -36,11 +36,22 @@ class JobFailed(CQSError):
         super().__init__(Reason.INVALID_REQUEST, message)
 
 
+def job_command(config, args: list[str]) -> list[str]:
+    """``python -m cqsd.srds ARGS`` on this daemon's data directory and Spark master."""
+    d = config.daemon
+    return [sys.executable, "-m", "cqsd.srds", *args, "--data-dir", d.data_dir,
+            "--master", d.spark_master]
+
+
+def job_result(stdout: bytes) -> dict:
+    """A job's result: the JSON object on the last line it printed."""
+    return json.loads(stdout.decode(errors="replace").strip().splitlines()[-1])
+
+
 async def run_job(config, args: list[str]) -> dict:
     """Run ``python -m cqsd.srds ARGS`` and return its result line; JobFailed says why not."""
     d = config.daemon
-    command = [sys.executable, "-m", "cqsd.srds", *args, "--data-dir", d.data_dir,
-               "--master", d.spark_master]
+    command = job_command(config, args)
     started = time.monotonic()
     with trio.move_on_after(d.job_timeout) as scope:
         done = await trio.run_process(command, capture_stdout=True, capture_stderr=True,
@@ -50,9 +61,8 @@ async def run_job(config, args: list[str]) -> dict:
     if done.returncode != 0:
         raise JobFailed(f"{' '.join(args[:3])} failed (exit {done.returncode}): "
                         f"{_last_error(done.stderr)}")
-    lines = done.stdout.decode(errors="replace").strip().splitlines()
     try:
-        result = json.loads(lines[-1])
+        result = job_result(done.stdout)
     except (IndexError, ValueError):
         raise JobFailed(f"{' '.join(args[:3])} printed no result") from None
     log.debug("job_done", args=args, seconds=round(time.monotonic() - started, 3))
@@ -138,15 +148,15 @@ class Checkpoints:
     async def _cover_the_rest(self) -> None:
         """The log is trimmed only behind every structure's checkpoints, so give each
         structure that has none one: an empty slot at once for a structure holding no
-        recoverable message (every record of it so far folds to nothing), a real
-        checkpoint for the others."""
+        message (every record of it so far folds to nothing), a real checkpoint for
+        the others."""
         for name in self.names:
-            if name in self._running or slots.valid_slots(self.srds, name):
+            if name in self._running or slots.recorded_positions(self.srds, name):
                 continue
             s = self.daemon.physical(name)
             if s is None:
                 continue  # failed: its recovery decides
-            if any(e.recoverable for e in s):
+            if s.stats()["messages"]:  # a job folds it (to nothing, if none is recoverable)
                 self.daemon.nursery.start_soon(self._quietly, name, "first")
                 continue
             # empty as of this position: once it is durable, an empty slot there is exact
@@ -174,7 +184,7 @@ class Checkpoints:
     def _needed_from(self, name: str) -> int:
         """The first LSN a recovery of ``name`` may need: the one after its older valid
         slot; 1 (the whole log) while it has no checkpoint."""
-        positions = [s.lsn.get(WRITER, 0) for s in slots.valid_slots(self.srds, name)]
+        positions = [lsn.get(WRITER, 0) for lsn in slots.recorded_positions(self.srds, name)]
         if not positions:
             return 1
         return min(positions) + 1

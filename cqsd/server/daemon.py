@@ -12,11 +12,9 @@ deadline, reader → waiting reads), grace timers of dropped clients).
 """
 
 import functools
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import socket as stdlib_socket
 import ssl
@@ -40,7 +38,7 @@ from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
 from ..storage import image
 from ..storage.datadir import DataDir, DataDirError
-from .checkpoints import Checkpoints, run_job
+from .checkpoints import Checkpoints, job_command, job_result, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
 from .session import Session
@@ -477,12 +475,11 @@ class Daemon:
         """At start, before serving: the Spark recovery job folds a long log tail. On
         failure the daemon folds it itself (slower, but it starts)."""
         path = self.datadir.images / f"{name}.recovered"
-        d = self.config.daemon
-        command = [sys.executable, "-m", "cqsd.srds", "recover", "--structure", name,
-                   "--to-image", str(path), "--data-dir", d.data_dir, "--master", d.spark_master]
+        command = job_command(self.config, ["recover", "--structure", name, "--to-image", str(path)])
         log.info("spark_recovery_started", structure=name)
         try:
-            done = subprocess.run(command, capture_output=True, timeout=d.job_timeout, check=False)
+            done = subprocess.run(command, capture_output=True, timeout=self.config.daemon.job_timeout,
+                                  check=False)
         except subprocess.TimeoutExpired:
             log.error("spark_recovery_failed", structure=name, error="job_timeout")
             return None
@@ -490,8 +487,7 @@ class Daemon:
             log.error("spark_recovery_failed", structure=name,
                       error=done.stderr.decode(errors="replace").strip().splitlines()[-1:])
             return None
-        log.info("spark_recovery_done", structure=name,
-                 result=json.loads(done.stdout.decode().strip().splitlines()[-1]))
+        log.info("spark_recovery_done", structure=name, result=job_result(done.stdout))
         return path
 
     async def recover_structure(self, name: str, purge: bool, why: str = "recover") -> dict:

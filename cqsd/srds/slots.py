@@ -143,6 +143,15 @@ def valid_slots(srds_dir: Path, structure: str) -> list[Slot]:
     return found
 
 
+def recorded_positions(srds_dir: Path, structure: str) -> list[dict[str, int]]:
+    """The log positions of the slots the manifest lists with a sound entry, without
+    reading their files: enough to decide what log is still needed (a damaged slot
+    only makes recovery fall back to the other, older one). Raises ManifestError."""
+    m = manifest.load(structure_dir(srds_dir, structure), structure)
+    return [dict(entry["lsn"]) for entry in m["slots"].values()
+            if isinstance(entry, dict) and entry.get("checksum") == manifest.checksum(entry)]
+
+
 def _check(directory: Path, structure: str, name: str, entry) -> tuple[Slot | None, str | None]:
     """The slot of a manifest entry and, if it cannot be used, why not."""
     where = directory / manifest.NAME

@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, parents=[common])
 
-    sub = command("display", "display structures, queues, clients, locks or headers")
+    sub = command("display", "display structures, queues, clients, locks, headers or backups")
     sub.add_argument("kind", choices=QUERY_KINDS + LATER_KINDS, metavar="KIND",
                      help=f"one of: {', '.join(QUERY_KINDS + LATER_KINDS)}")
     sub.add_argument("--structure", help="only this structure")

@@ -50,8 +50,10 @@ def threshold_elements(threshold: int, elements_total: int) -> int:
 def grown_size(used: int, elements_total: int, size: int) -> int:
     """The size in bytes that brings ``used`` data elements down by RELIEF_POINTS
     percentage points (70% of 1,000 elements: 1,400 elements, 50%), capped at the
-    maximum ``size``; ``size`` itself when no size can (use at 20% or below)."""
-    excess = 100 * used - RELIEF_POINTS * elements_total
+    maximum ``size``; ``size`` itself when no size can (use at 20% or below). A
+    structure restored over-full counts as 100% used: it grows to hold its content
+    at 80%."""
+    excess = min(100 * used, 100 * elements_total) - RELIEF_POINTS * elements_total
     if excess <= 0:
         return size
     want = -(-100 * used * elements_total // excess)

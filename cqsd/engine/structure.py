@@ -352,15 +352,16 @@ class Structure:
     def alter(self, size_bytes: int, reason: str = "operator") -> Altered:
         """Change the current size (SETXCF START,ALTER), within the configured maximum
         ``size``: overflow processing grows a structure this way before it selects
-        queues. Raises INVALID_REQUEST for a size below the data elements in use or
-        above ``size``. The ``Altered`` event is also left in ``events``."""
+        queues. Raises INVALID_REQUEST for a size above ``size``, or for shrinking
+        below the data elements in use (a structure restored over-full may grow by
+        steps). The ``Altered`` event is also left in ``events``."""
         if type(size_bytes) is not int or not 0 < size_bytes <= self.size:
             raise CQSError(
                 Reason.INVALID_REQUEST,
                 f"alter of structure {self.name} to {size_bytes!r} bytes: the size must be "
                 f"1 to its maximum size {self.size}",
             )
-        if size_bytes // ELEMENT < self.elements_used:
+        if size_bytes < self.current_size and size_bytes // ELEMENT < self.elements_used:
             raise CQSError(
                 Reason.INVALID_REQUEST,
                 f"alter of structure {self.name} to {size_bytes} bytes "

@@ -201,7 +201,11 @@ class Daemon:
         """Overflow processing (seed 004): grow, or select queues; their messages then
         move to the overflow structure in batches between other requests."""
         started = time.perf_counter()
-        relief = s.relieve()
+        try:
+            relief = s.relieve()
+        except CQSError as err:  # settle must still log what the request did
+            log.error("overflow_relief_failed", structure=s.name, error=err.message)
+            return
         if relief is None:
             return
         if relief.selected or relief.dropped:

@@ -3,9 +3,11 @@
 Design note. Every request is handled to completion, synchronously, by the
 task reading its connection: the engine never awaits, so one request's
 changes and the notifications and waiter hand-offs they cause happen with no
-other request in between. Only waiting reads become tasks. Each connection has
-one writer task draining a bounded queue of encoded frames, batching what has
-piled up into one send, which is what makes pipelining cheap.
+other request in between. Only waiting reads become tasks. Replies go out
+at once, or, when they wait for the log, from the flusher after its fsync
+(session.py); each connection's writer task sends only what a non-blocking
+send could not take, batching what has piled up into one send, which is what
+makes pipelining cheap.
 
 Task tree: run → (signals, listeners → connection → (writer, handshake
 deadline, reader → waiting reads), grace timers of dropped clients).
@@ -47,7 +49,6 @@ from .waiters import ReadWaiters
 log = structlog.get_logger()
 RECEIVE_SIZE = 256 * 1024
 FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
-SEND_BATCH = 256 * 1024  # bytes of small frames joined into one send
 DRAIN_TIMEOUT = 10.0
 NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged  # seconds connections get to flush their replies at shutdown
 
@@ -241,7 +242,8 @@ class Daemon:
                 }))
             await trio.aclose_forcefully(stream)
             return
-        session = Session(_peer(stream), over_tcp, self.config.daemon.send_queue, self.max_frame)
+        session = Session(_peer(stream), over_tcp, self.config.daemon.send_queue, self.max_frame,
+                          self.journal)
         if isinstance(stream, trio.SocketStream):
             session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
         self.sessions.add(session)
@@ -289,40 +291,26 @@ class Daemon:
                     return
 
     async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
-        """Send queued frames in order, batched, each only once what it acknowledges is
-        durable: a reply never runs ahead of the log."""
+        """Send what a non-blocking send could not (TLS, a slow reader), in order,
+        batched, each frame only once what it acknowledges is durable: a reply
+        never runs ahead of the log."""
+        q = session.queue
         try:
-            async for item in session.outgoing:
-                batch, size, need = [item], len(item[2]), item[0]
-                while size < SEND_BATCH:
-                    try:
-                        more = session.outgoing.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    batch.append(more)
-                    size += len(more[2])
-                    need = max(need, more[0])
-                if need and not await self.journal.wait_durable(need):
-                    batch = [self._unacknowledged(item) for item in batch]
-                await stream.send_all(
-                    batch[0][2] if len(batch) == 1 else b"".join(item[2] for item in batch)
-                )
-                session.pending -= len(batch)
+            while q or not session.closing:
+                if q and q[0][0] > self.journal.durable and session.closing:
+                    if not await self.journal.wait_durable(q[0][0]):
+                        session.release(self.journal.durable, self.journal.failed)
+                    continue
+                if not q or q[0][0] > self.journal.durable:
+                    await session.wait_for_work()
+                    continue
+                session.sending = True
+                await stream.send_all(session.take(self.journal.durable))
+                session.sending = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             session.scope.cancel()
-
-    def _unacknowledged(self, item: tuple[int, int | None, bytes]) -> tuple:
-        """A reply whose log record did not become durable turns into an error."""
-        lsn, request_id, frame = item
-        if lsn == 0 or 0 < lsn <= self.journal.durable:
-            return item
-        return (0, request_id, encode_frame({
-            "id": request_id, "ok": False, "reason": str(Reason.SHUTTING_DOWN),
-            "message": f"not acknowledged: the log write failed ({self.journal.failed}); "
-                       "the daemon is stopping for recovery",
-        }))
 
     async def _handshake_deadline(self, session: Session) -> None:
         await trio.sleep(self.config.daemon.handshake_timeout)

@@ -4,7 +4,9 @@ hold replies until what they acknowledge is durable.
 Design note. Appends happen on the event loop, in request order, and are
 cheap (a write to the page cache). One flusher task runs ``fsync``; whatever
 was appended while it ran is covered by the next one, so concurrent clients
-share fsyncs (group commit) without any of them waiting for a timer. On a disk
+share fsyncs (group commit) without any of them waiting for a timer. After
+each fsync the flusher itself sends the replies it made durable (sessions
+``hold`` them here), so a durable reply costs no other task's wake-up. On a disk
 whose fsync is fast, handing it to a worker thread costs more than the fsync
 itself (~100 µs of thread and loop wake-ups measured on a 2-core VM against a
 ~200 µs fsync), so the flusher runs it inline while the moving average stays
@@ -41,6 +43,7 @@ class Journal:
         self._work = trio.Event()
         self._flushed = trio.Event()
         self._fsync_average = 0.0
+        self._held: set = set()  # sessions with replies waiting for a flush
         self.on_failure = None  # called once with the error
 
     @property
@@ -60,6 +63,10 @@ class Journal:
         if urgent:
             self._work.set()
         return lsn
+
+    def hold(self, session) -> None:
+        """``session`` has replies waiting for a flush: ``release`` it after each."""
+        self._held.add(session)
 
     async def wait_durable(self, lsn: int) -> bool:
         """Wait until ``lsn`` is on stable storage; False if it never will be."""
@@ -90,6 +97,10 @@ class Journal:
             await trio.sleep(0)  # let the requests that arrived meanwhile append first
 
     def _wake(self) -> None:
+        held, self._held = self._held, set()
+        for session in held:
+            if session.release(self.durable, self.failed):
+                self._held.add(session)
         flushed, self._flushed = self._flushed, trio.Event()
         flushed.set()
 

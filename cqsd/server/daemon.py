@@ -268,10 +268,25 @@ class Daemon:
 
     async def _reader(self, session: Session, stream: trio.abc.Stream) -> None:
         decoder = FrameDecoder(self.max_frame)
+        raw, waited = session.raw, True
         while True:
             try:
-                data = await stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                if raw is None:
+                    data = await stream.receive_some(RECEIVE_SIZE)
+                else:
+                    # Read the plain socket directly: Trio's receive_some would add
+                    # a scheduler round to every request. A client whose requests
+                    # keep coming still takes turns with the others.
+                    if not waited:
+                        await trio.lowlevel.checkpoint()
+                    try:
+                        data = raw.recv(RECEIVE_SIZE)
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_readable(raw)
+                        waited = True
+                        continue
+                    waited = False
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             decoder.receive_data(data)
             while True:

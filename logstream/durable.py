@@ -18,7 +18,8 @@ from pathlib import Path
 Fsync = Callable[[int], None]
 
 TEMP_SUFFIX = ".tmp"
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+# No O_APPEND: Linux's pwrite ignores its offset on an O_APPEND descriptor.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
 def _fsync_of(fsync: Fsync | None) -> Fsync:
@@ -59,7 +60,7 @@ def make_dirs(path: Path, fsync: Fsync | None = None) -> None:
 
 
 def create_file(path: Path, data: bytes, fsync: Fsync | None = None) -> int:
-    """Durably create `path` holding `data`; return an fd open for appending to it.
+    """Durably create `path` holding `data`; return an fd open for writing, at its end.
 
     Raises FileExistsError if `path` exists: we never replace a log file.
     """

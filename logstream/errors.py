@@ -15,7 +15,6 @@ class Damage(str, enum.Enum):
     """Why bytes in a segment are not a good record or a good header."""
 
     SHORT_RECORD = "short-record"  # the file ends inside a record
-    ZERO_FILL = "zero-fill"  # only zero bytes from here to the end of the file
     BAD_MAGIC = "bad-magic"  # the bytes where a record should start are not one
     BAD_LENGTH = "bad-length"  # a body length above record.MAX_BODY
     BAD_CRC = "bad-crc"

@@ -2,7 +2,9 @@
 
 The cut bytes are never needed to recover (they were never acknowledged as
 durable), but they are the only evidence of what went wrong, so they are
-saved next to the segment before it is truncated, in the same durable way.
+saved next to the segment before it is truncated, in the same durable way;
+up to their last non-zero byte only, since a preallocated segment's unused
+space (most of the file) is zeros and says nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from . import durable
 from .durable import Fsync
 from .errors import Damage, TornTail
+from .scan import find_zero_tail
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -22,7 +25,7 @@ class Repair:
 
     path: Path
     offset: int
-    bytes_cut: int
+    bytes_cut: int  # from `offset` to the end of the file, zeros included
     reason: Damage
     copy: Path
 
@@ -37,18 +40,23 @@ def _copy_name(path: Path, offset: int) -> Path:
 
 
 def cut_tail(torn: TornTail, fsync: Fsync | None = None) -> Repair:
-    """Save the torn bytes to a `.broken-<offset>` file, then truncate the segment there."""
+    """Save the torn bytes to a `.broken-<offset>` file, then truncate the segment there.
+
+    The copy ends at the last non-zero byte: a torn record's own trailing zeros
+    cannot be told from the preallocated zeros after it.
+    """
     path = Path(torn.path)
     sync = os.fsync if fsync is None else fsync
     with open(path, "rb") as f:
+        data_end, file_end = find_zero_tail(f, torn.offset)
         f.seek(torn.offset)
-        cut = f.read()
+        kept = f.read(data_end - torn.offset).rstrip(b"\0")
     copy = _copy_name(path, torn.offset)
-    os.close(durable.create_file(copy, cut, sync))
+    os.close(durable.create_file(copy, kept, sync))
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.ftruncate(fd, torn.offset)
         sync(fd)
     finally:
         os.close(fd)
-    return Repair(path, torn.offset, len(cut), torn.reason, copy)
+    return Repair(path, torn.offset, file_end - torn.offset, torn.reason, copy)

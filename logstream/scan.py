@@ -1,15 +1,18 @@
 """Reading one segment file record by record, and judging how it ends.
 
 The scan streams the file through a buffer of about `CHUNK` bytes, so reading
-a series never holds more than a chunk (or one record) per writer. When it
-meets bad bytes it decides, with the whole context, between the two outcomes
-in docs/logstream.md: a torn tail (only in the last segment of a series, and
-only if no good record follows) or corruption (anything else).
+a series never holds more than a chunk (or one record) per writer. Where the
+records stop, the rest of the file is either nothing or zeros (the unused space
+of a preallocated segment, compared a chunk at a time, never held): a clean
+end. Anything else it judges, with the whole context, as one of the two
+outcomes in docs/logstream.md: a torn tail (only in the last segment of a
+series, and only if no good record follows) or corruption (anything else).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from . import record, segment
 from .errors import CorruptLog, Damage, TornTail
@@ -17,6 +20,10 @@ from .record import Frame, NeedData
 from .series import SegmentFile, check_header
 
 CHUNK = 1 << 20  # big enough that refills are rare, small enough to hold per writer
+_ZEROS = bytes(CHUNK)
+# Bad bytes are judged together with everything a record starting in them can
+# reach, so a good record that follows them is found even if it ends in zeros.
+_REACH = record.HEADER_SIZE + record.MAX_BODY
 
 
 class SegmentScan:
@@ -27,7 +34,8 @@ class SegmentScan:
     `last_timestamp` the timestamp of the last good record (None if the
     segment holds none) and `torn` a TornTail if the file ends in one.
     Iterating raises CorruptLog for corruption. A scan reads a snapshot: if
-    a live writer is appending, it ends where the file ended when it got there.
+    a live writer is appending, it ends where the records ended when it got
+    there, before a record it saw only in part (a torn tail, to it).
     """
 
     def __init__(self, seg: SegmentFile, *, last: bool):
@@ -67,31 +75,51 @@ class SegmentScan:
                     else:
                         eof = True
                     continue
-                if isinstance(found, NeedData) and pos == len(buf):
-                    return  # a clean end
                 damage = Damage.SHORT_RECORD if isinstance(found, NeedData) else found
-                f.seek(base + pos)
-                self._judge(base + pos, damage, f.read())
+                self._end(f, base + pos, damage)
                 return
 
-    def _judge(self, offset: int, damage: Damage, rest: bytes) -> None:
-        """Call the bad bytes at `offset` a torn tail, or raise CorruptLog."""
+    def _end(self, f: BinaryIO, offset: int, damage: Damage) -> None:
+        """Judge what follows the last good record, which ends at `offset`."""
+        data_end, file_end = find_zero_tail(f, offset)
+        if data_end == offset:
+            return  # nothing, or only zeros: a clean end
+        f.seek(offset)
+        rest = f.read(min(file_end, data_end + _REACH) - offset)
+        self._judge(offset, damage, rest, file_end - offset)
+
+    def _judge(self, offset: int, damage: Damage, rest: bytes, length: int) -> None:
+        """Call the `length` bad bytes at `offset` a torn tail, or raise CorruptLog."""
         path = self.segment.path
         if not self.last:
             raise CorruptLog(path, offset, damage, "not the last segment of its series")
         now = record.decode(rest, 0)
         if isinstance(now, Frame):
-            # The file grew while we read it (a live writer): what we saw was
-            # a record still being written. Our snapshot ends here.
+            # A live writer finished the record while we read it: what we saw
+            # was a record still being written. Our snapshot ends here.
             if now.lsn == self.next_lsn:
                 return
             raise CorruptLog(path, offset, Damage.LSN_MISMATCH, f"expected LSN {self.next_lsn}")
         follower = record.find_frame(rest, 1, self.next_lsn)
         if follower is not None:
             raise CorruptLog(path, offset, damage, f"a good record follows at {offset + follower}")
-        if not rest.strip(b"\0"):
-            damage = Damage.ZERO_FILL
-        self.torn = TornTail(path, offset, len(rest), damage)
+        self.torn = TornTail(path, offset, length, damage)
+
+
+def find_zero_tail(f: BinaryIO, offset: int) -> tuple[int, int]:
+    """Read `f` from `offset` to its end: (where its zero tail starts, where it ends).
+
+    The first is `offset` if every byte from there is zero; otherwise it is
+    at most a chunk past the last non-zero byte, which is as close as
+    comparing whole chunks with zeros (at memory speed) can tell.
+    """
+    f.seek(offset)
+    data_end = file_end = offset
+    while chunk := f.read(CHUNK):
+        file_end += len(chunk)
+        if not _ZEROS.startswith(chunk):
+            data_end = file_end
+    return data_end, file_end
 
 
 def scan_to_end(seg: SegmentFile, *, last: bool) -> SegmentScan:

@@ -35,12 +35,24 @@ def body_for(writer: str, lsn: int) -> dict[str, object]:
     return {"writer": writer, "lsn": lsn, "pad": "p" * (lsn % 7)}
 
 
-def record_offsets(path: Path) -> list[int]:
-    """File offsets of the records in one undamaged segment."""
+def _scan(path: Path) -> SegmentScan:
     parsed = parse_segment_name(path.name)
     assert parsed is not None
-    scan = SegmentScan(SegmentFile(path, *parsed), last=True)
+    return SegmentScan(SegmentFile(path, *parsed), last=True)
+
+
+def record_offsets(path: Path) -> list[int]:
+    """File offsets of the records in one undamaged segment."""
+    scan = _scan(path)
     return [scan.frame_offset for _ in scan]
+
+
+def data_end(path: Path) -> int:
+    """Where the records of one undamaged segment end (any zeros after them not counted)."""
+    scan = _scan(path)
+    for _ in scan:
+        pass
+    return scan.end_offset
 
 
 def segments(directory: Path, writer: str) -> list[Path]:

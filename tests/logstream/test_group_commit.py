@@ -16,17 +16,17 @@ ROUNDS = 20
 
 
 def test_concurrent_flushes_share_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sixteen threads flushing at once need far fewer fsyncs than flushes, each covered."""
+    """Sixteen threads flushing at once need far fewer fdatasyncs than flushes, each covered."""
     w = Writer.open(tmp_path, "alpha")
     fsyncs: list[int] = []
-    real = os.fsync
+    real = os.fdatasync
 
-    def slow_fsync(fd: int) -> None:
+    def slow_fdatasync(fd: int) -> None:
         fsyncs.append(fd)
         time.sleep(0.002)  # long enough that callers pile up behind it
         real(fd)
 
-    monkeypatch.setattr(os, "fsync", slow_fsync)
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
     results: list[tuple[int, int]] = []
     errors: list[BaseException] = []
     barrier = threading.Barrier(THREADS)
@@ -85,3 +85,20 @@ def test_appends_and_flushes_from_many_threads_keep_lsns_dense(tmp_path: Path) -
     assert [r.lsn for r in records] == list(range(1, 1201))
     for n in range(4):  # each thread's records are in its own order
         assert [r.body[1] for r in records if r.body[0] == n] == list(range(300))
+
+
+def test_a_group_commit_is_an_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flush syncs data only, as the preallocated size does not change; fsync is the fallback."""
+    w = Writer.open(tmp_path, "alpha")
+    calls: list[str] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync"))
+    monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append("fdatasync"))
+    w.append(1)
+    w.flush()
+    assert calls == ["fdatasync"]
+    monkeypatch.delattr(os, "fdatasync")
+    w.append(2)
+    w.flush()
+    assert calls == ["fdatasync", "fsync"]
+    monkeypatch.undo()
+    w.close()

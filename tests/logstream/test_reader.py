@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import tempfile
 from pathlib import Path
+from typing import Self
 
 import pytest
 from hypothesis import given, settings
@@ -186,3 +187,40 @@ def test_a_record_finished_while_the_reader_looks_is_not_damage(
     monkeypatch.setattr(scan_module, "open", lambda p, mode: RacingFile(real_open(p, mode)),
                         raising=False)
     assert [r.lsn for r in read(tmp_path)] == [1, 2]
+
+
+def test_a_zero_tail_is_read_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a mostly preallocated segment checks every zero, never holding more than a chunk."""
+    sizes: list[int] = []
+    real_open = builtins.open
+
+    class CountingFile:
+        """Notes how many bytes each read returned."""
+
+        def __init__(self, f) -> None:  # type: ignore[no-untyped-def]
+            self.f = f
+
+        def read(self, size: int = -1) -> bytes:
+            data = self.f.read(size)
+            sizes.append(len(data))
+            return data
+
+        def seek(self, offset: int) -> int:
+            return self.f.seek(offset)
+
+        def __enter__(self) -> Self:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()
+
+    with Writer.open(tmp_path, "alpha", segment_size=4 * scan_module.CHUNK) as w:
+        w.append("one")
+        w.append("two")
+        monkeypatch.setattr(scan_module, "open", lambda p, mode: CountingFile(real_open(p, mode)),
+                            raising=False)
+        assert [r.body for r in read(tmp_path)] == ["one", "two"]
+        assert max(sizes) <= scan_module.CHUNK
+        assert sum(sizes) >= 4 * scan_module.CHUNK

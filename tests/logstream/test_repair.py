@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 
 from logstream import CorruptLog, Damage, TornTail, Writer, read, record, tail_positions
+from logstream.scan import CHUNK
 
 from .ondisk import body_for, record_offsets, segments, write_series
 
 COUNT = 4
+SEGMENT = 4096
 
 
 @pytest.fixture
 def series(tmp_path: Path) -> tuple[Path, bytes, list[int]]:
     """A one-segment series of COUNT records: its path, its pristine bytes, record offsets."""
-    write_series(tmp_path, "alpha", COUNT)
+    write_series(tmp_path, "alpha", COUNT, segment_size=SEGMENT)
     [path] = segments(tmp_path, "alpha")
     return path, path.read_bytes(), record_offsets(path)
 
@@ -45,15 +47,17 @@ def test_a_tail_torn_at_every_byte_is_cut_and_appends_continue(
     last = offsets[-1]
     for size in range(last + 1, len(pristine)):
         reset(path, pristine[:size])
-        with Writer.open(path.parent, "alpha") as w:
+        with Writer.open(path.parent, "alpha", segment_size=SEGMENT) as w:
             repair = w.repair
             assert repair is not None, size
             assert (repair.path, repair.offset, repair.bytes_cut) == (path, last, size - last)
             assert repair.reason is Damage.SHORT_RECORD
             assert repair.copy == path.with_name(f"{path.name}.broken-{last}")
-            assert repair.copy.read_bytes() == pristine[last:size]
-            assert path.stat().st_size == last
+            # Zeros ending the torn bytes cannot be told from preallocated space.
+            assert repair.copy.read_bytes() == pristine[last:size].rstrip(b"\0")
+            assert path.stat().st_size == SEGMENT  # cut, then preallocated again
             assert w.append(body_for("alpha", COUNT), timestamp=2**62) == COUNT
+        assert path.stat().st_size == len(pristine)
         assert_intact_through(path.parent, COUNT)
 
 
@@ -121,18 +125,20 @@ def test_a_bit_flip_in_an_earlier_record_is_corruption(
 @pytest.mark.parametrize(
     ("tail", "reason"),
     [
-        (b"\0" * 4096, Damage.ZERO_FILL),
-        (b"\0", Damage.ZERO_FILL),
         (random.Random(1).randbytes(5000), Damage.BAD_MAGIC),
         (record.encode(COUNT + 1, 2**62, "unlucky")[:-1] + b"?", Damage.BAD_CRC),
         (b"\xc1LO", Damage.SHORT_RECORD),
+        (b"\xc1LOG" + b"\0" * 3000, Damage.BAD_CRC),
+        (record.encode(COUNT + 1, 2**62, "x" * 100)[:50] + b"\0" * 3000, Damage.BAD_CRC),
+        (b"\0" * (CHUNK + 10) + b"\1", Damage.BAD_MAGIC),
     ],
-    ids=["zero-page", "zero-byte", "garbage", "record-with-bad-crc", "part-of-a-magic"],
+    ids=["garbage", "record-with-bad-crc", "part-of-a-magic", "a-magic-then-zeros",
+         "half-a-record-then-zeros", "zeros-then-a-byte-a-chunk-away"],
 )
 def test_bytes_after_the_last_record_are_cut(
     series: tuple[Path, bytes, list[int]], tail: bytes, reason: Damage
 ) -> None:
-    """Zeros (preallocated space) or garbage after the last record are a torn tail."""
+    """Garbage, or a record torn in preallocated space, after the last record is a torn tail."""
     path, pristine, _ = series
     path.write_bytes(pristine + tail)
     with Writer.open(path.parent, "alpha") as w:
@@ -140,8 +146,23 @@ def test_bytes_after_the_last_record_are_cut(
         assert (w.repair.offset, w.repair.bytes_cut, w.repair.reason) == (
             len(pristine), len(tail), reason,
         )
+        assert w.repair.copy.read_bytes() == tail.rstrip(b"\0")
         assert w.append("next") == COUNT + 1
     assert path.stat().st_size > len(pristine)
+
+
+@pytest.mark.parametrize("zeros", [1, 4096, 3 * CHUNK + 5], ids=["a-byte", "a-page", "chunks"])
+def test_zeros_after_the_last_record_are_a_clean_end(
+    series: tuple[Path, bytes, list[int]], zeros: int
+) -> None:
+    """Only zeros after the last record (preallocated space) open with no repair."""
+    path, pristine, _ = series
+    path.write_bytes(pristine + bytes(zeros))
+    with Writer.open(path.parent, "alpha") as w:
+        assert w.repair is None and w.appended_lsn == COUNT
+        assert w.append("next") == COUNT + 1
+    assert record_offsets(path)[-1] == len(pristine)
+    assert not list(path.parent.glob("*.broken-*"))
 
 
 def test_an_old_record_image_after_the_tail_does_not_count_as_a_follower(
@@ -218,6 +239,30 @@ def test_a_torn_tail_in_an_earlier_segment_is_corruption(tmp_path: Path) -> None
     with pytest.raises(CorruptLog) as caught:
         list(read(tmp_path))
     assert caught.value.path == str(first) and "not the last" in str(caught.value)
+
+
+def test_zeros_ending_an_earlier_segment_are_a_clean_end(tmp_path: Path) -> None:
+    """A sealed segment still ending in its preallocated zeros reads whole, with verify too."""
+    write_series(tmp_path, "alpha", 100, segment_size=4096)
+    first = segments(tmp_path, "alpha")[0]
+    with open(first, "ab") as f:
+        f.write(bytes(1000))
+    assert [r.lsn for r in read(tmp_path)] == list(range(1, 101))
+    Writer.open(tmp_path, "alpha", segment_size=4096, verify=True).close()
+
+
+def test_records_lost_to_zeros_in_an_earlier_segment_are_a_gap(tmp_path: Path) -> None:
+    """Zeros over an earlier segment's last record end it early: the next segment is a gap."""
+    write_series(tmp_path, "alpha", 100, segment_size=4096)
+    first, second = segments(tmp_path, "alpha")[:2]
+    data, last = first.read_bytes(), record_offsets(first)[-1]
+    first.write_bytes(data[:last] + bytes(len(data) - last))
+    with pytest.raises(CorruptLog) as caught:
+        list(read(tmp_path))
+    assert caught.value.path == str(second) and caught.value.reason is Damage.LSN_GAP
+    with pytest.raises(CorruptLog) as caught:
+        Writer.open(tmp_path, "alpha", segment_size=4096, verify=True)
+    assert caught.value.path == str(second) and caught.value.reason is Damage.LSN_GAP
 
 
 def test_a_missing_middle_segment_is_a_gap(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from logstream.segment import segment_name
 
 
 def failing(code: int, calls: list[int] | None = None):  # type: ignore[no-untyped-def]
-    """A stand-in for os.fsync / os.write that counts its calls and raises OSError(code)."""
+    """A stand-in for a sync or a write that counts its calls and raises OSError(code)."""
 
     def fail(*args: object) -> int:
         if calls is not None:
@@ -28,13 +28,13 @@ def failing(code: int, calls: list[int] | None = None):  # type: ignore[no-untyp
 def test_an_fsync_error_fails_the_flush_and_everything_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After fsync raises EIO, flush and append raise LogWriteFailed and fsync is never retried."""
+    """After fdatasync raises EIO, flush and append raise LogWriteFailed and it is never retried."""
     w = Writer.open(tmp_path, "alpha")
     lsn = w.append("first")
     w.flush()
     w.append("second")
     calls: list[int] = []
-    monkeypatch.setattr(os, "fsync", failing(errno.EIO, calls))
+    monkeypatch.setattr(os, "fdatasync", failing(errno.EIO, calls))
     with pytest.raises(LogWriteFailed) as caught:
         w.flush()
     assert caught.value.error.errno == errno.EIO
@@ -54,11 +54,11 @@ def test_an_fsync_error_fails_the_flush_and_everything_after(
 def test_a_write_error_fails_the_append_and_everything_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync_counter: list[int]
 ) -> None:
-    """After os.write raises ENOSPC, append and flush raise, and nothing is written or synced."""
+    """After os.pwrite raises ENOSPC, append and flush raise, and nothing is written or synced."""
     w = Writer.open(tmp_path, "alpha")
     w.append("kept")
     calls: list[int] = []
-    monkeypatch.setattr(os, "write", failing(errno.ENOSPC, calls))
+    monkeypatch.setattr(os, "pwrite", failing(errno.ENOSPC, calls))
     with pytest.raises(LogWriteFailed) as caught:
         w.append("lost")
     assert caught.value.error.errno == errno.ENOSPC
@@ -85,7 +85,7 @@ def test_every_waiting_flush_gets_the_fsync_error(
         release.wait(10)
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(os, "fsync", stuck_then_eio)
+    monkeypatch.setattr(os, "fdatasync", stuck_then_eio)
     outcomes: list[BaseException | int] = []
 
     def flusher() -> None:
@@ -131,18 +131,27 @@ def test_a_partial_write_leaves_a_tail_that_reopening_repairs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A short write fails the writer; reopening cuts the half record and keeps the rest."""
-    w = Writer.open(tmp_path, "alpha")
+    w = Writer.open(tmp_path, "alpha", segment_size=4096)
     for i in range(3):
         w.append(i)
     w.flush()
-    real = os.write
-    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data)[:10]))
+    real = os.pwrite
+    torn: list[bytes] = []
+
+    def short_pwrite(fd: int, data: bytes, offset: int) -> int:
+        torn.append(bytes(data)[:10])
+        return real(fd, torn[-1], offset)
+
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
     with pytest.raises(LogWriteFailed):
         w.append("torn")
     monkeypatch.undo()
     w.close()
-    with Writer.open(tmp_path, "alpha") as again:
-        assert again.repair is not None and again.repair.bytes_cut == 10
+    with Writer.open(tmp_path, "alpha", segment_size=4096) as again:
+        repair = again.repair
+        assert repair is not None and repair.bytes_cut == 4096 - repair.offset  # zeros included
+        # The ten bytes end inside the length field, whose zeros are not kept.
+        assert repair.copy.read_bytes() == torn[0].rstrip(b"\0") == torn[0][:9]
         assert again.append(3) == 4
     assert [r.body for r in read(tmp_path)] == [0, 1, 2, 3]
 
@@ -153,10 +162,62 @@ def test_closing_a_failed_writer_releases_the_series(
     """A failed writer closes without flushing, and the series can be reopened."""
     w = Writer.open(tmp_path, "alpha")
     w.append(1)
-    monkeypatch.setattr(os, "fsync", failing(errno.EIO))
+    monkeypatch.setattr(os, "fdatasync", failing(errno.EIO))
     with pytest.raises(LogWriteFailed):
         w.flush()
     w.close()
     monkeypatch.undo()
     with Writer.open(tmp_path, "alpha") as again:
+        assert again.appended_lsn == 1
+
+
+def test_a_failed_preallocation_fails_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC reserving the next segment fails the rotating append for good; reopening recovers."""
+    w = Writer.open(tmp_path, "alpha", segment_size=4096)
+    w.append("x" * 3000)
+    monkeypatch.setattr(os, "posix_fallocate", failing(errno.ENOSPC))
+    with pytest.raises(LogWriteFailed) as caught:
+        w.append("y" * 3000)
+    assert caught.value.error.errno == errno.ENOSPC
+    assert caught.value.path == str(tmp_path / segment_name("alpha", 2))
+    assert (w.appended_lsn, w.durable_lsn) == (1, 1)
+    with pytest.raises(LogWriteFailed):
+        w.append("z")
+    with pytest.raises(LogWriteFailed):
+        w.flush()
+    w.close()
+    monkeypatch.undo()
+    with Writer.open(tmp_path, "alpha", segment_size=4096) as again:
+        assert again.repair is None and again.append("y" * 3000) == 2
+    assert [r.lsn for r in read(tmp_path)] == [1, 2]
+
+
+def test_opening_fails_if_the_last_segment_cannot_be_preallocated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writer.open raises LogWriteFailed, for a new series or an existing one, and lets go."""
+    monkeypatch.setattr(os, "posix_fallocate", failing(errno.ENOSPC))
+    with pytest.raises(LogWriteFailed):
+        Writer.open(tmp_path, "alpha")
+    with pytest.raises(LogWriteFailed):
+        Writer.open(tmp_path, "alpha")  # now the header-only segment exists
+    monkeypatch.undo()
+    with Writer.open(tmp_path, "alpha") as again:
+        assert again.append(1) == 1
+
+
+def test_a_failed_seal_at_close_is_a_write_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If cutting off the unused space fails, close raises LogWriteFailed and still lets go."""
+    w = Writer.open(tmp_path, "alpha", segment_size=4096)
+    w.append(1)
+    monkeypatch.setattr(os, "ftruncate", failing(errno.EIO))
+    with pytest.raises(LogWriteFailed) as caught:
+        w.close()
+    assert caught.value.error.errno == errno.EIO and w.failure is not None
+    monkeypatch.undo()
+    with Writer.open(tmp_path, "alpha", segment_size=4096) as again:
         assert again.appended_lsn == 1

@@ -1,7 +1,7 @@
 """Checkpoint pause: put latency while a structure checkpoint runs, against without.
 
 IMS quiesces a structure for its checkpoint; cqsd does not (the Spark job folds
-the previous slot and the log in a niced child process). Target: p99 put latency
+the previous slot and the log in a child process on idle CPU only). Target: p99 put latency
 during a checkpoint at most 2x the p99 without one.
 
     .venv/bin/python benchmarks/checkpoint_pause.py [--preload 200000] [--seconds 5]

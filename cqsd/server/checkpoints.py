@@ -2,10 +2,11 @@
 the Spark job, and trimming the log behind the slots.
 
 Design note. The daemon never hosts a JVM: a checkpoint is ``python -m
-cqsd.srds checkpoint`` in a child process, niced so the daemon keeps the CPU it
-needs, which folds the current slot with the log up to a cut the daemon
-chooses (its durable LSN, so the job never reads a record still being written)
-and reports one JSON line. The structure is not paused: records logged after
+cqsd.srds checkpoint`` in a child process that only gets CPU the daemon
+leaves idle (SCHED_IDLE: Linux still gives it a sliver when none is idle, so
+it is slowed, never stopped). It folds the current slot with the log up to a
+cut the daemon chooses (its durable LSN, so the job never reads a record
+still being written) and reports one JSON line. The structure is not paused: records logged after
 the cut are simply the next checkpoint's tail. One job per structure at a
 time; an operator asking while one runs joins it.
 """
@@ -48,14 +49,27 @@ def job_result(stdout: bytes) -> dict:
     return json.loads(stdout.decode(errors="replace").strip().splitlines()[-1])
 
 
-async def run_job(config, args: list[str]) -> dict:
-    """Run ``python -m cqsd.srds ARGS`` and return its result line; JobFailed says why not."""
+def _niced() -> None:
+    os.nice(NICE)
+
+
+def _idle() -> None:
+    """A checkpoint only gets CPU the daemon leaves idle (SCHED_IDLE, Linux): with
+    nice alone, its JVM's bursts still delayed puts by milliseconds."""
+    os.nice(NICE)
+    if hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+async def run_job(config, args: list[str], background: bool = False) -> dict:
+    """Run ``python -m cqsd.srds ARGS`` and return its result line; JobFailed says why
+    not. A ``background`` job runs on idle CPU only; otherwise it is niced."""
     d = config.daemon
     command = job_command(config, args)
     started = time.monotonic()
     with trio.move_on_after(d.job_timeout) as scope:
         done = await trio.run_process(command, capture_stdout=True, capture_stderr=True,
-                                      check=False, preexec_fn=lambda: os.nice(NICE))
+                                      check=False, preexec_fn=_idle if background else _niced)
     if scope.cancelled_caught:
         raise JobFailed(f"{' '.join(args[:3])}: killed after job_timeout {d.job_timeout}s")
     if done.returncode != 0:
@@ -132,7 +146,8 @@ class Checkpoints:
         try:
             async with self._one_job:
                 result = await run_job(self.config, ["checkpoint", "--structure", name,
-                                                     "--cut", f"{WRITER}={cut}"])
+                                                     "--cut", f"{WRITER}={cut}"],
+                                       background=True)
         except JobFailed as err:
             self.log_bytes[name] += logged  # still owed a checkpoint
             log.error("checkpoint_failed", structure=name, error=err.message)

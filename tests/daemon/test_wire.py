@@ -107,6 +107,32 @@ def msgpack_frame(obj) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def test_pipelined_replies_keep_request_order(daemon):
+    """Replies that wait for the log (recoverable puts) and replies that do not
+    (non-recoverable puts, browses, errors), pipelined in one write, come back in
+    request order, each put with its own entry id."""
+    raw = Raw(daemon.socket)
+    assert raw.register("ORDER")["ok"]
+    frames, kinds = [], []
+    for i in range(300):
+        kind = ("logged", "plain", "browse", "error")[i % 4]
+        fields = {"id": 1000 + i, "structure": "MSGQ01", "queue": "ORDERQ"}
+        if kind == "browse":
+            fields |= {"op": "browse", "qtype": "TRAN"}
+        elif kind == "error":
+            fields |= {"op": "put", "structure": "NOPE", "data": b"x"}
+        else:
+            fields |= {"op": "put", "data": b"%d" % i, "recoverable": kind == "logged"}
+        frames.append(msgpack_frame(fields))
+        kinds.append(kind)
+    raw.send(b"".join(frames))
+    replies = [raw.receive() for _ in frames]
+    assert [r["id"] for r in replies] == [1000 + i for i in range(300)]
+    assert [r["ok"] for r in replies] == [k != "error" for k in kinds]
+    put_ids = [r["result"]["entry_id"] for r, k in zip(replies, kinds) if k in ("logged", "plain")]
+    assert put_ids == sorted(put_ids) and len(set(put_ids)) == 150
+
+
 def test_requests_before_register_are_refused(daemon):
     """Every op but register gets NOT_REGISTERED until the client registers."""
     raw = Raw(daemon.socket)

@@ -6,9 +6,9 @@ cqsd.srds checkpoint`` in a child process that only gets CPU the daemon
 leaves idle (SCHED_IDLE: Linux still gives it a sliver when none is idle, so
 it is slowed, never stopped). It folds the current slot with the log up to a
 cut the daemon chooses (its durable LSN, so the job never reads a record
-still being written) and reports one JSON line. The structure is not paused: records logged after
-the cut are simply the next checkpoint's tail. One job per structure at a
-time; an operator asking while one runs joins it.
+still being written) and reports one JSON line. The structure is not paused:
+records logged after the cut are simply the next checkpoint's tail. One job
+per structure at a time; an operator asking while one runs joins it.
 """
 
 import json

@@ -24,14 +24,12 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
+from _procs import ServerFailed, stop_process
+
 STARTUP_TIMEOUT = 120.0  # seconds: a daemon rebuilding ~1M messages from an image is slow to start
 STOP_TIMEOUT = 180.0  # seconds a clean stop may take: it writes the image (~1 GiB at 1M messages)
 KILL_TIMEOUT = 10.0  # seconds to reap a SIGKILLed process
 LOG_TAIL = 40  # lines of a server's output kept for error messages
-
-
-class ServerFailed(RuntimeError):
-    """A server did not start, stop or stay up; the message carries the tail of its log."""
 
 
 def process_rss(pid: int) -> dict[str, int]:
@@ -216,10 +214,4 @@ def redis_aof(tmp: Path, binary: str) -> Iterator[tuple[str, int]]:
             client.close()
         yield str(sock), proc.pid
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STARTUP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(KILL_TIMEOUT)
+        stop_process(proc, STARTUP_TIMEOUT)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import pstats
 import shutil
 import signal
 import subprocess
@@ -66,8 +67,28 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent busy since boot, from /proc/stat: user, nice,
+    system, irq, softirq and steal (a hypervisor running others on our cores)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]  # guest time is inside user
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def summarize_profile(path: Path, top: int = 30) -> None:
+    """Write the top functions by own and by cumulative time next to a .prof file."""
+    if not path.exists():
+        print(f"# no profile at {path}", file=sys.stderr)
+        return
+    with open(path.with_suffix(".txt"), "w") as out:
+        stats = pstats.Stats(str(path), stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(top)
+    print(f"# profile: {path.with_suffix('.txt')}", file=sys.stderr)
+
+
 class ServerFailed(RuntimeError):
-    """A server did not start, or died; the message carries the tail of its log."""
+    """A server did not start, stop or stay up; the message carries the tail of its log."""
 
 
 class LineWatcher:

@@ -37,7 +37,6 @@ import json
 import math
 import multiprocessing
 import os
-import pstats
 import shutil
 import sys
 import tempfile
@@ -83,33 +82,6 @@ def spread_ms(samples_ns: list[int]) -> dict:
             "max_ms": round(ordered[-1] / 1e6, 3)}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process *pid* (Linux /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def summarize_profile(path: Path, top: int = 30) -> None:
-    """Write the top functions by own and by cumulative time next to a .prof file."""
-    if not path.exists():
-        print(f"# no profile at {path}", file=sys.stderr)
-        return
-    with open(path.with_suffix(".txt"), "w") as out:
-        stats = pstats.Stats(str(path), stream=out)
-        stats.sort_stats("tottime").print_stats(top)
-        stats.sort_stats("cumulative").print_stats(top)
-    print(f"# profile: {path.with_suffix('.txt')}", file=sys.stderr)
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores have spent busy since boot, from /proc/stat: user, nice,
-    system, irq, softirq and steal (a hypervisor running others on our cores)."""
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:9]]  # guest time is inside user
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
 class Window:
     """CPU used while the clients of a figure work: by the server, by the whole machine."""
 
@@ -118,13 +90,14 @@ class Window:
         self.server = self.machine = self.seconds = 0.0
 
     def start(self) -> None:
-        self.server, self.machine = -cpu_seconds(self.pid), -machine_busy_seconds()
+        self.server = -_procs.process_cpu_seconds(self.pid)
+        self.machine = -_procs.machine_busy_seconds()
         self.seconds = -time.monotonic()
 
     def stop(self) -> None:
         self.seconds += time.monotonic()
-        self.server += cpu_seconds(self.pid)
-        self.machine += machine_busy_seconds()
+        self.server += _procs.process_cpu_seconds(self.pid)
+        self.machine += _procs.machine_busy_seconds()
 
 
 def run_processes(target, arg_tuples: list[tuple], timeout: float,
@@ -317,7 +290,7 @@ def live_figures(tmp: Path, args, disk: dict | None, lines: list[dict]) -> None:
         if profile is not None:
             d.terminate()  # cProfile writes its file only at a normal exit
     if profile is not None:
-        summarize_profile(profile)
+        _procs.summarize_profile(profile)
     for record in compare({key: median_run(records) for key, records in runs.items()},
                           args.clients, disk and disk["fsyncs_per_s"]):
         emit(record, lines)
@@ -456,7 +429,7 @@ def _profile_restart(config: Path, directory: Path, d: servers.Daemon) -> None:
         profiled.terminate()
     finally:
         profiled.kill()
-    summarize_profile(path)
+    _procs.summarize_profile(path)
 
 
 def _mem(d: servers.Daemon, when: str) -> dict:

@@ -30,7 +30,6 @@ import json
 import math
 import multiprocessing
 import os
-import pstats
 import queue
 import resource
 import shutil
@@ -93,17 +92,6 @@ def profiling(path: Path | None) -> Iterator[None]:
         profiler.dump_stats(path)
 
 
-def summarize_profile(path: Path, top: int = 25) -> None:
-    """Write the top functions by own time next to a .prof file (as .txt)."""
-    if not path.exists():
-        print(f"# no profile at {path}", file=sys.stderr)
-        return
-    with open(path.with_suffix(".txt"), "w") as out:
-        stats = pstats.Stats(str(path), stream=out)
-        stats.sort_stats("tottime").print_stats(top)
-        stats.sort_stats("cumulative").print_stats(top)
-
-
 @contextlib.contextmanager
 def servers(
     tmp: Path, name: str, args, redis: bool = True
@@ -128,7 +116,7 @@ def servers(
         stack.callback(watchdog.cancel)
         yield daemon, redis_server
     if profile is not None:
-        summarize_profile(profile)
+        _procs.summarize_profile(profile, top=25)
 
 
 def _kill_all(targets: list, name: str) -> None:
@@ -443,14 +431,6 @@ def _round_done(board: Board, reader, round_: int, deadline: float) -> tuple[lis
 # --- main -------------------------------------------------------------------------
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds all processes of the machine have used since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def own_cpu_seconds() -> float:
     """CPU seconds of this process and of its children that have been waited for."""
     me = resource.getrusage(resource.RUSAGE_SELF)
@@ -475,12 +455,12 @@ def calibrate(lines: list[dict]) -> None:
 def other_cpu(name: str, lines: list[dict]) -> Iterator[None]:
     """Emit how much CPU processes outside the benchmark used while it ran: on a
     2-core machine another job's tests turn every figure pessimistic."""
-    t0, busy0, own0 = time.monotonic(), machine_busy_seconds(), own_cpu_seconds()
+    t0, busy0, own0 = time.monotonic(), _procs.machine_busy_seconds(), own_cpu_seconds()
     try:
         yield
     finally:
         seconds = time.monotonic() - t0
-        others = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0))
+        others = max(0.0, (_procs.machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0))
         share = others / (seconds * (os.cpu_count() or 1)) if seconds > 0 else 0.0
         emit({"bench": "machine", "during": name, "seconds": round(seconds, 1),
               "other_cpu_s": round(others, 2), "other_share": round(share, 3),

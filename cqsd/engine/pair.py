@@ -471,20 +471,21 @@ class StructurePair:
         return self.primary
 
     def _put_over(self, key: Key, data: bytes, recoverable: bool) -> Entry:
-        overflow = self.overflow
-        if overflow is None:
-            raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"{_show(key)} is in overflow status and structure {self.name} "
-                           "has no overflow structure")
-        self._ask_space(key, len(data))
+        overflow = self._overflow_for(key, len(data))
         try:
             return overflow.put(*key, data, recoverable)
         except CQSError as err:
-            if err.reason != Reason.STRUCTURE_FULL:
-                raise
+            raise _rejected(err, f"{_show(key)} is in overflow status") from None
+
+    def _overflow_for(self, key: Key, nbytes: int) -> Structure:
+        """Where a put of ``nbytes`` to ``key``, in overflow status, goes: refused
+        without an overflow structure, or when the queue space exit says no."""
+        if self.overflow is None:
             raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"{_show(key)} is in overflow status and its overflow structure is "
-                           f"full: {err.message}") from None
+                           f"{_show(key)} is in overflow status and structure {self.name} "
+                           "has no overflow structure")
+        self._ask_space(key, nbytes)
+        return self.overflow
 
     def _ask_space(self, key: Key, nbytes: int) -> None:
         """The queue space exit may refuse a put to a queue in overflow status; an
@@ -509,12 +510,7 @@ class StructurePair:
             if self._status:
                 key = (parse_qtype(op.qtype), check_name(op.name))
                 if key in self._status:
-                    if self.overflow is None:
-                        raise CQSError(Reason.OVERFLOW_REJECTED,
-                                       f"commit puts to {_show(key)}, in overflow status on "
-                                       f"structure {self.name}, which has no overflow structure")
-                    self._ask_space(key, len(op.data))
-                    return self.overflow
+                    return self._overflow_for(key, len(op.data))
             return self.primary
         if isinstance(op, (Delete, Move, Unlock)):
             return self._holder(op.entry_id)
@@ -529,11 +525,7 @@ class StructurePair:
             there = overflow.check_commit(
                 client, [op for op, s in zip(ops, routes, strict=True) if s is overflow])
         except CQSError as err:
-            if err.reason != Reason.STRUCTURE_FULL:
-                raise
-            raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"commit puts to queues in overflow status and overflow structure "
-                           f"{overflow.name} is full: {err.message}") from None
+            raise _rejected(err, "commit puts to queues in overflow status") from None
         done_here = iter(primary.apply_commit(client, here))
         done_there = iter(overflow.apply_commit(client, there))
         return [next(done_here) if s is primary else next(done_there) for s in routes]
@@ -592,3 +584,12 @@ def _entry_id(entry: Entry) -> int:
 
 def _show(key: Key) -> str:
     return f"{QueueType(key[0]).name}:{key[1]}"
+
+
+def _rejected(err: CQSError, what: str) -> CQSError:
+    """A full overflow structure refuses the primary's clients with OVERFLOW_REJECTED
+    (the primary itself carries on); any other refusal stands as it is."""
+    if err.reason != Reason.STRUCTURE_FULL:
+        return err
+    return CQSError(Reason.OVERFLOW_REJECTED,
+                    f"{what} and its overflow structure is full: {err.message}")

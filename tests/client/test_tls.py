@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +14,6 @@ import cqsclient.aio
 from cqsclient import errors
 
 from .fakeserver import FakeServer, ok
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
 
 @pytest.fixture(scope="module")

@@ -149,7 +149,12 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_work(make_daemon):
             d.kill()
             d.restart()
             assert d.events("structure_rebuilt")
-        time.sleep(0.5)
+        # work on after the last restart: until every worker has journalled again
+        sizes = [j.stat().st_size for j in journals]
+        deadline = time.monotonic() + 60
+        while any(j.stat().st_size == n for j, n in zip(journals, sizes, strict=True)):
+            assert time.monotonic() < deadline, "a worker never got back to work"
+            time.sleep(0.01)
     finally:
         stop.touch()
         for p in procs:

@@ -43,11 +43,11 @@ from ..storage.datadir import DataDir, DataDirError
 from .checkpoints import Checkpoints, job_command, job_result, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
+from .poller import RECEIVE_SIZE, Poller
 from .session import Session
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
-RECEIVE_SIZE = 256 * 1024
 FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
 DRAIN_TIMEOUT = 10.0
 NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged  # seconds connections get to flush their replies at shutdown
@@ -85,6 +85,7 @@ class Daemon:
         self.stopped = trio.Event()
         self._sessions_gone = trio.Event()
         self.nursery: trio.Nursery | None = None
+        self.poller: Poller | None = None
         self._socket_made = False
 
     def _new_structure(self, name: str, size: int | None = None) -> Structure:
@@ -255,7 +256,10 @@ class Daemon:
                     async with trio.open_nursery() as waits:
                         session.waits = waits
                         with trio.CancelScope() as session.reader_scope:
-                            await self._reader(session, stream)
+                            if session.raw is not None:
+                                await self.poller.read(session)
+                            else:
+                                await self._reader(session, stream)
                         waits.cancel_scope.cancel()
                     session.finish_sending()
         finally:
@@ -267,43 +271,35 @@ class Daemon:
             await trio.aclose_forcefully(stream)
 
     async def _reader(self, session: Session, stream: trio.abc.Stream) -> None:
+        """A TLS connection's requests (the poller reads plain sockets)."""
         decoder = FrameDecoder(self.max_frame)
-        raw, waited = session.raw, True
         while True:
             try:
-                if raw is None:
-                    data = await stream.receive_some(RECEIVE_SIZE)
-                else:
-                    # Read the plain socket directly: Trio's receive_some would add
-                    # a scheduler round to every request. A client whose requests
-                    # keep coming still takes turns with the others.
-                    if not waited:
-                        await trio.lowlevel.checkpoint()
-                    try:
-                        data = raw.recv(RECEIVE_SIZE)
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_readable(raw)
-                        waited = True
-                        continue
-                    waited = False
+                data = await stream.receive_some(RECEIVE_SIZE)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
-            decoder.receive_data(data)
-            while True:
-                try:
-                    frame = decoder.next_frame()
-                except ProtocolError as err:
-                    log.info("protocol_error", client=session.client, peer=session.peer,
-                             reason=err.reason, message=err.message)
-                    session.fail(None, err.reason, err.message)
-                    return
-                if frame is NEED_DATA:
-                    break
-                if frame is CLOSED:
-                    return
-                self.dispatch(session, frame)
-                if session.deregistered:
-                    return
+            if not self.handle(session, decoder, data):
+                return
+
+    def handle(self, session: Session, decoder: FrameDecoder, data: bytes) -> bool:
+        """Dispatch the requests ``data`` completes; False when the connection has
+        ended (``data`` empty: the peer closed), a protocol error or deregistration."""
+        decoder.receive_data(data)
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except ProtocolError as err:
+                log.info("protocol_error", client=session.client, peer=session.peer,
+                         reason=err.reason, message=err.message)
+                session.fail(None, err.reason, err.message)
+                return False
+            if frame is NEED_DATA:
+                return True
+            if frame is CLOSED:
+                return False
+            self.dispatch(session, frame)
+            if session.deregistered:
+                return False
 
     async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
         """Send what a non-blocking send could not (TLS, a slow reader), in order,
@@ -384,11 +380,13 @@ class Daemon:
             self.journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
             self.journal.on_failure = lambda err: self.stop(f"log write failed: {err}")
             self.checkpoints = Checkpoints(self)
+            self.poller = Poller(self.handle, self.max_frame)
             held, crashed = self._rebuild()
             listeners = await self._listen()
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self.journal.run)
+                nursery.start_soon(self.poller.run)
                 nursery.start_soon(self.checkpoints.run)
                 self.settle()  # overflow processing a restart found due
                 for client in sorted(crashed):
@@ -411,6 +409,8 @@ class Daemon:
             self._save_images()
             log.info("stopped")
         finally:
+            if self.poller is not None:
+                self.poller.close()
             if self._socket_made:
                 _remove_socket(self.config.daemon.socket)
             self.datadir.close()

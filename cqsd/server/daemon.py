@@ -1,16 +1,18 @@
 """The daemon: listeners, connections, registration, peer recovery, and shutdown.
 
 Design note. Every request is handled to completion, synchronously, by the
-task reading its connection: the engine never awaits, so one request's
-changes and the notifications and waiter hand-offs they cause happen with no
-other request in between. Only waiting reads become tasks. Replies go out
-at once, or, when they wait for the log, from the flusher after its fsync
+task that read it: the poller for plain sockets (poller.py), a reader task
+for each TLS connection. The engine never awaits, so one request's changes
+and the notifications and waiter hand-offs they cause happen with no other
+request in between. Only waiting reads become tasks. Replies go out at once,
+or, when they wait for the log, from the flusher after its fsync
 (session.py); each connection's writer task sends only what a non-blocking
 send could not take, batching what has piled up into one send, which is what
 makes pipelining cheap.
 
-Task tree: run → (signals, listeners → connection → (writer, handshake
-deadline, reader → waiting reads), grace timers of dropped clients).
+Task tree: run → (signals, flusher, poller, checkpoints, listeners →
+connection → (writer, handshake deadline, TLS reader, waiting reads), grace
+timers of dropped clients).
 """
 
 import functools

@@ -6,6 +6,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 
 import msgpack
 
@@ -131,6 +132,31 @@ def test_pipelined_replies_keep_request_order(daemon):
     assert [r["ok"] for r in replies] == [k != "error" for k in kinds]
     put_ids = [r["result"]["entry_id"] for r, k in zip(replies, kinds) if k in ("logged", "plain")]
     assert put_ids == sorted(put_ids) and len(set(put_ids)) == 150
+
+
+def test_a_flooding_client_does_not_hold_others_back(make_daemon):
+    """Each connection gets one receive's worth of requests a turn: another
+    client's request is served while a pipelined flood is still being worked
+    through, not after it."""
+    # the flood's replies are read only after the other client's: room to queue them
+    daemon = make_daemon("send_queue = 100000").start()
+    flood, other = Raw(daemon.socket), Raw(daemon.socket)
+    assert flood.register("FLOOD")["ok"] and other.register("OTHER")["ok"]
+    n = 40_000  # about 2.6 MB of requests: many turns' worth
+    frames = b"".join(
+        msgpack_frame({"id": 10 + i, "op": "put", "structure": "MSGQ01", "queue": "FLOODQ",
+                       "data": b"f", "recoverable": False})
+        for i in range(n)
+    )
+    sender = threading.Thread(target=flood.send, args=(frames,))
+    sender.start()
+    first = flood.receive()  # the daemon has begun on the flood
+    reply = other.request("put", structure="MSGQ01", queue="OTHERQ", data=b"o",
+                          recoverable=False)
+    rest = [flood.receive() for _ in range(n - 1)]
+    sender.join()
+    assert [r["id"] for r in (first, *rest)] == [10 + i for i in range(n)]
+    assert first["result"]["entry_id"] < reply["result"]["entry_id"] < rest[-1]["result"]["entry_id"]
 
 
 def test_requests_before_register_are_refused(daemon):

@@ -10,6 +10,8 @@ Five figures (targets in brackets), all 1 KiB recoverable messages:
 3. cycle       - put, read, delete, one request at a time per client, 1 client
                  and 8 client processes; a cycle counts as one message.
                  [8 clients >= 5 x 1 client: group commit shares fsyncs]
+                 With it, the machine's ceiling: the rate at which the
+                 measured server + client CPU per message fills every core.
 4. cycle/redis - the same loop against redis-server with appendfsync always:
                  LPUSH, LMOVE to a processing list, LREM. [cqsd >= Redis]
 5. restart     - 1,000,000 messages (put_batch), clean stop (image), start,
@@ -325,6 +327,13 @@ def compare(medians: dict[tuple[str, int], dict], n: int, fsyncs_per_s: float | 
         scaling = many["msgs_per_s"] / one["msgs_per_s"] if one["msgs_per_s"] else math.nan
         many |= {"one_client_msgs_per_s": one["msgs_per_s"], "scaling": round(scaling, 2),
                  "target_met": scaling >= TARGET_SCALING}
+        # A bound on any scaling here: the rate at which the server's and the clients'
+        # CPU per message would keep every core busy, with no wait for the disk.
+        cpu_per_msg = (many["server_cpu_s"] + many["clients_cpu_s"]) / max(many["cycles"], 1)
+        if cpu_per_msg > 0 and one["msgs_per_s"]:
+            ceiling = (os.cpu_count() or 1) / cpu_per_msg
+            many |= {"cpu_ceiling_msgs_per_s": round(ceiling, 1),
+                     "cpu_ceiling_scaling": round(ceiling / one["msgs_per_s"], 2)}
     redis_many = medians.get(("redis", n))
     if many and redis_many:
         ratio = many["msgs_per_s"] / redis_many["msgs_per_s"] if redis_many["msgs_per_s"] \
@@ -462,7 +471,9 @@ def summary(lines: list[dict]) -> list[str]:
         elif bench == "cycle" and "scaling" in r:
             out.append(f"cqsd put+read+delete: {r['clients']} clients {r['msgs_per_s']} msgs/s,"
                        f" 1 client {r['one_client_msgs_per_s']} = {r['scaling']}x "
-                       f"[target >= {TARGET_SCALING}x: {target}]")
+                       f"[target >= {TARGET_SCALING}x: {target}]; all cores busy at this CPU "
+                       f"per message: {r.get('cpu_ceiling_msgs_per_s')} msgs/s = "
+                       f"{r.get('cpu_ceiling_scaling')}x")
         elif bench == "cycle" and r["server"] == "redis":
             ratio = f" = cqsd {r['cqsd_over_redis']}x [target >= 1x: {target}]" \
                 if "cqsd_over_redis" in r else ""

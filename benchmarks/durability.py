@@ -409,7 +409,8 @@ def restart_figure(tmp: Path, args, lines: list[dict]) -> None:
                        "clean_replay_s": clean["replay_seconds"]}
             record |= tail(d, args.tail, args.tail_processes, args.tail_threads, args.time_cap)
             d.kill()
-            record["log_mib"] = round(_du(where / "data" / "logstream") / 2**20, 1)
+            # the segment files as they lie: the active one is preallocated whole
+            record["log_files_mib"] = round(_du(where / "data" / "logstream") / 2**20, 1)
             wall = d.start()
             crash = rebuilt(d)
             record |= {"messages": crash["messages"],

@@ -258,7 +258,7 @@ class Daemon:
                     async with trio.open_nursery() as waits:
                         session.waits = waits
                         with trio.CancelScope() as session.reader_scope:
-                            if session.raw is not None:
+                            if session.raw is not None and self.poller is not None:
                                 await self.poller.read(session)
                             else:
                                 await self._reader(session, stream)
@@ -273,7 +273,8 @@ class Daemon:
             await trio.aclose_forcefully(stream)
 
     async def _reader(self, session: Session, stream: trio.abc.Stream) -> None:
-        """A TLS connection's requests (the poller reads plain sockets)."""
+        """A TLS connection's requests (the poller reads plain sockets where there
+        is epoll)."""
         decoder = FrameDecoder(self.max_frame)
         while True:
             try:
@@ -382,13 +383,14 @@ class Daemon:
             self.journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
             self.journal.on_failure = lambda err: self.stop(f"log write failed: {err}")
             self.checkpoints = Checkpoints(self)
-            self.poller = Poller(self.handle, self.max_frame)
+            self.poller = Poller(self.handle, self.max_frame) if Poller.available else None
             held, crashed = self._rebuild()
             listeners = await self._listen()
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self.journal.run)
-                nursery.start_soon(self.poller.run)
+                if self.poller is not None:
+                    nursery.start_soon(self.poller.run)
                 nursery.start_soon(self.checkpoints.run)
                 self.settle()  # overflow processing a restart found due
                 for client in sorted(crashed):

@@ -10,7 +10,8 @@ whole pass (group commit, the way Redis's event loop batches its AOF fsync).
 One ``recv`` per connection per pass keeps a client whose requests keep coming
 taking turns with the others. The poller's epoll is itself a file Trio can
 wait on, so the poller sleeps like any other task when nothing arrives.
-TLS connections, whose bytes Trio's stream must decrypt, keep a reader task.
+TLS connections, whose bytes Trio's stream must decrypt, keep a reader task,
+as every connection does where there is no epoll (macOS).
 """
 
 import select
@@ -35,6 +36,8 @@ class _Connection:
 
 
 class Poller:
+    available = hasattr(select, "epoll")
+
     def __init__(self, handle: Callable[[Session, FrameDecoder, bytes], bool],
                  max_frame: int) -> None:
         """``handle(session, decoder, data)`` dispatches the requests in ``data``;

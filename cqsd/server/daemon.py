@@ -51,8 +51,8 @@ from .waiters import ReadWaiters
 
 log = structlog.get_logger()
 FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
-DRAIN_TIMEOUT = 10.0
-NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged  # seconds connections get to flush their replies at shutdown
+DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdown
+NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged
 
 
 class LogFailed(Exception):

@@ -357,6 +357,17 @@ def test_release_client_returns_locks_or_suspends():
     assert s.client_stats() == {}
 
 
+def test_release_client_that_ended_normally_suspends_nothing():
+    """A client that ends normally gives its locks back: only a client that died
+    counts as a failed delivery, so even a message at max_deliveries stays."""
+    s = make(max_deliveries=1)
+    a = s.put("TRAN", "Q", b"a").entry_id
+    s.read("IMS1", "TRAN", "Q")
+    assert ids(s.release_client("IMS1", failed=False)) == [a]
+    assert ids(s.browse("TRAN", "Q")[0]) == [a]
+    assert s.browse("TRAN_SUSPEND", "Q")[0] == []
+
+
 def test_cold_client_moves_locks_to_cold_queue():
     """A cold start leaves the earlier life's locks on the cold queue for the operator."""
     s = make()

@@ -22,26 +22,35 @@ PAYLOAD = b"x" * 1024
 BLOCK = 500
 
 
-def put_read_delete(target, drain, ops: int) -> dict:
+def put_read_delete(target, s: Structure, depth: int, ops: int) -> dict:
     """CPU µs per put, read and delete of 1 KiB on TRAN:TRANX of ``target`` (a
-    Structure or a StructurePair), in blocks of BLOCK; ``drain()`` empties the log
-    effects after each block, as the daemon hands them to the log."""
+    Structure or a StructurePair over ``s``) filled ``depth`` deep, in blocks of
+    BLOCK, with the garbage collector off; ``s``'s log effects are emptied after
+    each block, as the daemon hands them to the log."""
+    for _ in range(depth):
+        target.put("TRAN", "TRANX", PAYLOAD)
+    s.take_events()
+    s.effects.clear()
     clock = time.process_time_ns
     put_ns = read_ns = delete_ns = 0
-    for _ in range(ops // BLOCK):
-        t0 = clock()
-        for _ in range(BLOCK):
-            target.put("TRAN", "TRANX", PAYLOAD)
-        t1 = clock()
-        locked = [target.read("IMS1", "TRAN", "TRANX").entry_id for _ in range(BLOCK)]
-        t2 = clock()
-        for entry_id in locked:
-            target.delete("IMS1", entry_id)
-        t3 = clock()
-        put_ns += t1 - t0
-        read_ns += t2 - t1
-        delete_ns += t3 - t2
-        drain()
+    gc.disable()
+    try:
+        for _ in range(ops // BLOCK):
+            t0 = clock()
+            for _ in range(BLOCK):
+                target.put("TRAN", "TRANX", PAYLOAD)
+            t1 = clock()
+            locked = [target.read("IMS1", "TRAN", "TRANX").entry_id for _ in range(BLOCK)]
+            t2 = clock()
+            for entry_id in locked:
+                target.delete("IMS1", entry_id)
+            t3 = clock()
+            put_ns += t1 - t0
+            read_ns += t2 - t1
+            delete_ns += t3 - t2
+            s.effects.clear()
+    finally:
+        gc.enable()
     n = (ops // BLOCK) * BLOCK
     return {"put_us": put_ns / n / 1000, "read_us": read_ns / n / 1000,
             "delete_us": delete_ns / n / 1000}
@@ -49,14 +58,10 @@ def put_read_delete(target, drain, ops: int) -> dict:
 
 def measure(depth: int, ops: int) -> dict:
     s = Structure("BENCH", 1 << 42, entry_max=32 * 1024)
-    for _ in range(depth):
-        s.put("TRAN", "TRANX", PAYLOAD)
-    s.take_events()
-    s.effects.clear()
+    row = put_read_delete(s, s, depth, ops)
+    browse = []
     gc.disable()
     try:
-        row = put_read_delete(s, s.effects.clear, ops)
-        browse = []
         for _ in range(200):
             t0 = time.process_time_ns()
             s.browse("TRAN", "TRANX", limit=100)

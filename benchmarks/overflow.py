@@ -28,7 +28,7 @@ import statistics
 import time
 
 from cqsd.engine import ELEMENT, Structure, StructurePair
-from engine import PAYLOAD, put_read_delete
+from engine import put_read_delete
 
 
 def depths(names: int, messages: int, skewed: bool) -> list[int]:
@@ -113,15 +113,7 @@ def fastpath(ops: int) -> list[dict]:
         else:
             overflow = Structure("BENCHOV", 1 << 42) if through == "pair_with_overflow" else None
             target = StructurePair(s, overflow)
-        for _ in range(1000):
-            target.put("TRAN", "TRANX", PAYLOAD)
-        s.take_events()
-        s.effects.clear()
-        gc.disable()
-        try:
-            row = put_read_delete(target, s.effects.clear, ops)
-        finally:
-            gc.enable()
+        row = put_read_delete(target, s, 1000, ops)
         out.append({"bench": "fastpath", "through": through, "depth": 1000,
                     **{k: round(v, 3) for k, v in row.items()}})
     return out

@@ -50,32 +50,10 @@ MAGIC = b"CQIE"
 def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     """Write ``structure`` to ``path`` durably; returns the number of messages."""
     entries = list(structure)
-    tmp = path.with_name(path.name + ".tmp")
-    packer = msgpack.Packer(use_bin_type=True)
-    header = packer.pack({
-        "format": FORMAT, "version": VERSION, "structure": structure.name,
-        "last_id": structure.last_id, "count": len(entries), "created": time.time_ns(),
-        "lsn": lsn,
-    })
-    crc = length = 0
-    with open(tmp, "wb") as f:
-        f.write(struct.pack(">I", len(header)) + header)
-        chunks = [packer.pack_array_header(len(entries))]
-        for e in entries:
-            chunks.append(packer.pack([
-                e.entry_id, int(e.qtype), e.name, e.data, e.recoverable, e.put_time,
-                e.delivery_count, e.where, e.owner,
-                [int(e.home[0]), e.home[1]] if e.home else None,
-            ]))
-            if len(chunks) >= 1024:
-                crc, length = _write(f, chunks, crc, length)
-        crc, length = _write(f, chunks, crc, length)
-        f.write(FOOTER.pack(length, len(entries), crc, MAGIC))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    return len(entries)
+    rows = ([e.entry_id, int(e.qtype), e.name, e.data, e.recoverable, e.put_time,
+             e.delivery_count, e.where, e.owner, [int(e.home[0]), e.home[1]] if e.home else None]
+            for e in entries)
+    return write_rows(path, structure.name, rows, len(entries), lsn, structure.last_id)
 
 
 def write_rows(path: Path, structure: str, rows: Iterable[list], count: int,

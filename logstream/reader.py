@@ -84,6 +84,8 @@ def _read_series(
                 if since is not None and frame.timestamp < since:
                     continue
                 yield Record(writer, frame.lsn, frame.timestamp, _body(scan, frame))
+                if frame.lsn == last:
+                    return  # not on to the end: a live segment's preallocated tail is long
         except FileNotFoundError:
             raise Trimmed(f"{seg.path} was trimmed while being read") from None
         expected = scan.next_lsn

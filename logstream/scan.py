@@ -61,12 +61,13 @@ class SegmentScan:
                             Damage.LSN_MISMATCH,
                             f"expected LSN {self.next_lsn}, found {found.lsn}",
                         )
+                    # counted before it is yielded: a reader may stop at any record
                     self.frame_offset = base + pos
-                    yield found
                     pos = found.end
                     self.end_offset = base + pos
                     self.next_lsn += 1
                     self.last_timestamp = found.timestamp
+                    yield found
                     continue
                 if isinstance(found, NeedData) and not eof:
                     more = f.read(max(CHUNK, found.size - (len(buf) - pos)))

@@ -91,7 +91,8 @@ def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, write
                                  f"the log in {log_dir} was trimmed up to {first - 1}")
     by_name = {s.name: (s, report, rows) for s, report, _, rows, _ in plans}
     last_ids = dict.fromkeys(by_name, 0)
-    for record in logstream.read(log_dir, start={writer: min(start.values(), default=0) + 1}):
+    for record in logstream.read(log_dir, start={writer: min(start.values(), default=0) + 1},
+                                 cut={writer: log_end}):
         body = record.body
         if not isinstance(body, dict):
             continue

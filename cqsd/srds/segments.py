@@ -103,6 +103,8 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
                 if len(rows) >= effects.BATCH_ROWS:
                     yield effects.batch(rows)
                     rows = []
+            if frame.lsn == task.cut:
+                break  # not on through the preallocated tail of a live segment
         if rows:
             yield effects.batch(rows)
     except CorruptLog as err:

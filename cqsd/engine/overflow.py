@@ -35,7 +35,6 @@ class Relief:
     exit failed, in which case every candidate was kept.
     """
 
-    structure: str
     grew: tuple[int, int] | None = None
     selected: list[dict] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)

@@ -55,6 +55,7 @@ from .structure import (
     Put,
     Structure,
     Unlock,
+    _show,
     in_header_order,
     position,
 )
@@ -295,7 +296,7 @@ class StructurePair:
                 reason="overflow threshold",
             )
             self._arm()
-            return Relief(self.name, grew=(old, primary.current_size))
+            return Relief(grew=(old, primary.current_size))
         candidates = select(primary.ready_elements(), primary.elements_total, self._status)
         kept, dropped, error = consult(self.overflow_exit, self.name, candidates)
         for key, _ in kept:
@@ -304,7 +305,6 @@ class StructurePair:
             self._moving.update((key, None) for key, _ in kept)
         self._arm(step=True)
         return Relief(
-            self.name,
             selected=[describe(*c) for c in kept],
             dropped=[describe(*c) for c in dropped],
             exit_error=error,
@@ -391,7 +391,7 @@ class StructurePair:
         return row
 
     def structure_stats(self) -> list[dict]:
-        return [s.stats() for s in self._structures()]
+        return [s.stats() for s in self.structures()]
 
     def queue_stats(self, qtype: int | str, name: str) -> dict:
         """One queue across both structures, and whether it is in overflow status."""
@@ -414,7 +414,7 @@ class StructurePair:
     def header_stats(self) -> list[dict]:
         """Entries and data elements per list header, both structures added up."""
         rows: dict[int, dict] = {}
-        for s in self._structures():
+        for s in self.structures():
             for r in s.header_stats():
                 row = rows.setdefault(r["lh"], {"lh": r["lh"], "entries": 0, "elements": 0})
                 row["entries"] += r["entries"]
@@ -423,7 +423,7 @@ class StructurePair:
 
     def client_stats(self) -> dict[str, int]:
         total: Counter[str] = Counter()
-        for s in self._structures():
+        for s in self.structures():
             total.update(s.client_stats())
         return dict(total)
 
@@ -437,16 +437,14 @@ class StructurePair:
                 if type(e) is QueueWork and e.structure != self.name else e
                 for e in events]
 
-    def cost(self, nbytes: int) -> tuple[int, int]:
-        return self.primary.cost(nbytes)
-
     def __iter__(self) -> Iterator[Entry]:
         """Every message head of both structures, in entry-id order."""
-        return heapq.merge(*self._structures(), key=_entry_id)
+        return heapq.merge(*self.structures(), key=_entry_id)
 
     # -- internals -------------------------------------------------------------
 
-    def _structures(self) -> list[Structure]:
+    def structures(self) -> list[Structure]:
+        """The physical structures: the primary, and the overflow structure if any."""
         return [self.primary] if self.overflow is None else [self.primary, self.overflow]
 
     def _both(self, request: Callable[[Structure], list[Entry]]) -> list[Entry]:
@@ -580,10 +578,6 @@ class StructurePair:
 
 def _entry_id(entry: Entry) -> int:
     return entry.entry_id
-
-
-def _show(key: Key) -> str:
-    return f"{QueueType(key[0]).name}:{key[1]}"
 
 
 def _rejected(err: CQSError, what: str) -> CQSError:

@@ -465,7 +465,7 @@ class Daemon:
         """Rebuild every structure from its image and the log; returns the clients whose
         locks survived a clean stop, and those whose locks a crash left behind."""
         held, crashed = set(), set()
-        for r in rebuild_all([s for p in self.structures.values() for s in _physical(p)],
+        for r in rebuild_all([s for p in self.structures.values() for s in p.structures()],
                              self.datadir.images,
                              self.datadir.logstream, WRITER, self.journal.position,
                              self.datadir.srds, self._spark_recover,
@@ -524,12 +524,12 @@ class Daemon:
         new.last_id = old.last_id
         replayed = 0
         try:
-            for s in _physical(new):
+            for s in new.structures():
                 await self.checkpoints.finished(s.name)  # none starts while it is failed
             position = self.journal.position  # the structure is failed: none of it comes later
             if not await self.journal.wait_durable(position):
                 raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
-            for s in _physical(new):
+            for s in new.structures():
                 if purge:
                     slots.purge(self.datadir.srds, s.name, {WRITER: position}, old.last_id)
                     (self.datadir.images / f"{s.name}.base").unlink(missing_ok=True)
@@ -585,7 +585,7 @@ class Daemon:
                            f"{target.elements_used * ELEMENT} in use")
         started = time.perf_counter()
         new = self._new_pair(pair.name, {name: size} if size else None)
-        for old_s, new_s in zip(_physical(pair), _physical(new)):
+        for old_s, new_s in zip(pair.structures(), new.structures()):
             image.restore(new_s, rows_of(old_s))
         new.last_id = pair.last_id
         new.watched.update(pair.watched)
@@ -644,7 +644,7 @@ class Daemon:
 
     def _save_images(self) -> None:
         position = {WRITER: self.journal.position}
-        for s in (s for p in self.structures.values() for s in _physical(p)):
+        for s in (s for p in self.structures.values() for s in p.structures()):
             path = image.path_for(self.datadir.images, s.name)
             count = image.save(path, s, position)
             log.info("image_saved", structure=s.name, messages=count, path=str(path))
@@ -714,10 +714,6 @@ def _remove_socket(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _physical(pair: StructurePair) -> list[Structure]:
-    return [pair.primary] + ([pair.overflow] if pair.overflow is not None else [])
 
 
 def _urgent(record: dict) -> bool:

@@ -12,11 +12,9 @@ import heapq
 import os
 from collections.abc import Iterator, Mapping
 
-import msgpack
 
-from . import record
 from .errors import CorruptLog, Damage, Trimmed
-from .record import Frame, Record
+from .record import Record
 from .scan import SegmentScan, scan_to_end
 from .series import SegmentFile, list_series
 
@@ -83,21 +81,12 @@ def _read_series(
                     continue
                 if since is not None and frame.timestamp < since:
                     continue
-                yield Record(writer, frame.lsn, frame.timestamp, _body(scan, frame))
+                yield Record(writer, frame.lsn, frame.timestamp, scan.body(frame))
                 if frame.lsn == last:
                     return  # not on to the end: a live segment's preallocated tail is long
         except FileNotFoundError:
             raise Trimmed(f"{seg.path} was trimmed while being read") from None
         expected = scan.next_lsn
-
-
-def _body(scan: SegmentScan, frame: Frame) -> object:
-    """Unpack a body whose CRC was good; failing that is a writer bug, so corruption."""
-    try:
-        return record.unpack_body(frame.body)
-    except (ValueError, TypeError, msgpack.UnpackException) as error:
-        path, offset = scan.segment.path, scan.frame_offset
-        raise CorruptLog(path, offset, Damage.BAD_BODY, str(error)) from None
 
 
 def tail_positions(directory: str | os.PathLike[str]) -> dict[str, int]:

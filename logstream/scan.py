@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
+import msgpack
+
 from . import record, segment
 from .errors import CorruptLog, Damage, TornTail
 from .record import Frame, NeedData
@@ -79,6 +81,15 @@ class SegmentScan:
                 damage = Damage.SHORT_RECORD if isinstance(found, NeedData) else found
                 self._end(f, base + pos, damage)
                 return
+
+    def body(self, frame: Frame) -> object:
+        """Unpack the body of the frame just yielded; its CRC was good, so failing
+        that is a writer bug: corruption, named by file and offset."""
+        try:
+            return record.unpack_body(frame.body)
+        except (ValueError, TypeError, msgpack.UnpackException) as error:
+            raise CorruptLog(self.segment.path, self.frame_offset, Damage.BAD_BODY,
+                             str(error)) from None
 
     def _end(self, f: BinaryIO, offset: int, damage: Damage) -> None:
         """Judge what follows the last good record, which ends at `offset`."""

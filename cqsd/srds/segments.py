@@ -17,11 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgpack
 import pyarrow as pa
 
 from logstream import CorruptLog, Damage, LogstreamError, Trimmed
-from logstream.record import unpack_body
 from logstream.scan import SegmentScan
 from logstream.series import SegmentFile, list_series
 
@@ -94,7 +92,7 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
             if frame.lsn <= task.start:
                 continue
             summary["records"] += 1
-            found = effects.rows_of(_body(reader, frame), structures, frame.timestamp,
+            found = effects.rows_of(reader.body(frame), structures, frame.timestamp,
                                     task.writer, frame.lsn)
             if found:
                 summary["matched"] += 1
@@ -117,15 +115,6 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
         summary["problem"] = {"type": "fold", "message": str(err)}
     summary["next_lsn"] = reader.next_lsn
     summary["ended"] = time.time()
-
-
-def _body(reader: SegmentScan, frame):
-    """Unpack a body whose CRC was good; failing that is a writer bug, so corruption."""
-    try:
-        return unpack_body(frame.body)
-    except (ValueError, TypeError, msgpack.UnpackException) as error:
-        raise CorruptLog(reader.segment.path, reader.frame_offset, Damage.BAD_BODY,
-                         str(error)) from None
 
 
 def _note_ids(last_ids: dict[str, int], rows: list[tuple]) -> None:

@@ -15,12 +15,10 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import structlog
 import trio
 
-import logstream
 from logstream.series import list_segments
 
 from ..engine import CQSError, Reason
@@ -102,7 +100,7 @@ class Checkpoints:
     def __init__(self, daemon) -> None:
         self.daemon = daemon
         self.config = daemon.config
-        self.srds = Path(self.config.daemon.data_dir) / "srds"
+        self.srds = daemon.datadir.srds
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
         self.log_bytes = dict.fromkeys(self.names, 0)  # logged since the last checkpoint
         self.last_time = dict.fromkeys(self.names, time.time())
@@ -192,7 +190,7 @@ class Checkpoints:
             if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
                 keep_from = min(keep_from, seg.first_lsn)
                 break
-        gone = logstream.trim(directory, WRITER, keep_from)
+        gone = self.daemon.journal.writer.trim(keep_from)
         if gone:
             log.info("log_trimmed", before_lsn=keep_from, segments=len(gone))
 

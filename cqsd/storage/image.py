@@ -17,6 +17,7 @@ fsynced, renamed and the directory fsynced, so an image is either whole or
 absent; a damaged one is refused by name, never half-loaded.
 """
 
+import itertools
 import mmap
 import os
 import struct
@@ -171,7 +172,6 @@ def restore(structure: Structure, rows: dict[int, list]) -> None:
     """Put image rows into an empty structure, in entry-id order."""
     # images are written in id order and the fold only adds ids above them, so a
     # sort (a third of a second at a million rows) is rarely needed
-    ids = list(rows)
-    in_order = all(a < b for a, b in zip(ids, ids[1:]))
+    in_order = all(a < b for a, b in itertools.pairwise(rows))
     structure.load(rows.values() if in_order else (rows[i] for i in sorted(rows)))
     structure.take_events()

@@ -182,8 +182,8 @@ class StructurePair:
         for refuses the whole batch with OVERFLOW_REJECTED."""
         ops = list(ops)
         primary, overflow = self.primary, self.overflow
-        if overflow is None and not self._status:
-            results = primary.commit(client, ops)
+        if not self._status and (overflow is None or not overflow.entries_used):
+            results = primary.commit(client, ops)  # everything is in the primary
         else:
             routes = [self._route(op) for op in ops]
             both = any(s is not primary for s in routes)

@@ -42,9 +42,16 @@ def job_command(config, args: list[str]) -> list[str]:
             "--master", d.spark_master]
 
 
-def job_result(stdout: bytes) -> dict:
-    """A job's result: the JSON object on the last line it printed."""
-    return json.loads(stdout.decode(errors="replace").strip().splitlines()[-1])
+def job_outcome(args: list[str], done) -> dict:
+    """A finished job's result: the JSON object on the last line it printed; JobFailed
+    says why there is none."""
+    if done.returncode != 0:
+        raise JobFailed(f"{' '.join(args[:3])} failed (exit {done.returncode}): "
+                        f"{_last_error(done.stderr)}")
+    try:
+        return json.loads(done.stdout.decode(errors="replace").strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise JobFailed(f"{' '.join(args[:3])} printed no result") from None
 
 
 def _niced() -> None:
@@ -70,13 +77,7 @@ async def run_job(config, args: list[str], background: bool = False) -> dict:
                                       check=False, preexec_fn=_idle if background else _niced)
     if scope.cancelled_caught:
         raise JobFailed(f"{' '.join(args[:3])}: killed after job_timeout {d.job_timeout}s")
-    if done.returncode != 0:
-        raise JobFailed(f"{' '.join(args[:3])} failed (exit {done.returncode}): "
-                        f"{_last_error(done.stderr)}")
-    try:
-        result = job_result(done.stdout)
-    except (IndexError, ValueError):
-        raise JobFailed(f"{' '.join(args[:3])} printed no result") from None
+    result = job_outcome(args, done)
     log.debug("job_done", args=args, seconds=round(time.monotonic() - started, 3))
     return result
 

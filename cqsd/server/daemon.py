@@ -42,7 +42,7 @@ from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
 from ..storage import image
 from ..storage.datadir import DataDir, DataDirError
-from .checkpoints import Checkpoints, job_command, job_result, run_job
+from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
 from .poller import RECEIVE_SIZE, Poller
@@ -486,19 +486,19 @@ class Daemon:
         """At start, before serving: the Spark recovery job folds a long log tail. On
         failure the daemon folds it itself (slower, but it starts)."""
         path = self.datadir.images / f"{name}.recovered"
-        command = job_command(self.config, ["recover", "--structure", name, "--to-image", str(path)])
+        args = ["recover", "--structure", name, "--to-image", str(path)]
         log.info("spark_recovery_started", structure=name)
         try:
-            done = subprocess.run(command, capture_output=True, timeout=self.config.daemon.job_timeout,
-                                  check=False)
+            done = subprocess.run(job_command(self.config, args), capture_output=True,
+                                  timeout=self.config.daemon.job_timeout, check=False)
+            result = job_outcome(args, done)
         except subprocess.TimeoutExpired:
             log.error("spark_recovery_failed", structure=name, error="job_timeout")
             return None
-        if done.returncode != 0:
-            log.error("spark_recovery_failed", structure=name,
-                      error=done.stderr.decode(errors="replace").strip().splitlines()[-1:])
+        except JobFailed as err:
+            log.error("spark_recovery_failed", structure=name, error=err.message)
             return None
-        log.info("spark_recovery_done", structure=name, result=job_result(done.stdout))
+        log.info("spark_recovery_done", structure=name, result=result)
         return path
 
     async def recover_structure(self, name: str, purge: bool, why: str = "recover") -> dict:

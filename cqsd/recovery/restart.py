@@ -122,7 +122,7 @@ def _crash_start(name: str, base_path: Path, srds: Path, writer: str, log_end: i
     """The starting rows of a crash restart: the recoverable rows of the base image or
     of the newest valid checkpoint, whichever covers more of the log."""
     base = image.read_header(base_path, name) if base_path.exists() else None
-    newest = next(iter(slots.valid_slots(srds, name)), None)
+    newest = slots.newest_valid(srds, name)
     base_at = base["lsn"].get(writer, 0) if base else -1
     if newest is not None and newest.lsn.get(writer, 0) >= base_at:
         tail = log_end - newest.lsn.get(writer, 0)

@@ -165,7 +165,7 @@ def _plan(stages: Stages, layout: DataDir, structure: str, cut: dict[str, int] |
             raise JobError(f"{layout.logstream}: no logstream here; is {layout.root} a cqsd "
                            "data directory?")
         taken = dict(cut) if cut is not None else logstream.tail_positions(layout.logstream)
-        base = next(iter(slots.valid_slots(layout.srds, structure)), None)
+        base = slots.newest_valid(layout.srds, structure)
         start = dict(base.lsn) if base else {}
         for writer, lsn in taken.items():
             if lsn < start.get(writer, 0):

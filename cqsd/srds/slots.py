@@ -122,10 +122,7 @@ def listed(srds_dir: Path, structure: str) -> list[tuple[str, Slot | None, str |
     ``problem`` is None for a valid slot, else why it cannot be used (and
     ``slot`` is None if its entry itself is damaged). Raises ManifestError.
     """
-    directory = structure_dir(srds_dir, structure)
-    m = manifest.load(directory, structure)
-    names = sorted(m["slots"], key=lambda n: (n != m["current"], n))
-    return [(name, *_check(directory, structure, name, m["slots"][name])) for name in names]
+    return list(_listed(srds_dir, structure))
 
 
 def valid_slots(srds_dir: Path, structure: str) -> list[Slot]:
@@ -134,13 +131,28 @@ def valid_slots(srds_dir: Path, structure: str) -> list[Slot]:
     A damaged slot is left out with a ``srds_slot_skipped`` warning naming what
     is wrong. Raises ManifestError if the manifest itself cannot be read.
     """
-    found = []
-    for name, slot, problem in listed(srds_dir, structure):
+    return list(_valid(srds_dir, structure))
+
+
+def newest_valid(srds_dir: Path, structure: str) -> Slot | None:
+    """``valid_slots(...)[0]`` without checking the files of the slots after it: a
+    recovery uses only the newest."""
+    return next(_valid(srds_dir, structure), None)
+
+
+def _listed(srds_dir: Path, structure: str) -> Iterator[tuple[str, Slot | None, str | None]]:
+    directory = structure_dir(srds_dir, structure)
+    m = manifest.load(directory, structure)
+    for name in sorted(m["slots"], key=lambda n: (n != m["current"], n)):
+        yield (name, *_check(directory, structure, name, m["slots"][name]))
+
+
+def _valid(srds_dir: Path, structure: str) -> Iterator[Slot]:
+    for name, slot, problem in _listed(srds_dir, structure):
         if problem is not None:
             log.warning("srds_slot_skipped", structure=structure, slot=name, problem=problem)
             continue
-        found.append(slot)
-    return found
+        yield slot
 
 
 def recorded_positions(srds_dir: Path, structure: str) -> list[dict[str, int]]:

@@ -339,8 +339,8 @@ class Daemon:
         if client is None or self.clients.get(client) is not session:
             return
         del self.clients[client]
-        if session.deregistered or self.shutting_down:
-            return  # at shutdown, locks stay in the image for the client to resync
+        if self.shutting_down:
+            return  # locks stay in the image for the client to resync
         log.info("connection_lost", client=client, peer=session.peer,
                  cut_off=session.cut_off)
         self.schedule_peer_recovery(client)

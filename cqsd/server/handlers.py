@@ -82,6 +82,7 @@ def _authorize(d, session, client, secret):
 
 def op_deregister(d, session, rid):
     session.deregistered = True
+    del d.clients[session.client]  # before the reply: its name is free to register again at once
     for s in d.structures.values():
         s.release_client(session.client, failed=False)
     log.info("deregister", client=session.client)

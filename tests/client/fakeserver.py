@@ -358,7 +358,7 @@ class FakeServer:
         }
 
     def op_deregister(self, conn, frame, afters):
-        afters.append(lambda: setattr(conn, "client", ""))
+        conn.client = ""  # before the reply: its name is free to register again at once
         return {}
 
     def op_connect(self, conn, frame, afters):

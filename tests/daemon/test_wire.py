@@ -214,6 +214,19 @@ def test_client_limit_and_active_name(make_daemon):
     assert c.register("C")["reason"] == "CLIENT_LIMIT"
 
 
+def test_a_deregistered_name_is_free_at_once(daemon):
+    """Deregistering frees the client name before the connection is gone: here the
+    old connection lingers with its replies unread while the name registers again."""
+    old = Raw(daemon.socket)
+    assert old.register("AGAIN")["ok"]
+    assert old.request("put", structure="MSGQ01", queue="BIG", data=b"x" * 60000)["ok"]
+    browse = {"op": "browse", "structure": "MSGQ01", "queue": "BIG", "qtype": "TRAN"}
+    old.send(b"".join(msgpack_frame({"id": 100 + i, **browse}) for i in range(20))
+             + msgpack_frame({"id": 200, "op": "deregister"}))
+    daemon.wait_for("deregister")
+    assert Raw(daemon.socket).register("AGAIN")["ok"]
+
+
 def test_secrets_are_checked(make_daemon):
     """With [[client]] entries only those names register, and only with their secret."""
     digest = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"  # "secret"

@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         trio.run(daemon.run)
-    except LogFailed as err:
+    except LogFailed as err:  # or InternalFailure: stopped without an image
         print(f"cqsd: {err}", file=sys.stderr)
-        return 3
+        return err.exit_code
     except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, OSError) as err:
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1

@@ -50,7 +50,7 @@ def test_embedded_default_is_the_design_default():
         "./cqsd-data", "./cqsd-data/cqsd.sock", "", "", "")
     assert (d.max_clients, d.max_connections, d.max_deliveries, d.send_queue) == (32, 256, 5, 4096)
     assert (d.resync_grace, d.handshake_timeout, d.max_wait) == (0.0, 10.0, 3600.0)
-    assert d.max_message == 100 * 1024**2
+    assert d.max_message == 15 * 1024**2  # what one log record holds (docs/robustness.md)
     assert d.log_level == "info"
     assert d.tcp_address is None
     assert [s.name for s in c.structures] == ["MSGQ01", "MSGQ01OV", "EMHQ01"]

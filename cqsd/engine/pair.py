@@ -62,6 +62,10 @@ from .structure import (
 
 NEVER = 1 << 62  # a trigger no structure reaches: the threshold is not being checked
 MOVE_BATCH = 1000  # messages one move_some call moves by default: a few ms between requests
+# Payload bytes after which a move_some call stops: its O and I effects are one
+# log record, which must stay under the logstream's 16 MiB (recovery/records.py);
+# the first message always moves, and a put keeps each message within a record.
+MOVE_BYTES = 4 * 1024 * 1024
 # queue_space_exit(structure, qtype name, queue, bytes) -> False to refuse (IMS DFSQSPC0)
 QueueSpaceExit = Callable[[str, str, str, int], bool]
 
@@ -318,15 +322,15 @@ class StructurePair:
         moving, primary, overflow = self._moving, self.primary, self.overflow
         if not moving or overflow is None:  # names are only moving to an overflow structure
             return 0
-        moved = 0
-        while moving and moved < limit:
+        moved = nbytes = 0
+        while moving and moved < limit and nbytes < MOVE_BYTES:
             key = next(iter(moving))
             head = primary.head_id(key)
             if head is None:
                 del moving[key]
                 continue
             try:
-                primary.transfer(head, overflow)
+                nbytes += len(primary.transfer(head, overflow).data)
             except CQSError as err:
                 if err.reason != Reason.STRUCTURE_FULL:
                     raise

@@ -115,7 +115,7 @@ class Checkpoints:
         run = self._running.get(name)
         if run is None:
             run = self._running[name] = _Run()
-            self.daemon.nursery.start_soon(self._take, name, why, run)
+            self.daemon.spawn(f"checkpoint of {name}", self._take, name, why, run)
         await run.done.wait()
         if isinstance(run.result, JobFailed):
             raise run.result
@@ -171,7 +171,7 @@ class Checkpoints:
             if s is None:
                 continue  # failed: its recovery decides
             if s.stats()["messages"]:  # a job folds it (to nothing, if none is recoverable)
-                self.daemon.nursery.start_soon(self._quietly, name, "first")
+                self.daemon.spawn(f"checkpoint of {name}", self._quietly, name, "first")
                 continue
             # empty as of this position: once it is durable, an empty slot there is exact
             position = self.daemon.journal.position
@@ -226,7 +226,7 @@ class Checkpoints:
                     why = "interval"
                 else:
                     continue
-                self.daemon.nursery.start_soon(self._quietly, name, why)
+                self.daemon.spawn(f"checkpoint of {name}", self._quietly, name, why)
 
     async def _quietly(self, name: str, why: str) -> None:
         try:

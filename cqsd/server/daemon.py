@@ -27,7 +27,7 @@ from pathlib import Path
 import structlog
 import trio
 
-from .. import exits
+from .. import engine, exits
 from ..config import Config
 from ..engine import (
     Altered, CQSError, ExitFailed, FullnessChanged, OverflowMode, OverflowStatus, QueueType,
@@ -37,6 +37,7 @@ from ..engine.entry import ELEMENT
 from ..engine.structure import LOCK
 from ..protocol import requests
 from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
+from ..recovery import records
 from ..recovery.fold import rows_of
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
@@ -45,18 +46,31 @@ from ..storage.datadir import DataDir, DataDirError
 from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
+from .limits import Limits
 from .poller import RECEIVE_SIZE, Poller
 from .session import Session
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
-FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
 DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdown
 NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged
 
 
 class LogFailed(Exception):
     """The log could not be written: the daemon stopped so a restart can recover."""
+
+    exit_code = 3
+
+
+class InternalFailure(LogFailed):
+    """An internal error left memory that may not match the log, or killed a task
+    the daemon cannot run without: it stopped so a restart can recover."""
+
+    exit_code = 4
+
+
+class InternalError(Exception):
+    """What ``Daemon.fatal`` hands the journal: the named event and its cause."""
 
 
 class Daemon:
@@ -77,17 +91,19 @@ class Daemon:
         self._movers: set[str] = set()  # pairs whose overflow moves are under way
         self._recovering: set[str] = set()
         self.datadir = DataDir(d.data_dir)
-        self.max_frame = d.max_message + FRAME_HEADROOM
+        self.limits = Limits(d.max_message)
+        self.max_frame = self.limits.max_frame
         self.clients: dict[str, Session] = {}
         self.sessions: set[Session] = set()
         self.pending_recovery: dict[str, trio.CancelScope] = {}
         self.interest: dict[tuple[str, int, str], set[Session]] = {}
-        self.waiters = ReadWaiters()
+        self.waiters = ReadWaiters(self.limits.reply_bytes)
         self.shutting_down = False
         self.stopped = trio.Event()
         self._sessions_gone = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.poller: Poller | None = None
+        self.journal: Journal | None = None
         self._socket_made = False
 
     def _new_structure(self, name: str, size: int | None = None) -> Structure:
@@ -121,13 +137,6 @@ class Daemon:
                 f"no structure named {name!r}; this daemon has {', '.join(self.structures)}",
             )
         return s
-
-    def check_size(self, data: bytes) -> None:
-        if len(data) > self.config.daemon.max_message:
-            raise CQSError(
-                Reason.MESSAGE_TOO_LARGE,
-                f"message of {len(data)} bytes exceeds max_message {self.config.daemon.max_message}",
-            )
 
     def notification(self, structure: str, qtype: int, queue: str) -> dict:
         return {"notify": "work", "structure": structure, "qtype": QueueType(qtype).name,
@@ -164,17 +173,36 @@ class Daemon:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
                       message=err.message)
             session.fail(rid, err.reason, err.message)
-        except Exception:  # a bug must cost one request, not the daemon
-            log.exception("internal_error", client=session.client, op=op)
+        except Exception as err:
+            if _raised_in_engine(err):  # the engine may have applied part of it
+                self.fatal("internal_error", err, client=session.client, op=op)
+            else:  # the engine was not reached, or changed nothing: one request fails
+                log.exception("request_internal_error", client=session.client, op=op)
             session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")
         # even a refused request settles: a refused put may have changed the fullness state
         lsn = self.settle()
         if result is not DEFERRED:
             session.reply(rid, result, lsn)
 
+    def fatal(self, event: str, err: BaseException, **fields) -> None:
+        """Stop without acknowledging anything more, as after a log write failure:
+        memory may no longer match the log, or the daemon lost a task it needs, so
+        the restart recovers from the log (docs/robustness.md)."""
+        log.critical(event, error=f"{type(err).__name__}: {err}", **fields, exc_info=err,
+                     action="no more acknowledgements; stopping for restart and recovery")
+        self.journal.fail(InternalError(f"{event}: {type(err).__name__}: {err}"), event=None)
+
     def settle(self) -> int:
         """Turn what the last request did into notifications, waiter hand-offs and log
-        records; returns the LSN a reply must wait for (0: none)."""
+        records; returns the LSN a reply must wait for (0: none; past the log's end
+        if the daemon is stopping on an error, so that nothing more is acknowledged)."""
+        try:
+            return self._settle()
+        except Exception as err:  # the request is applied in memory but maybe not logged
+            self.fatal("settle_failed", err)
+            return NEVER
+
+    def _settle(self) -> int:
         wait_for = 0
         for s in self.structures.values():
             if s.pressure and self.nursery is not None:
@@ -193,10 +221,16 @@ class Daemon:
                 self.waiters.serve(s)
             record = s.take_record()
             if record is not None:
-                urgent = _urgent(record)
-                before = self.journal.writer.bytes_written
-                lsn = self.journal.append(record, urgent)
-                self.checkpoints.note_logged(record, self.journal.writer.bytes_written - before)
+                urgent, lsn = _urgent(record), 0
+                try:
+                    parts = records.split(record)
+                except records.RecordTooLarge as err:
+                    self.journal.fail(err, "log_record_refused")
+                    parts = []
+                for part in parts:
+                    before = self.journal.writer.bytes_written
+                    lsn = self.journal.append(part, urgent)
+                    self.checkpoints.note_logged(part, self.journal.writer.bytes_written - before)
                 if urgent:
                     wait_for = lsn or NEVER
         return wait_for
@@ -218,7 +252,7 @@ class Daemon:
                         pause_ms=round(1000 * (time.perf_counter() - started), 3))
         if s.moving and s.name not in self._movers:
             self._movers.add(s.name)
-            self.nursery.start_soon(self._move_to_overflow, s)
+            self.spawn(f"overflow move of {s.name}", self._move_to_overflow, s)
 
     async def _move_to_overflow(self, s: StructurePair) -> None:
         moved = 0
@@ -251,19 +285,12 @@ class Daemon:
             session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
         self.sessions.add(session)
         try:
-            with trio.CancelScope() as session.scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, session, stream)
-                    nursery.start_soon(self._handshake_deadline, session)
-                    async with trio.open_nursery() as waits:
-                        session.waits = waits
-                        with trio.CancelScope() as session.reader_scope:
-                            if session.raw is not None and self.poller is not None:
-                                await self.poller.read(session)
-                            else:
-                                await self._reader(session, stream)
-                        waits.cancel_scope.cancel()
-                    session.finish_sending()
+            await self._run_session(session, stream)
+        except Exception as err:  # a bug costs this connection, not the daemon
+            if _raised_in_engine(err):
+                self.fatal("internal_error", err, client=session.client, peer=session.peer)
+            else:
+                log.exception("connection_failed", client=session.client, peer=session.peer)
         finally:
             self.sessions.discard(session)
             self._connection_lost(session)
@@ -271,6 +298,21 @@ class Daemon:
                 self._sessions_gone.set()
             session.close()
             await trio.aclose_forcefully(stream)
+
+    async def _run_session(self, session: Session, stream: trio.abc.Stream) -> None:
+        with trio.CancelScope() as session.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, session, stream)
+                nursery.start_soon(self._handshake_deadline, session)
+                async with trio.open_nursery() as waits:
+                    session.waits = waits
+                    with trio.CancelScope() as session.reader_scope:
+                        if session.raw is not None and self.poller is not None:
+                            await self.poller.read(session)
+                        else:
+                            await self._reader(session, stream)
+                    waits.cancel_scope.cancel()
+                session.finish_sending()
 
     async def _reader(self, session: Session, stream: trio.abc.Stream) -> None:
         """A TLS connection's requests (the poller reads plain sockets where there
@@ -355,7 +397,7 @@ class Daemon:
             return
         scope = trio.CancelScope()
         self.pending_recovery[client] = scope
-        self.nursery.start_soon(self._grace, client, scope, grace)
+        self.spawn(f"resync grace of {client}", self._grace, client, scope, grace)
 
     async def _grace(self, client: str, scope: trio.CancelScope, grace: float) -> None:
         with scope:
@@ -381,23 +423,23 @@ class Daemon:
         self.datadir.open()
         try:
             self.journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
-            self.journal.on_failure = lambda err: self.stop(f"log write failed: {err}")
+            self.journal.on_failure = lambda err: self.stop(f"no more acknowledgements: {err}")
             self.checkpoints = Checkpoints(self)
             self.poller = Poller(self.handle, self.max_frame) if Poller.available else None
             held, crashed = self._rebuild()
             listeners = await self._listen()
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
-                nursery.start_soon(self.journal.run)
+                self.spawn("flusher", self.journal.run)
                 if self.poller is not None:
-                    nursery.start_soon(self.poller.run)
-                nursery.start_soon(self.checkpoints.run)
+                    self.spawn("poller", self.poller.run)
+                self.spawn("checkpoint triggers", self.checkpoints.run)
                 self.settle()  # overflow processing a restart found due
                 for client in sorted(crashed):
                     self._recover_peer(client)  # their holder died with the daemon
                 for client in sorted(held):
                     self.schedule_peer_recovery(client)  # they may come back and resync
-                nursery.start_soon(self._signals)
+                self.spawn("signals", self._signals)
                 serving = await nursery.start(self._serve, listeners)
                 log.info("ready", socket=self.config.daemon.socket, tcp=self.config.daemon.tcp,
                          structures=list(self.structures), pid=os.getpid())
@@ -406,18 +448,35 @@ class Daemon:
                 serving.cancel()
                 await self._drain()
                 nursery.cancel_scope.cancel()
-            if self.journal.failed is not None:
+            failed = self.journal.failed
+            if isinstance(failed, InternalError):
+                raise InternalFailure(f"stopped without an image after an internal error "
+                                      f"({failed}); restart to recover from the log")
+            if failed is not None:
                 raise LogFailed(f"stopped without an image: the log write failed "
-                                f"({self.journal.failed}); restart to recover from the log")
+                                f"({failed}); restart to recover from the log")
             self.journal.close()
             self._save_images()
             log.info("stopped")
         finally:
+            if self.journal is not None:
+                self.journal.close()  # done already after a clean stop
             if self.poller is not None:
                 self.poller.close()
             if self._socket_made:
                 _remove_socket(self.config.daemon.socket)
             self.datadir.close()
+
+    def spawn(self, name: str, task, *args) -> None:
+        """Start ``task`` in the daemon's nursery, supervised: if it raises, the
+        daemon says which task and why, and stops rather than half-runs."""
+        self.nursery.start_soon(self._supervise, name, task, *args, name=name)
+
+    async def _supervise(self, name: str, task, *args) -> None:
+        try:
+            await task(*args)
+        except Exception as err:
+            self.fatal("task_died", err, task=name)
 
     async def _serve(self, listeners, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:
@@ -624,7 +683,7 @@ class Daemon:
             finally:
                 done.set()
 
-        self.nursery.start_soon(run)
+        self.spawn(operation.__name__, run)
         await done.wait()
         if not outcome:
             raise CQSError(Reason.SHUTTING_DOWN, "the daemon stopped before it finished")
@@ -714,6 +773,22 @@ def _remove_socket(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+ENGINE_FILES = os.path.dirname(engine.__file__) + os.sep
+
+
+def _raised_in_engine(err: BaseException) -> bool:
+    """Whether ``err`` came out of the engine, which may then have applied part of
+    a change: everywhere else an exception leaves the structures as they were."""
+    if isinstance(err, BaseExceptionGroup):
+        return any(_raised_in_engine(e) for e in err.exceptions)
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(ENGINE_FILES):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _urgent(record: dict) -> bool:

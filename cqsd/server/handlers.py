@@ -15,6 +15,7 @@ import trio
 
 from ..engine import CQSError, Delete, Move, Put, Reason, Unlock, parse_qtype
 from ..engine.qtypes import QueueType, check_name
+from ..engine.structure import position
 from ..protocol import requests
 from ..protocol.codec import PROTOCOL_VERSION
 from ..storage import repository
@@ -94,7 +95,7 @@ def op_connect(d, session, rid, structure):
 
 
 def op_put(d, session, rid, structure, queue, qtype, data, recoverable):
-    d.check_size(data)
+    d.limits.check_message(data, recoverable)
     return {"entry_id": d.structure(structure).put(qtype, queue, data, recoverable).entry_id}
 
 
@@ -103,7 +104,7 @@ def op_read(d, session, rid, structure, queue, qtype, n, wait):
     key = (parse_qtype(qtype), check_name(queue))
     if not 1 <= n <= MAX_READ_BATCH:
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
-    got = read_up_to(s, session.client, key, n)
+    got = read_up_to(s, session.client, key, n, d.limits.reply_bytes)
     if got:
         return {"messages": [wire.message(e) for e in got]}
     if not wait:
@@ -137,6 +138,12 @@ def op_browse(d, session, rid, structure, queue, qtype, cursor, limit):
     if not 1 <= limit <= MAX_BROWSE:
         raise _bad(f"browse: limit must be 1 to {MAX_BROWSE}, got {limit}")
     found, after = d.structure(structure).browse(qtype, queue, after=cursor, limit=limit)
+    size = 0
+    for i, e in enumerate(found):  # a page carries at most one message past reply_bytes
+        if size >= d.limits.reply_bytes:
+            found, after = found[:i], position(found[i - 1])
+            break
+        size += len(e.data)
     return {"messages": [wire.browsed(e) for e in found], "cursor": list(after) if after else None}
 
 
@@ -160,7 +167,6 @@ def op_commit(d, session, rid, structure, ops):
     batch = []
     for kind, f in requests.commit_ops(ops):
         if kind == "put":
-            d.check_size(f["data"])
             batch.append(Put(f["qtype"], f["queue"], f["data"], f["recoverable"]))
         elif kind == "delete":
             batch.append(Delete(f["entry_id"]))
@@ -168,6 +174,7 @@ def op_commit(d, session, rid, structure, ops):
             batch.append(Move(f["entry_id"], f["qtype"], f["queue"]))
         else:
             batch.append(Unlock(f["entry_id"], f["failed"], f["qtype"], f["queue"]))
+    d.limits.check_commit(batch)
     results = s.commit(session.client, batch)
     return {"entry_ids": [e.entry_id for op, e in zip(batch, results) if type(op) is Put]}
 

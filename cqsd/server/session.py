@@ -23,7 +23,7 @@ import structlog
 import trio
 
 from ..engine import Reason
-from ..protocol.codec import encode_frame
+from ..protocol.codec import ProtocolError, encode_frame
 
 log = structlog.get_logger()
 _ids = itertools.count(1)
@@ -87,7 +87,13 @@ class Session:
             self._work.set()
 
     def send(self, frame: dict, lsn: int = 0) -> None:
-        self.send_bytes(encode_frame(frame, self.max_frame), lsn, frame.get("id"))
+        try:
+            data = encode_frame(frame, self.max_frame)
+        except ProtocolError as err:  # a reply larger than a frame may be: its request fails
+            log.warning("reply_too_large", client=self.client, message=err.message)
+            data = encode_frame({"id": frame.get("id"), "ok": False, "reason": str(err.reason),
+                                 "message": f"the reply is too large: {err.message}"})
+        self.send_bytes(data, lsn, frame.get("id"))
 
     def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
         self.send({"id": request_id, "ok": True, "result": result}, lsn)

@@ -8,7 +8,7 @@ import trio
 from . import logs
 from .config import ConfigError, load
 from .storage.datadir import DataDirError
-from .recovery.fold import FoldError
+from .records import FoldError
 from .recovery.restart import LogBehindImage
 from .storage.image import ImageError
 from logstream import LogstreamError

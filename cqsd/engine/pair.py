@@ -63,7 +63,7 @@ from .structure import (
 NEVER = 1 << 62  # a trigger no structure reaches: the threshold is not being checked
 MOVE_BATCH = 1000  # messages one move_some call moves by default: a few ms between requests
 # Payload bytes after which a move_some call stops: its O and I effects are one
-# log record, which must stay under the logstream's 16 MiB (recovery/records.py);
+# log record, which must stay under the logstream's 16 MiB (server/limits.py);
 # the first message always moves, and a put keeps each message within a record.
 MOVE_BYTES = 4 * 1024 * 1024
 # queue_space_exit(structure, qtype name, queue, bytes) -> False to refuse (IMS DFSQSPC0)

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedDict
 
+from ..records import COLD_BY, DELETE, LOCK, MOVED_IN, MOVED_OUT, PUT, READY_AT
 from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, Queue, elements
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
@@ -57,8 +58,6 @@ BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
     for lh in headers_of(t)
 )
 
-# Effect kinds (docs/recovery.md)
-PUT, LOCK, DELETE, READY_AT, COLD_BY, MOVED_OUT, MOVED_IN = "P", "L", "D", "R", "C", "O", "I"
 
 Key = tuple[int, str]
 Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen

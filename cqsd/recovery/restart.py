@@ -13,7 +13,8 @@ from logstream.series import list_segments
 from ..engine import Structure
 from ..srds import slots
 from ..storage import image
-from .fold import RECOVERABLE, WHERE, OWNER, fold
+from ..records import OWNER, RECOVERABLE, WHERE
+from .fold import fold
 
 
 @dataclass

@@ -34,11 +34,9 @@ from ..engine import (
     QueueWork, Reason, Structure, StructurePair,
 )
 from ..engine.entry import ELEMENT
-from ..engine.structure import LOCK
 from ..protocol import requests
 from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
-from ..recovery import records
-from ..recovery.fold import rows_of
+from ..records import rows_of, waits_for_log
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
 from ..storage import image
@@ -46,7 +44,7 @@ from ..storage.datadir import DataDir, DataDirError
 from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
-from .limits import Limits
+from .limits import Limits, RecordTooLarge, split
 from .poller import RECEIVE_SIZE, Poller
 from .session import Session
 from .waiters import ReadWaiters
@@ -221,10 +219,10 @@ class Daemon:
                 self.waiters.serve(s)
             record = s.take_record()
             if record is not None:
-                urgent, lsn = _urgent(record), 0
+                urgent, lsn = waits_for_log(record), 0
                 try:
-                    parts = records.split(record)
-                except records.RecordTooLarge as err:
+                    parts = split(record)
+                except RecordTooLarge as err:
                     self.journal.fail(err, "log_record_refused")
                     parts = []
                 for part in parts:
@@ -789,13 +787,6 @@ def _raised_in_engine(err: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-def _urgent(record: dict) -> bool:
-    """Whether a reply waits for this record: anything but locks does."""
-    if any(e[0] != LOCK for e in record["e"]):
-        return True
-    return any(e[0] != LOCK for effects in record.get("x", {}).values() for e in effects)
 
 
 def _log_event(event) -> None:

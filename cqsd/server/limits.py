@@ -1,19 +1,45 @@
-"""Every size limit a request can hit, checked before the engine applies anything.
+"""Every size limit a request can hit, checked before the engine applies anything,
+and the log record's own.
 
-The frame limit is the decoder's (a request frame over ``max_message`` plus
-``FRAME_HEADROOM`` never reaches a handler); ``max_message`` is the
-operator's; a recoverable payload must fit one log record
-(``recovery/records.py``), and so must all the recoverable payloads of one
-commit, which is one record. The structure's space, staging segments
-included, is the engine's to check (STRUCTURE_FULL), as are the commit's op
-count (``protocol/requests.py``). A refusal names the limit so the caller
-can act: split the unit of work, or put the message non-recoverable.
+Design note. The frame limit is the decoder's (a request frame over
+``max_message`` plus ``FRAME_HEADROOM`` never reaches a handler);
+``max_message`` is the operator's. The logstream refuses a record body over
+16 MiB (``MAX_BODY``, docs/logstream.md), and a record is the daemon's unit
+of atomicity: a commit, or an overflow move's ``O`` with its ``I``, is one
+record or nothing. So that limit is kept where a record's size is decided,
+not where it is written:
+
+- a request whose recoverable payloads could not fit one record is refused
+  before the engine applies it (``Limits``), naming the limit so the caller
+  can act: put the message non-recoverable, or split the unit of work;
+- overflow moves are batched by bytes (``engine/pair.py`` ``MOVE_BYTES``);
+- what is left can only grow by count: an operator's dequeue, or a peer
+  recovery or cold start of a client with a million locks, logs a million
+  small effects. Each of those stands alone (a delete, a lock, a return, a
+  move to the cold queue), so such a record is split into several
+  (``split``) and the reply waits for the last. A crash between them leaves
+  part of the operation done, which is what a crash during it means anyway.
+
+A record that holds payloads or move pairs and is still too large is a bug
+upstream: ``split`` raises RecordTooLarge and the daemon stops. The
+structure's space, staging segments included, is the engine's to check
+(STRUCTURE_FULL), as is a commit's op count (``protocol/requests.py``).
 """
+
+from logstream.record import MAX_BODY
 
 from ..engine import CQSError, Put, Reason
 from ..protocol.codec import MAX_FRAME_LIMIT
-from ..recovery.records import EFFECT_BOUND, RECORD_BUDGET
+from ..records import E_DATA, EFFECTS, MOVED_IN, MOVED_OUT, PUT, STRUCTURE, effect_lists
 
+# Room for the record's own map keys, structure names and msgpack headers.
+RECORD_HEADROOM = 64 * 1024
+RECORD_BUDGET = MAX_BODY - RECORD_HEADROOM
+# The most one effect packs to apart from its payload: a kind, an entry id,
+# a queue type, a 15-byte name, a home (type and name), a client name, a time
+# and a count, each with its msgpack header, is under 80 bytes.
+EFFECT_BOUND = 96
+_LINKED = (PUT, MOVED_IN, MOVED_OUT)  # effects that must stay in their record
 FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
 # A reply's share of its frame beyond the payloads: ids, names, times per message.
 REPLY_HEADROOM = 2 * FRAME_HEADROOM
@@ -53,3 +79,32 @@ class Limits:
                            f"commit of {len(batch)} operations would log {logged} bytes; one "
                            f"commit is one log record of at most {RECORD_BUDGET}: split the unit "
                            "of work")
+
+
+class RecordTooLarge(Exception):
+    """A record that cannot be written whole and must not be split."""
+
+
+def bound(record: dict) -> int:
+    """An upper bound of the record's packed size."""
+    total = 0
+    for _, effects in effect_lists(record):
+        total += EFFECT_BOUND * len(effects)
+        for effect in effects:
+            if effect[0] == PUT or effect[0] == MOVED_IN:
+                total += len(effect[E_DATA])
+    return total
+
+
+def split(record: dict, budget: int = RECORD_BUDGET) -> list[dict]:
+    """``record`` as one or more records that each fit ``budget``; raises
+    RecordTooLarge for a record too large whose effects must stay together."""
+    size = bound(record)
+    if size <= budget:
+        return [record]
+    if any(e[0] in _LINKED for _, effects in effect_lists(record) for e in effects):
+        raise RecordTooLarge(f"a record of {size} bytes for structure {record[STRUCTURE]} "
+                             f"holds payloads or overflow moves over the {budget}-byte budget")
+    step = max(1, budget // EFFECT_BOUND)
+    return [{STRUCTURE: name, EFFECTS: effects[i:i + step]}
+            for name, effects in effect_lists(record) for i in range(0, len(effects), step)]

@@ -5,7 +5,7 @@ import pytest
 import cqsclient
 from cqsclient.errors import CQSError
 
-from cqsd.recovery.records import RECORD_BUDGET
+from cqsd.server.limits import RECORD_BUDGET
 
 MiB = 1024 * 1024
 BIG = 'max_message = "100MiB"'

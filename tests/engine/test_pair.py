@@ -18,7 +18,8 @@ from cqsd.engine import (
 from cqsd.engine.events import Altered, ExitFailed, OverflowMode, OverflowStatus
 from cqsd.engine.overflow import MAX_CANDIDATES, grown_size, select
 from cqsd.engine.pair import StructurePair
-from cqsd.recovery.fold import RECOVERABLE, fold, rows_of
+from cqsd.records import RECOVERABLE, rows_of
+from cqsd.recovery.fold import fold
 
 EL = 512
 TRAN, SERIAL = QueueType.TRAN, QueueType.TRAN_SERIAL

@@ -6,7 +6,7 @@ import pytest
 from logstream.record import MAX_BODY
 
 from cqsd.recovery.fold import fold
-from cqsd.recovery.records import RecordTooLarge, bound, split
+from cqsd.server.limits import RecordTooLarge, bound, split
 
 MiB = 1024 * 1024
 

@@ -19,6 +19,13 @@ rows that must load in one C call. The names below are positions.
 """
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .engine.entry import Entry
+
+Body = dict[str, Any]
+Effect = list[Any] | tuple[Any, ...]
 
 # -- the record ------------------------------------------------------------------
 
@@ -45,12 +52,12 @@ R_HOME, R_COUNT = 4, 5  # R
 I_COUNT, I_HOME = 6, 7  # I
 
 
-def effect_lists(body: dict) -> list[tuple[str, list]]:
+def effect_lists(body: Body) -> list[tuple[str, list[Effect]]]:
     """(structure, effects) for each structure a record holds effects of."""
     return [(body[STRUCTURE], body[EFFECTS]), *body.get(OTHERS, {}).items()]
 
 
-def waits_for_log(body: dict) -> bool:
+def waits_for_log(body: Body) -> bool:
     """Whether a reply to the request that made this record waits until it is
     durable: anything but locks does. A lock lost in a crash only means the
     message is read again, as if its reader had died."""
@@ -64,14 +71,14 @@ ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME = range(
 ROW_FIELDS = 10
 
 
-def row_of(entry) -> list:
+def row_of(entry: Entry) -> list[Any]:
     """An engine entry as an image row."""
     home = [int(entry.home[0]), entry.home[1]] if entry.home else None
     return [entry.entry_id, int(entry.qtype), entry.name, bytes(entry.data), entry.recoverable,
             entry.put_time, entry.delivery_count, entry.where, entry.owner, home]
 
 
-def rows_of(entries: Iterable) -> dict[int, list]:
+def rows_of(entries: Iterable[Entry]) -> dict[int, list[Any]]:
     """Engine entries (a structure iterates its own) as image rows by entry id."""
     return {e.entry_id: row_of(e) for e in entries}
 

@@ -31,6 +31,7 @@ message in the overflow structure leaves it there, under its new name.
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from .entry import Entry
 from .errors import CQSError, Reason
@@ -46,6 +47,7 @@ from .overflow import (
     threshold_elements,
 )
 from .qtypes import QueueType, check_name, parse_qtype
+from .reports import Row
 from .structure import (
     Cursor,
     Delete,
@@ -363,12 +365,12 @@ class StructurePair:
     def overflow_mode(self) -> bool:
         return bool(self._status)
 
-    def overflow_names(self) -> list[dict]:
+    def overflow_names(self) -> list[Row]:
         """The names in overflow status, in list-header order."""
         return [{"qtype": QueueType(k[0]).name, "queue": k[1]}
                 for k in in_header_order(self._status)]
 
-    def take_record(self) -> dict | None:
+    def take_record(self) -> dict[str, Any] | None:
         """The log record body for what happened to recoverable messages since the
         last call (docs/recovery.md): one record for both structures, so a move to
         the overflow structure is atomic in the log. None when there is nothing."""
@@ -384,7 +386,7 @@ class StructurePair:
 
     # -- queries ---------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self) -> Row:
         """The primary's figures (``structure_stats`` gives each structure's own),
         with the overflow state."""
         row = self.primary.stats()
@@ -394,10 +396,10 @@ class StructurePair:
         row["threshold"] = self.threshold
         return row
 
-    def structure_stats(self) -> list[dict]:
+    def structure_stats(self) -> list[Row]:
         return [s.stats() for s in self.structures()]
 
-    def queue_stats(self, qtype: int | str, name: str) -> dict:
+    def queue_stats(self, qtype: int | str, name: str) -> Row:
         """One queue across both structures, and whether it is in overflow status."""
         row = self.primary.queue_stats(qtype, name)
         if self.overflow is not None:
@@ -409,15 +411,15 @@ class StructurePair:
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
 
-    def queues(self, also: Iterable[Key] = ()) -> list[dict]:
+    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
         keys = self.primary.queue_keys(also)
         if self.overflow is not None:
             keys |= self.overflow.queue_keys()
         return [self.queue_stats(*k) for k in in_header_order(keys)]
 
-    def header_stats(self) -> list[dict]:
+    def header_stats(self) -> list[Row]:
         """Entries and data elements per list header, both structures added up."""
-        rows: dict[int, dict] = {}
+        rows: dict[int, Row] = {}
         for s in self.structures():
             for r in s.header_stats():
                 row = rows.setdefault(r["lh"], {"lh": r["lh"], "entries": 0, "elements": 0})

@@ -63,7 +63,7 @@ def parse_qtype(value: object) -> QueueType:
     """
     if type(value) is not bool:  # True == 1, but it is not a queue type
         try:
-            return _USABLE[value]
+            return _USABLE[value]  # type: ignore[index]  # anything else is a KeyError
         except (KeyError, TypeError):
             pass
     if type(value) is not bool and value in _STAGING_SPELLINGS:

@@ -24,7 +24,7 @@ one id order, one message in flight if SERIAL, one empty→non-empty transition.
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sortedcontainers import SortedDict
 
@@ -33,6 +33,7 @@ from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, 
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
 from .ids import Ids
+from .reports import Row
 from .qtypes import (
     COLD_LH,
     FIRST_CLIENT_LH,
@@ -131,7 +132,7 @@ class Structure:
         self._cold: dict[int, Entry] = {}
         self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
         self.events: list[Event] = []
-        self.effects: list[tuple] = []  # what happened to recoverable messages (docs/recovery.md)
+        self.effects: list[tuple[Any, ...]] = []  # what happened to recoverable messages (docs/recovery.md)
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
 
@@ -238,6 +239,7 @@ class Structure:
                 need_entries += entries
                 puts.append((qtype, op.name, op.data, bool(op.recoverable)))
                 continue
+            assert not isinstance(op, Put)  # for mypy: the type() test above is faster
             if op.entry_id in seen:
                 raise CQSError(
                     Reason.INVALID_REQUEST, f"entry {op.entry_id} appears twice in one commit"
@@ -372,7 +374,7 @@ class Structure:
         self.events.append(event)
         return event
 
-    def load(self, rows: Iterable[list]) -> int:
+    def load(self, rows: Iterable[list[Any]]) -> int:
         """Bulk restore of image rows (docs/recovery.md) into an empty structure.
 
         The restart path: a million messages must load in seconds, so ready messages
@@ -445,6 +447,7 @@ class Structure:
         entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time)
         entry.home = (QueueType(home[0]), home[1]) if home else None
         if where == LOCKED:
+            assert owner is not None, f"entry {entry_id} locked by nobody"
             self._unplace(entry)
             self._lock(entry, owner)
         elif where == COLD:
@@ -566,7 +569,7 @@ class Structure:
 
     # -- queries ---------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self) -> Row:
         """Structure totals as ``cqsctl display structures`` shows them."""
         return {
             "name": self.name,
@@ -584,7 +587,7 @@ class Structure:
             "cold": len(self._cold),
         }
 
-    def queue_stats(self, qtype: int | str, name: str) -> dict:
+    def queue_stats(self, qtype: int | str, name: str) -> Row:
         """Depth, data elements, oldest put time and locked count of one queue."""
         key = (parse_qtype(qtype), check_name(name))
         queue = self._queues.get(key)
@@ -597,7 +600,7 @@ class Structure:
             "locked": self._locked_per_key.get(key, 0),
         }
 
-    def queues(self, also: Iterable[Key] = ()) -> list[dict]:
+    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
         """Every queue that holds or has lent out a message (and those in ``also``),
         in list-header order."""
         return [self.queue_stats(*k) for k in in_header_order(self.queue_keys(also))]
@@ -607,7 +610,7 @@ class Structure:
         keys = set(self._queues) | set(self._locked_per_key) | set(also)
         return {k for k in keys if k[0] not in STAGING_TYPES}
 
-    def header_stats(self) -> list[dict]:
+    def header_stats(self) -> list[Row]:
         """Entries and data elements on each list header that holds any."""
         rows = []
         for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked()))):
@@ -669,7 +672,7 @@ class Structure:
         if entry.where == LOCKED and entry.owner != client:
             self._check_held(client or "the operator", entry)
 
-    def _target(self, entry: Entry, qtype, name) -> Key | None:
+    def _target(self, entry: Entry, qtype: int | str | None, name: str | None) -> Key | None:
         if qtype is None and name is None:
             return None
         return (parse_qtype(qtype if qtype is not None else entry.qtype), check_name(name or entry.name))
@@ -820,10 +823,12 @@ class Structure:
 
     def _release(self, entry: Entry) -> None:
         """Take an entry off the lock queue; it is nowhere until placed again."""
-        locks = self._locks[entry.owner]
+        owner = entry.owner
+        assert owner is not None, f"entry {entry.entry_id} is on the lock queue without an owner"
+        locks = self._locks[owner]
         del locks[entry.entry_id]
         if not locks:
-            del self._locks[entry.owner]
+            del self._locks[owner]
         entry.owner = None
         key = (entry.qtype, entry.name)
         left = self._locked_per_key[key] - 1

@@ -18,6 +18,8 @@ one per recoverable change on its hottest path, and an image holds a million
 rows that must load in one C call. The names below are positions.
 """
 
+from __future__ import annotations
+
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 

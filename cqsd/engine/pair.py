@@ -29,7 +29,6 @@ message in the overflow structure leaves it there, under its new name.
 """
 
 import heapq
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -47,7 +46,7 @@ from .overflow import (
     threshold_elements,
 )
 from .qtypes import QueueType, check_name, parse_qtype
-from .reports import Row
+from .reports import Row, add_clients, add_headers, add_queue
 from .structure import (
     Cursor,
     Delete,
@@ -403,11 +402,7 @@ class StructurePair:
         """One queue across both structures, and whether it is in overflow status."""
         row = self.primary.queue_stats(qtype, name)
         if self.overflow is not None:
-            theirs = self.overflow.queue_stats(qtype, name)
-            for field in ("depth", "elements", "locked"):
-                row[field] += theirs[field]
-            oldest = [row["oldest_put_time"], theirs["oldest_put_time"]]
-            row["oldest_put_time"] = min((t for t in oldest if t is not None), default=None)
+            add_queue(row, self.overflow.queue_stats(qtype, name))
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
 
@@ -419,19 +414,10 @@ class StructurePair:
 
     def header_stats(self) -> list[Row]:
         """Entries and data elements per list header, both structures added up."""
-        rows: dict[int, Row] = {}
-        for s in self.structures():
-            for r in s.header_stats():
-                row = rows.setdefault(r["lh"], {"lh": r["lh"], "entries": 0, "elements": 0})
-                row["entries"] += r["entries"]
-                row["elements"] += r["elements"]
-        return [rows[lh] for lh in sorted(rows)]
+        return add_headers(s.header_stats() for s in self.structures())
 
     def client_stats(self) -> dict[str, int]:
-        total: Counter[str] = Counter()
-        for s in self.structures():
-            total.update(s.client_stats())
-        return dict(total)
+        return add_clients(s.client_stats() for s in self.structures())
 
     def take_events(self) -> list[Event]:
         """Events of both structures; a queue's new work is the primary's, the name

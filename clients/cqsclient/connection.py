@@ -38,7 +38,7 @@ import time
 from collections import deque
 from typing import Any, Final
 
-from cqsd.protocol.codec import (
+from cqsproto import (
     CLOSED,
     DEFAULT_MAX_FRAME,
     MAX_FRAME_LIMIT,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cqsd.protocol.codec import PROTOCOL_VERSION
+from cqsproto import PROTOCOL_VERSION
 
 from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
 from .model import BrowsePage, HeldLock, Location, Message, Notification

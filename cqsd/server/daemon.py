@@ -35,8 +35,7 @@ from ..engine import (
 )
 from ..engine.entry import ELEMENT
 from ..engine.structure import LOCK
-from ..protocol import requests
-from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
+from cqsproto import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame, requests
 from ..recovery.fold import rows_of
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots

@@ -23,7 +23,7 @@ import structlog
 import trio
 
 from ..engine import Reason
-from ..protocol.codec import encode_frame
+from cqsproto import encode_frame
 
 log = structlog.get_logger()
 _ids = itertools.count(1)

@@ -22,17 +22,17 @@ import base64
 import datetime
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any, Final, TextIO
 
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
+from cqsproto.sizes import parse_size
+
 import cqsclient
 from cqsclient.errors import ConnectionLost, CQSError
 from cqsclient.model import Message
-
-from .config import ConfigError, parse_size
 
 __all__ = ["build_parser", "format_table", "main", "show_data", "to_json"]
 
@@ -41,8 +41,6 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNREACHABLE: Final = 3
 
-# The characters and length the daemon allows in a client name (docs/protocol.md).
-CLIENT_NAME: Final = re.compile(r"[A-Za-z0-9@#$_.\-]{1,16}")
 # Table cells holding data are cut here, so one message cannot blow up a table.
 DATA_WIDTH: Final = 60
 
@@ -211,7 +209,7 @@ def default_client_name() -> str:
 def _client_name(text: str) -> str:
     if not CLIENT_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a client name: 1 to 16 of A-Z a-z 0-9 @ # $ _ . -"
+            f"{text!r} is not a client name: {CLIENT_NAME_RULE}"
         )
     return text
 
@@ -238,9 +236,9 @@ def _seconds(text: str) -> float:
 
 def _size(text: str) -> int:
     try:
-        return parse_size(text, "--size")
-    except ConfigError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--size: {error}") from None
 
 
 def _entry_id(text: str) -> int:
@@ -299,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "checkpoint, recover, alter, rebuild, delete-structure.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
+    parser.add_argument("--version", action="version", version=f"cqsctl {cqsclient.__version__}")
     _global_options(parser, suppress=False)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, suppress=True)

@@ -27,12 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any, Final, TextIO
 
-from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
-from cqsproto.sizes import parse_size
-
 import cqsclient
 from cqsclient.errors import ConnectionLost, CQSError
 from cqsclient.model import Message
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
+from cqsproto.sizes import parse_size
 
 __all__ = ["build_parser", "format_table", "main", "show_data", "to_json"]
 

@@ -27,6 +27,8 @@ from pathlib import Path
 import structlog
 import trio
 
+from cqsproto import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame, requests
+
 from .. import exits
 from ..config import Config
 from ..engine import (
@@ -35,7 +37,6 @@ from ..engine import (
 )
 from ..engine.entry import ELEMENT
 from ..engine.structure import LOCK
-from cqsproto import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame, requests
 from ..recovery.fold import rows_of
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots

@@ -12,9 +12,10 @@ import hmac
 import structlog
 import trio
 
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, PROTOCOL_VERSION, requests
+
 from ..engine import CQSError, Delete, Move, Put, Reason, Unlock, parse_qtype
 from ..engine.qtypes import QueueType, check_name
-from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, PROTOCOL_VERSION, requests
 from ..storage import repository
 from . import wire
 from .waiters import Waiter, read_up_to

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import trio
 
 from cqsproto import FrameDecoder
+
 from .session import Session
 
 MAX_EVENTS = 256

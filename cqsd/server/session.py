@@ -22,8 +22,9 @@ from collections import deque
 import structlog
 import trio
 
-from ..engine import Reason
 from cqsproto import encode_frame
+
+from ..engine import Reason
 
 log = structlog.get_logger()
 _ids = itertools.count(1)

@@ -12,11 +12,11 @@ import inspect
 from pathlib import Path
 
 import pytest
-from cqsproto import NEED_DATA, FrameDecoder, encode_frame, requests
 
 import cqsclient
 from cqsclient import ops
 from cqsclient.errors import REASONS, CQSError, ProtocolViolation
+from cqsproto import NEED_DATA, FrameDecoder, encode_frame, requests
 
 SDK = Path(cqsclient.__file__).parent
 S = "MSGQ01"
@@ -140,7 +140,7 @@ def drive_every_op(d) -> None:
     with cqsclient.connect(d.address, client="CONTRACT") as c:
         s = c.structure(S)
         eid = s.put("CQ", b"one")
-        ids = s.put_batch("CQ", [b"two", b"three"])
+        s.put_batch("CQ", [b"two", b"three"])
         m = s.read("CQ")
         batch = s.read_batch("CQ", 2)
         assert s.unlock(m.entry_id, failed=True).queue == "CQ"  # max_deliveries 1: suspended

@@ -207,9 +207,7 @@ def default_client_name() -> str:
 
 def _client_name(text: str) -> str:
     if not CLIENT_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a client name: {CLIENT_NAME_RULE}"
-        )
+        raise argparse.ArgumentTypeError(f"{text!r} is not a client name: {CLIENT_NAME_RULE}")
     return text
 
 

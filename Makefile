@@ -9,10 +9,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test bench java clean
 
-$(STAMP): pyproject.toml
+# The client (clients/: cqsclient, cqsctl and the wire protocol) is its own
+# distribution, which the server's depends on; both are installed editable.
+$(STAMP): pyproject.toml clients/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e ./clients -e '.[test]'
 	touch $@
 
 java:

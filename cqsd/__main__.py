@@ -5,7 +5,7 @@ import sys
 
 import trio
 
-from . import logs
+from . import __version__, logs
 from .config import ConfigError, load
 from .storage.datadir import DataDirError
 from .records import FoldError
@@ -16,6 +16,7 @@ from logstream import LogstreamError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cqsd", description="the cqsd shared queue server")
+    parser.add_argument("--version", action="version", version=f"cqsd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the daemon in the foreground")
     run.add_argument("--config", help="TOML configuration file (default: the embedded one)")

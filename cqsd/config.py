@@ -39,6 +39,9 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, sizes
+from cqsproto.sizes import GiB, KiB, format_size
+
 __all__ = [
     "DEFAULT_TOML",
     "ClientConfig",
@@ -52,8 +55,6 @@ __all__ = [
     "parse_size",
 ]
 
-KiB, MiB, GiB = 1024, 1024**2, 1024**3
-
 DATA_ELEMENT = 512  # bytes per data element, the unit of structure capacity (DESIGN §3)
 MAX_CLIENTS_LIMIT = 1024  # the IMS limit is 32 per structure; 1024 is generous headroom
 MAX_MESSAGE_LIMIT = GiB  # a message is held whole in memory by the reader; MQ's MAXMSGL is 100 MiB
@@ -64,14 +65,7 @@ SOCKET_PATH_MAX = 107
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
-    "kib": KiB, "mib": MiB, "gib": GiB,
-}
-_SIZE_RE = re.compile(r"\s*([0-9]+)\s*([A-Za-z]*)\s*")
 _STRUCTURE_NAME_RE = re.compile(r"[A-Z0-9@#$_]{1,16}")  # an MVS CF structure name
-_CLIENT_NAME_RE = re.compile(r"[A-Z0-9@#$]{1,8}")  # an IMS ID / CQS client name
 _SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -191,35 +185,17 @@ def parse_size(value: object, key: str) -> int:
         raise ConfigError([f"{key}: {bad}"]) from None
 
 
-def format_size(n: int) -> str:
-    """*n* bytes in the largest unit that divides it, e.g. ``"64MiB"``; parse_size reads it back."""
-    for unit, name in _FORMAT_UNITS:
-        if n and n % unit == 0:
-            return f"{n // unit}{name}"
-    return f"{n}B"
-
-
-_FORMAT_UNITS = (
-    (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB"), (1000**3, "GB"), (1000**2, "MB"), (1000, "KB"),
-)
-_SIZE_EXPECTED = 'expected a size like "64MiB" or an integer number of bytes'
-
-
 def _size(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise _Bad(f"must not be negative, got {value}")
         return value
     if not isinstance(value, str):
-        raise _Bad(f"{_SIZE_EXPECTED}, got {_show(value)}")
-    match = _SIZE_RE.fullmatch(value)
-    if match is None:
-        raise _Bad(f"{_SIZE_EXPECTED}, got {_show(value)}")
-    number, unit = match.groups()
-    if unit.lower() not in _SIZE_UNITS:
-        raise _Bad(f"unknown unit {_show(unit)} in {_show(value)} "
-                   "(use B, KB, MB, GB, KiB, MiB or GiB)")
-    return int(number) * _SIZE_UNITS[unit.lower()]
+        raise _Bad(f"{sizes.EXPECTED}, got {_show(value)}")
+    try:
+        return sizes.parse_size(value)
+    except ValueError as error:
+        raise _Bad(str(error)) from None
 
 
 # ---------------------------------------------------------------------------
@@ -350,7 +326,7 @@ def _name(pattern: re.Pattern[str], rule: str) -> Callable[[object], str]:
 
 
 _structure_name = _name(_STRUCTURE_NAME_RE, "1-16 characters of A-Z, 0-9, @, #, $ and _")
-_client_name = _name(_CLIENT_NAME_RE, "1-8 characters of A-Z, 0-9, @, # and $")
+_client_name = _name(CLIENT_NAME, CLIENT_NAME_RULE)  # the name register accepts
 
 
 def _sha256(value: object) -> str:

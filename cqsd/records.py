@@ -21,10 +21,7 @@ rows that must load in one C call. The names below are positions.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .engine.entry import Entry
+from typing import Any, Protocol
 
 Body = dict[str, Any]
 Effect = list[Any] | tuple[Any, ...]
@@ -71,6 +68,21 @@ def waits_for_log(body: Body) -> bool:
 # A message as an image, a slot and both folds hold it.
 ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME = range(10)
 ROW_FIELDS = 10
+
+
+class Entry(Protocol):
+    """The fields of an engine entry a row is made of."""
+
+    entry_id: int
+    qtype: int
+    name: str
+    data: bytes | memoryview
+    recoverable: bool
+    put_time: int
+    delivery_count: int
+    where: str
+    owner: str | None
+    home: tuple[int, str] | None
 
 
 def row_of(entry: Entry) -> list[Any]:

@@ -26,6 +26,8 @@ from .client import Client, StructureHandle, UnitOfWork, connect
 from .errors import CQSError, ConnectionLost
 from .model import BrowsePage, HeldLock, Location, Message, Notification
 
+__version__ = "0.1.0"
+
 __all__ = [
     "DEFAULT_ADDRESS",
     "BrowsePage",

@@ -27,6 +27,8 @@ from pathlib import Path
 import structlog
 import trio
 
+from cqsproto import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame, requests
+
 from .. import engine, exits
 from ..config import Config
 from ..engine import (
@@ -34,8 +36,6 @@ from ..engine import (
     QueueWork, Reason, Structure, StructurePair,
 )
 from ..engine.entry import ELEMENT
-from ..protocol import requests
-from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
 from ..records import rows_of, waits_for_log
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots

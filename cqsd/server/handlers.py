@@ -8,23 +8,21 @@ wait (a read with ``wait``) starts a task and returns ``DEFERRED``.
 
 import hashlib
 import hmac
-import re
 
 import structlog
 import trio
 
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, PROTOCOL_VERSION, requests
+
 from ..engine import CQSError, Delete, Move, Put, Reason, Unlock, parse_qtype
 from ..engine.qtypes import QueueType, check_name
 from ..engine.structure import position
-from ..protocol import requests
-from ..protocol.codec import PROTOCOL_VERSION
 from ..storage import repository
 from . import wire
 from .waiters import Waiter, read_up_to
 
 log = structlog.get_logger()
 DEFERRED = object()
-CLIENT_NAME = re.compile(r"[A-Za-z0-9@#$_.-]{1,16}")
 MAX_READ_BATCH = 10_000  # bounds one reply; read_batch callers loop for more
 MAX_BROWSE = 10_000
 
@@ -39,7 +37,7 @@ def op_register(d, session, rid, client, secret, cold, version):
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; this server speaks {PROTOCOL_VERSION}")
     if not CLIENT_NAME.fullmatch(client):
-        raise _bad(f"client name {client!r} must be 1 to 16 of A-Z a-z 0-9 @ # $ _ . -")
+        raise _bad(f"client name {client!r} must be {CLIENT_NAME_RULE}")
     _authorize(d, session, client, secret)
     if client in d.clients:
         raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")

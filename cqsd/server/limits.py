@@ -26,10 +26,10 @@ structure's space, staging segments included, is the engine's to check
 (STRUCTURE_FULL), as is a commit's op count (``protocol/requests.py``).
 """
 
+from cqsproto import FRAME_HEADROOM, MAX_FRAME_LIMIT, max_frame_for
 from logstream.record import MAX_BODY
 
 from ..engine import CQSError, Put, Reason
-from ..protocol.codec import MAX_FRAME_LIMIT
 from ..records import E_DATA, EFFECTS, MOVED_IN, MOVED_OUT, PUT, STRUCTURE, effect_lists
 
 # Room for the record's own map keys, structure names and msgpack headers.
@@ -40,7 +40,6 @@ RECORD_BUDGET = MAX_BODY - RECORD_HEADROOM
 # and a count, each with its msgpack header, is under 80 bytes.
 EFFECT_BOUND = 96
 _LINKED = (PUT, MOVED_IN, MOVED_OUT)  # effects that must stay in their record
-FRAME_HEADROOM = 1024 * 1024  # room for a request's other fields around a max_message payload
 # A reply's share of its frame beyond the payloads: ids, names, times per message.
 REPLY_HEADROOM = 2 * FRAME_HEADROOM
 
@@ -48,7 +47,7 @@ REPLY_HEADROOM = 2 * FRAME_HEADROOM
 class Limits:
     def __init__(self, max_message: int) -> None:
         self.max_message = max_message
-        self.max_frame = min(max_message + FRAME_HEADROOM, MAX_FRAME_LIMIT)
+        self.max_frame = max_frame_for(max_message)
         # Replies carry up to ``reply_bytes`` of payload plus one more message
         # (read and browse stop once past it), and their per-message fields.
         self.reply_bytes = max_message

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import trio
 
-from ..protocol.codec import FrameDecoder
+from cqsproto import FrameDecoder
+
 from .session import Session
 
 MAX_EVENTS = 256

@@ -22,8 +22,9 @@ from collections import deque
 import structlog
 import trio
 
+from cqsproto import ProtocolError, encode_frame
+
 from ..engine import Reason
-from ..protocol.codec import ProtocolError, encode_frame
 
 log = structlog.get_logger()
 _ids = itertools.count(1)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cqsd.protocol.codec import (
+from cqsproto import (
     CLOSED,
     NEED_DATA,
     PROTOCOL_VERSION,

@@ -11,7 +11,7 @@ import pytest
 import cqsclient
 from cqsclient import errors
 from cqsclient.model import HeldLock, Notification
-from cqsd.protocol.codec import PROTOCOL_VERSION
+from cqsproto import PROTOCOL_VERSION
 
 from .fakeserver import error, ok
 

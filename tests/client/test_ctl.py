@@ -1,4 +1,4 @@
-"""Tests for cqsctl (cqsd/ctl.py): arguments, output and exit codes, against the fake server."""
+"""Tests for cqsctl (cqsclient/ctl.py): arguments, output and exit codes, against the fake server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from cqsd import ctl
+from cqsclient import ctl
 
 # DESIGN §7, a contract: the subcommands and the display kinds.
 CONTRACT_COMMANDS = {

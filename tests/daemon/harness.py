@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from cqsd.protocol.codec import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, encode_frame
+from cqsproto import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, encode_frame
 
 STRUCTURES = """
 [[structure]]

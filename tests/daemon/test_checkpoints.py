@@ -25,7 +25,7 @@ def contents(address, queue="Q", structure="MSGQ01"):
 
 
 def ctl(d, *args):
-    return subprocess.run([sys.executable, "-m", "cqsd.ctl", "--address", d.address, "--json",
+    return subprocess.run([sys.executable, "-m", "cqsclient.ctl", "--address", d.address, "--json",
                            *args], capture_output=True, text=True, timeout=300)
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, sizes
-from cqsproto.sizes import GiB, KiB, format_size
+from cqsproto.sizes import GiB, KiB, MiB, format_size
 
 __all__ = [
     "DEFAULT_TOML",
@@ -60,6 +60,7 @@ MAX_CLIENTS_LIMIT = 1024  # the IMS limit is 32 per structure; 1024 is generous 
 MAX_MESSAGE_LIMIT = GiB  # a message is held whole in memory by the reader; MQ's MAXMSGL is 100 MiB
 MAX_STRUCTURE_SIZE = 1024 * GiB  # a CF structure's SIZE tops out at 1 TiB
 MIN_SEND_QUEUE = 16  # enough for a pipelined burst plus a few notifications
+MIN_SEND_QUEUE_BYTES = MiB  # a quarter of it (where reading pauses) still batches many replies
 # Linux sun_path is 108 bytes including the terminating NUL; bind() fails beyond it.
 SOCKET_PATH_MAX = 107
 
@@ -101,7 +102,11 @@ class DaemonConfig:
     max_deliveries: int
     max_message: int
     handshake_timeout: float
-    send_queue: int
+    send_queue: int  # frames queued for one connection before it is cut off
+    send_queue_bytes: int  # bytes queued for one connection before it is cut off
+    send_timeout: float  # seconds a connection's socket may take none of its queued replies
+    frame_timeout: float  # seconds a request frame may take to arrive once begun
+    tcp_keepalive: float  # seconds of silence before a TCP peer is probed; 0 = off
     max_wait: float
     log_level: str
     log_file: str  # "" = standard error; a file is reopened on SIGHUP
@@ -369,6 +374,10 @@ _DAEMON: dict[str, _Key] = {
     "max_message": _Key(_size_between(1, MAX_MESSAGE_LIMIT), "15MiB"),
     "handshake_timeout": _Key(_seconds(0, inclusive=False), 10),
     "send_queue": _Key(_integer(MIN_SEND_QUEUE), 4096),
+    "send_queue_bytes": _Key(_size_between(MIN_SEND_QUEUE_BYTES, 64 * GiB), "64MiB"),
+    "send_timeout": _Key(_seconds(0, inclusive=False), 60),
+    "frame_timeout": _Key(_seconds(0, inclusive=False), 60),
+    "tcp_keepalive": _Key(_seconds(0, inclusive=True), 60),
     "max_wait": _Key(_seconds(0, inclusive=False), 3600),
     "log_level": _Key(_choice(LOG_LEVELS), "info"),
     "log_file": _Key(_string, ""),
@@ -652,6 +661,10 @@ max_deliveries = 5
 max_message = "15MiB"
 handshake_timeout = 10
 send_queue = 4096
+send_queue_bytes = "64MiB"
+send_timeout = 60
+frame_timeout = 60
+tcp_keepalive = 60
 max_wait = 3600
 log_level = "info"
 log_file = ""

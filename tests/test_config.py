@@ -50,6 +50,8 @@ def test_embedded_default_is_the_design_default():
         "./cqsd-data", "./cqsd-data/cqsd.sock", "", "", "")
     assert (d.max_clients, d.max_connections, d.max_deliveries, d.send_queue) == (32, 256, 5, 4096)
     assert (d.resync_grace, d.handshake_timeout, d.max_wait) == (0.0, 10.0, 3600.0)
+    assert (d.send_queue_bytes, d.send_timeout, d.frame_timeout, d.tcp_keepalive) == (
+        64 * 1024**2, 60.0, 60.0, 60.0)
     assert d.max_message == 15 * 1024**2  # what one log record holds (docs/robustness.md)
     assert d.log_level == "info"
     assert d.tcp_address is None
@@ -133,10 +135,13 @@ def test_valid_non_default_values_are_accepted():
     d = loads(daemon(tcp='"[::1]:7410"', max_clients="1024", max_connections="1024",
                      resync_grace="2.5", max_deliveries="1", max_message="1",
                      handshake_timeout="0.5", send_queue="16", max_wait="0.01",
-                     log_level='"WARNING"') + ONE_CLIENT).daemon
+                     send_queue_bytes='"1MiB"', send_timeout="0.5", frame_timeout="0.5",
+                     tcp_keepalive="0", log_level='"WARNING"') + ONE_CLIENT).daemon
     assert d.tcp_address == ("::1", 7410)
     assert (d.max_clients, d.max_connections, d.max_deliveries, d.max_message) == (1024, 1024, 1, 1)
     assert (d.resync_grace, d.handshake_timeout, d.max_wait, d.send_queue) == (2.5, 0.5, 0.01, 16)
+    assert (d.send_queue_bytes, d.send_timeout, d.frame_timeout, d.tcp_keepalive) == (
+        1024**2, 0.5, 0.5, 0.0)
     assert d.log_level == "warning"
 
 
@@ -226,6 +231,10 @@ def test_format_size_round_trips(n, text):
     ("handshake_timeout", "0", "must be greater than 0, got 0"),
     ("handshake_timeout", "-0.5", "must be greater than 0, got -0.5"),
     ("send_queue", "15", "must be at least 16, got 15"),
+    ("send_queue_bytes", '"1000KiB"', "must be between 1MiB and 64GiB, got 1000KiB"),
+    ("send_timeout", "0", "must be greater than 0, got 0"),
+    ("frame_timeout", "-1", "must be greater than 0, got -1"),
+    ("tcp_keepalive", "-1", "must be at least 0, got -1"),
     ("max_wait", "0", "must be greater than 0, got 0"),
     ("max_wait", "[1]", "expected a number of seconds, got an array"),
     ("log_level", '"warn"', "expected one of debug, info, warning, error, got \"warn\" "
@@ -255,6 +264,7 @@ def test_long_socket_path_is_refused():
 @pytest.mark.parametrize("key", [
     "max_clients", "max_connections", "max_deliveries", "send_queue",
     "resync_grace", "handshake_timeout", "max_wait", "max_message",
+    "send_queue_bytes", "send_timeout", "frame_timeout", "tcp_keepalive",
 ])
 def test_booleans_are_not_numbers_in_daemon(key):
     """TOML true is not accepted where a number is expected."""

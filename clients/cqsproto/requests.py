@@ -11,6 +11,10 @@ from typing import Any
 from .codec import INVALID_REQUEST, ProtocolError
 
 REQUIRED = object()
+# The largest frame a client may send before its register reply: a register request
+# is a name, a secret and a version, well under 1 KiB. Without it an unregistered
+# peer could make the daemon buffer a frame of max_message bytes.
+MAX_REGISTER_FRAME = 64 * 1024
 _NUMBER = (int, float)
 
 # op -> field -> (accepted types, default)

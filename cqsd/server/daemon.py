@@ -11,7 +11,7 @@ send could not take, batching what has piled up into one send, which is what
 makes pipelining cheap.
 
 Task tree: run → (signals, flusher, poller, checkpoints, listeners →
-connection → (writer, handshake deadline, TLS reader, waiting reads), grace
+connection → (writer, deadlines, TLS reader, waiting reads), grace
 timers of dropped clients).
 """
 
@@ -28,6 +28,7 @@ import structlog
 import trio
 
 from cqsproto import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame, requests
+from cqsproto.requests import MAX_REGISTER_FRAME
 
 from .. import engine, exits
 from ..config import Config
@@ -43,6 +44,7 @@ from ..storage import image
 from ..storage.datadir import DataDir, DataDirError
 from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .handlers import DEFERRED, HANDLERS
+from . import liveness
 from .journal import WRITER, Journal
 from .limits import Limits, RecordTooLarge, split
 from .poller import RECEIVE_SIZE, Poller
@@ -277,8 +279,11 @@ class Daemon:
                 }))
             await trio.aclose_forcefully(stream)
             return
-        session = Session(_peer(stream), over_tcp, self.config.daemon.send_queue, self.max_frame,
-                          self.journal)
+        d = self.config.daemon
+        session = Session(_peer(stream), over_tcp, d.send_queue, self.max_frame, self.journal,
+                          d.send_queue_bytes)
+        if over_tcp:
+            liveness.keep_alive(stream, d.tcp_keepalive)
         if isinstance(stream, trio.SocketStream):
             session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
         self.sessions.add(session)
@@ -301,7 +306,7 @@ class Daemon:
         with trio.CancelScope() as session.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, session, stream)
-                nursery.start_soon(self._handshake_deadline, session)
+                nursery.start_soon(self._deadlines, session)
                 async with trio.open_nursery() as waits:
                     session.waits = waits
                     with trio.CancelScope() as session.reader_scope:
@@ -317,18 +322,27 @@ class Daemon:
         is epoll)."""
         decoder = FrameDecoder(self.max_frame)
         while True:
-            try:
-                data = await stream.receive_some(RECEIVE_SIZE)
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-                return
+            data = None  # while paused, then the requests already received
+            if session.paused:
+                await session.resumed()
+            else:
+                try:
+                    data = await stream.receive_some(RECEIVE_SIZE)
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
             if not self.handle(session, decoder, data):
                 return
 
-    def handle(self, session: Session, decoder: FrameDecoder, data: bytes) -> bool:
-        """Dispatch the requests ``data`` completes; False when the connection has
-        ended (``data`` empty: the peer closed), a protocol error or deregistration."""
-        decoder.receive_data(data)
-        while True:
+    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None) -> bool:
+        """Dispatch the requests ``data`` completes (None: those already received)
+        until the session pauses; False when the connection has ended (``data``
+        empty: the peer closed), a protocol error or deregistration."""
+        if data is not None:
+            decoder.receive_data(data)
+        # until the register reply a client sends nothing larger than a register request
+        decoder.max_frame = self.max_frame if session.client is not None else MAX_REGISTER_FRAME
+        dispatched = False
+        while not session.paused:
             try:
                 frame = decoder.next_frame()
             except ProtocolError as err:
@@ -337,12 +351,18 @@ class Daemon:
                 session.fail(None, err.reason, err.message)
                 return False
             if frame is NEED_DATA:
+                if not decoder.buffered:
+                    session.partial_since = None
+                elif dispatched or session.partial_since is None:
+                    session.partial_since = trio.current_time()  # a frame began (frame_timeout)
                 return True
             if frame is CLOSED:
                 return False
             self.dispatch(session, frame)
+            dispatched = True
             if session.deregistered:
                 return False
+        return True
 
     async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
         """Send what a non-blocking send could not (TLS, a slow reader), in order,
@@ -359,18 +379,24 @@ class Daemon:
                     await session.wait_for_work()
                     continue
                 session.sending = True
-                await stream.send_all(session.take(self.journal.durable))
-                session.sending = False
+                timeout = self.config.daemon.send_timeout
+                if not await liveness.send_or_stall(stream, session.take(self.journal.durable),
+                                                    timeout):
+                    session.cut(f"its replies went unread for send_timeout ({timeout} s)")
+                    return
+                session.sent()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             session.scope.cancel()
 
-    async def _handshake_deadline(self, session: Session) -> None:
-        await trio.sleep(self.config.daemon.handshake_timeout)
-        if session.client is None:
+    async def _deadlines(self, session: Session) -> None:
+        d = self.config.daemon
+        if await liveness.overdue(session, d.handshake_timeout, d.frame_timeout) == "handshake":
             log.info("handshake_timeout", peer=session.peer)
             session.scope.cancel()
+        else:
+            session.cut(f"a request frame took longer than frame_timeout ({d.frame_timeout} s)")
 
     def _connection_lost(self, session: Session) -> None:
         for key in list(session.interests):

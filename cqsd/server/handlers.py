@@ -109,7 +109,7 @@ def op_read(d, session, rid, structure, queue, qtype, n, wait):
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
     if not 0 < wait <= d.config.daemon.max_wait:
         raise _bad(f"read: wait must be 0 to {d.config.daemon.max_wait} seconds, got {wait}")
-    session.waits.start_soon(_wait_read, d, session, rid, s, key, n, wait)
+    session.defer(_wait_read, d, session, rid, s, key, n, wait)
     return DEFERRED
 
 
@@ -273,14 +273,14 @@ def op_delete_structure(d, session, rid, structure):
     if structure not in d.failed:
         d.structure(structure)
     log.warning("delete_structure_requested", client=session.client, structure=structure)
-    session.waits.start_soon(_finish, session, rid, d.detached, d.recover_structure, structure,
-                             True, "delete structure")
+    session.defer(_finish, session, rid, d.detached, d.recover_structure, structure,
+                  True, "delete structure")
     return DEFERRED
 
 
 def op_checkpoint(d, session, rid, structure):
     d.pair_of(structure)  # a primary or an overflow structure, if available
-    session.waits.start_soon(_finish, session, rid, d.checkpoints.take, structure, "operator")
+    session.defer(_finish, session, rid, d.checkpoints.take, structure, "operator")
     return DEFERRED
 
 
@@ -288,8 +288,7 @@ def op_recover(d, session, rid, structure, purge):
     if structure not in d.failed:
         d.structure(structure)
     log.info("recover_requested", client=session.client, structure=structure, purge=purge)
-    session.waits.start_soon(_finish, session, rid, d.detached, d.recover_structure, structure,
-                             purge)
+    session.defer(_finish, session, rid, d.detached, d.recover_structure, structure, purge)
     return DEFERRED
 
 

@@ -177,20 +177,24 @@ def test_unregistered_connection_is_closed_after_handshake_timeout(make_daemon):
     d.wait_for("handshake_timeout")
 
 
-def test_client_that_stops_reading_is_cut_off(make_daemon):
-    """Replies piling up past send_queue cut that client off; others carry on."""
-    d = make_daemon("send_queue = 16").start()
-    raw = Raw(d.socket)
+def test_client_that_reads_nothing_is_cut_off(make_daemon):
+    """A client that stops reading is paused, not cut off; notifications piling up
+    for it past send_queue cut it off; others carry on."""
+    d = make_daemon('send_queue = 16\nlog_level = "debug"').start()
+    raw, other = Raw(d.socket), Raw(d.socket)
     raw.register("SLOW")
+    other.register("BUSY")
+    for i in range(20):
+        assert raw.request("register_interest", structure="MSGQ01", queue=f"N{i}")["ok"]
     raw.request("put", structure="MSGQ01", queue="BIG", data=b"x" * 60000)
     frame = msgpack_frame({"id": 1, "op": "browse", "structure": "MSGQ01", "queue": "BIG",
                            "qtype": "TRAN"})
-    try:
-        for _ in range(2000):
-            raw.send(frame)
-    except OSError:
-        pass  # the daemon hung up on us, as it should
-    d.wait_for("client_cut_off")
+    raw.send(frame * 10)  # more replies than the socket buffer holds: reading pauses
+    d.wait_for("reading_paused")
+    for i in range(20):
+        assert other.request("put", structure="MSGQ01", queue=f"N{i}", data=b"n")["ok"]
+    [cut] = d.wait_for("client_cut_off")
+    assert cut["client"] == "SLOW" and "too many replies" in cut["why"]
     healthy(d)
 
 

@@ -15,15 +15,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import structlog
 import trio
 
 from logstream.series import list_segments
 
-from ..engine import CQSError, Reason
+from ..config import Config
+from ..engine import CQSError, Reason, Structure
 from ..srds import slots
-from .journal import WRITER
+from ..storage.datadir import DataDir
+from .journal import WRITER, Journal
 
 log = structlog.get_logger()
 TRIGGER_POLL = 5.0  # seconds between checks of the automatic triggers
@@ -98,11 +101,18 @@ def _last_error(stderr: bytes) -> str:
 class Checkpoints:
     """Automatic and operator checkpoints of the daemon's structures, and log trimming."""
 
-    def __init__(self, daemon) -> None:
-        self.daemon = daemon
-        self.config = daemon.config
-        self.srds = daemon.datadir.srds
-        self.names = [sc.name for sc in self.config.structures]  # overflow structures too
+    def __init__(self, config: Config, datadir: DataDir, journal: Journal,
+                 physical: Callable[[str], Structure | None],
+                 spawn: Callable[..., None]) -> None:
+        """``physical(name)`` is the live structure of that name (None while it is
+        failed); ``spawn`` starts a supervised task in the daemon's nursery."""
+        self.config = config
+        self.journal = journal
+        self.logstream = datadir.logstream
+        self.srds = datadir.srds
+        self.physical = physical
+        self.spawn = spawn
+        self.names = [sc.name for sc in config.structures]  # overflow structures too
         self.log_bytes = dict.fromkeys(self.names, 0)  # logged since the last checkpoint
         self.last_time = dict.fromkeys(self.names, time.time())
         self._running: dict[str, _Run] = {}
@@ -115,7 +125,7 @@ class Checkpoints:
         run = self._running.get(name)
         if run is None:
             run = self._running[name] = _Run()
-            self.daemon.spawn(f"checkpoint of {name}", self._take, name, why, run)
+            self.spawn(f"checkpoint of {name}", self._take, name, why, run)
         await run.done.wait()
         if isinstance(run.result, JobFailed):
             raise run.result
@@ -138,7 +148,7 @@ class Checkpoints:
             run.done.set()
 
     async def _checkpoint(self, name: str, why: str) -> dict:
-        journal = self.daemon.journal
+        journal = self.journal
         cut = journal.durable
         logged, self.log_bytes[name] = self.log_bytes[name], 0
         log.info("checkpoint_started", structure=name, why=why, cut=cut)
@@ -167,15 +177,15 @@ class Checkpoints:
         for name in self.names:
             if name in self._running or slots.recorded_positions(self.srds, name):
                 continue
-            s = self.daemon.physical(name)
+            s = self.physical(name)
             if s is None:
                 continue  # failed: its recovery decides
             if s.stats()["messages"]:  # a job folds it (to nothing, if none is recoverable)
-                self.daemon.spawn(f"checkpoint of {name}", self._quietly, name, "first")
+                self.spawn(f"checkpoint of {name}", self._quietly, name, "first")
                 continue
             # empty as of this position: once it is durable, an empty slot there is exact
-            position = self.daemon.journal.position
-            if await self.daemon.journal.wait_durable(position):
+            position = self.journal.position
+            if await self.journal.wait_durable(position):
                 slots.purge(self.srds, name, {WRITER: position}, s.last_id)
                 log.info("checkpoint_taken", structure=name, slot="empty", rows=0, records=0)
 
@@ -186,12 +196,12 @@ class Checkpoints:
         if keep_from <= 1:
             return
         cutoff = time.time() - self.config.daemon.log_retention
-        directory = self.daemon.datadir.logstream
+        directory = self.logstream
         for seg in list_segments(directory, WRITER):
             if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
                 keep_from = min(keep_from, seg.first_lsn)
                 break
-        gone = self.daemon.journal.writer.trim(keep_from)
+        gone = self.journal.writer.trim(keep_from)
         if gone:
             log.info("log_trimmed", before_lsn=keep_from, segments=len(gone))
 
@@ -218,7 +228,7 @@ class Checkpoints:
             await trio.sleep(TRIGGER_POLL)
             now = time.time()
             for name in self.names:
-                if name in self._running or self.daemon.physical(name) is None:
+                if name in self._running or self.physical(name) is None:
                     continue
                 if d.checkpoint_log_volume and self.log_bytes[name] >= d.checkpoint_log_volume:
                     why = "log_volume"
@@ -226,7 +236,7 @@ class Checkpoints:
                     why = "interval"
                 else:
                     continue
-                self.daemon.spawn(f"checkpoint of {name}", self._quietly, name, why)
+                self.spawn(f"checkpoint of {name}", self._quietly, name, why)
 
     async def _quietly(self, name: str, why: str) -> None:
         try:

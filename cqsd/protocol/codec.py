@@ -48,6 +48,8 @@ from typing import Any, Final
 
 import msgpack
 
+from .quote import quote
+
 __all__ = [
     "CLOSED",
     "DEFAULT_MAX_FRAME",
@@ -83,10 +85,6 @@ MAX_FRAME_LIMIT: Final = 2**32 - 1
 # reply (where it can still send one) before closing the connection.
 INVALID_REQUEST: Final = "INVALID_REQUEST"
 MESSAGE_TOO_LARGE: Final = "MESSAGE_TOO_LARGE"
-
-# How much of an offending map key an error message quotes: enough to
-# recognise it, while a bin key of many megabytes cannot bloat a log line.
-_KEY_QUOTE_LIMIT: Final = 40
 
 
 class ProtocolError(Exception):
@@ -152,7 +150,7 @@ def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> byt
         raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
     for key in obj:
         if not isinstance(key, str):
-            raise TypeError(f"frame map key {_quote(key)} is not a string")
+            raise TypeError(f"frame map key {quote(key)} is not a string")
     body = msgpack.packb(obj, use_bin_type=True)
     if len(body) > max_frame:
         raise _too_large(len(body), max_frame)
@@ -307,7 +305,7 @@ def _decode_body(body: memoryview) -> dict[str, Any]:
         )
     for key in obj:
         if not isinstance(key, str):
-            raise ProtocolError(INVALID_REQUEST, f"frame map key {_quote(key)} is not a string")
+            raise ProtocolError(INVALID_REQUEST, f"frame map key {quote(key)} is not a string")
     return obj
 
 
@@ -316,12 +314,3 @@ def _ext_refused(code: int | None) -> ProtocolError:
     return ProtocolError(
         INVALID_REQUEST, f"frame body contains msgpack {what}, which the protocol does not use"
     )
-
-
-def _quote(key: object) -> str:
-    if isinstance(key, (bytes, bytearray)):
-        key = bytes(key[:_KEY_QUOTE_LIMIT])
-    text = repr(key)
-    if len(text) > _KEY_QUOTE_LIMIT:
-        text = text[: _KEY_QUOTE_LIMIT - 3] + "..."
-    return text

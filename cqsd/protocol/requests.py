@@ -9,6 +9,7 @@ name valid) belong to the engine; this module only knows wire types.
 from typing import Any
 
 from .codec import INVALID_REQUEST, ProtocolError
+from .quote import quote
 
 REQUIRED = object()
 _NUMBER = (int, float)
@@ -91,11 +92,12 @@ def parse(frame: dict) -> tuple[int, str, dict[str, Any]]:
     """
     request_id = frame.get("id")
     if type(request_id) is not int:
-        raise ProtocolError(INVALID_REQUEST, f"request id must be an integer, got {request_id!r}")
+        message = f"request id must be an integer, got {quote(request_id)}"
+        raise ProtocolError(INVALID_REQUEST, message)
     op = frame.get("op")
     spec = OPS.get(op) if type(op) is str else None
     if spec is None:
-        raise ProtocolError(INVALID_REQUEST, f"unknown op {op!r}")
+        raise ProtocolError(INVALID_REQUEST, f"unknown op {quote(op)}")
     return request_id, op, fields(op, spec, frame, skip=("id", "op"))
 
 
@@ -103,7 +105,7 @@ def fields(where: str, spec: dict, frame: dict, skip: tuple[str, ...] = ("op",))
     """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen."""
     for name in frame:
         if name not in spec and name not in skip:
-            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {name!r}")
+            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {quote(name)}")
     out = {}
     for name, (types, default) in spec.items():
         value = frame.get(name, default)

@@ -103,16 +103,17 @@ def check_error(error: ProtocolError) -> None:
     assert len(error.message) <= MESSAGE_BOUND, f"{len(error.message)}-char message"
 
 
-def check_bounded(decoder: FrameDecoder, read: bytes) -> None:
-    """After a read the decoder holds at most an unfinished frame plus that read.
+def check_bounded(decoder: FrameDecoder, latest: int) -> None:
+    """The decoder holds at most an unfinished frame plus the latest read (of *latest* bytes).
 
     Every earlier read was drained down to NEED_DATA, which leaves less than one
     header and max_frame bytes. The storage behind it may also keep the consumed
-    prefix, which is dropped once it outgrows the rest, so it is at most twice that.
+    prefix until the next read, which drops it once it outgrows the rest, so the
+    storage is at most twice that plus the latest read.
     """
     unfinished = HEADER_SIZE + decoder.max_frame - 1
-    assert decoder.buffered <= unfinished + len(read)
-    assert len(decoder._buf) <= 2 * unfinished + len(read)
+    assert decoder.buffered <= unfinished + latest
+    assert len(decoder._buf) <= 2 * unfinished + latest
 
 
 def drain(decoder: FrameDecoder, frames: list[dict[str, Any]]) -> object:
@@ -143,14 +144,17 @@ def decode(reads: list[bytes], limit: int) -> tuple[list[dict[str, Any]], object
     """The frames *reads* hold, then an EOF, and how the stream ended."""
     decoder = FrameDecoder(limit)
     frames: list[dict[str, Any]] = []
+    latest = 0
     for i, read in enumerate([*reads, b""]):
         decoder.receive_data(read)
-        check_bounded(decoder, read)
+        latest = len(read) or latest
+        check_bounded(decoder, latest)
         end = drain(decoder, frames)
         if isinstance(end, ProtocolError):
             check_poisoned(decoder, end, reads[i + 1 :])
             return frames, end
         assert end is (NEED_DATA if read else CLOSED)
+        assert decoder.buffered < HEADER_SIZE + limit  # NEED_DATA leaves less than a frame
     assert decoder.next_frame() is CLOSED
     return frames, CLOSED
 
@@ -382,12 +386,14 @@ def write_seeds(corpus: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    dirs = [arg for arg in argv[1:] if not arg.startswith("-")]
-    if not dirs:
-        dirs = [tempfile.mkdtemp(prefix="cqsd-fuzz-codec-")]
-        argv = [*argv, dirs[0]]
-        print(f"corpus: {dirs[0]}", file=sys.stderr)
-    write_seeds(Path(dirs[0]))
+    """Fuzz (libFuzzer's flags and corpus directories in *argv*), or replay the files named."""
+    paths = [arg for arg in argv[1:] if not arg.startswith("-")]
+    if not paths:
+        paths = [tempfile.mkdtemp(prefix="cqsd-fuzz-codec-")]
+        argv = [*argv, paths[0]]
+        print(f"corpus: {paths[0]}", file=sys.stderr)
+    if not Path(paths[0]).is_file():
+        write_seeds(Path(paths[0]))
     atheris.Setup(argv, test_one_input, custom_mutator=mutate)
     atheris.Fuzz()
 

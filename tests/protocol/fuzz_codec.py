@@ -73,7 +73,8 @@ def unpack_input(data: bytes) -> tuple[int, list[int] | None, bytes]:
     count = mode % (MAX_CUTS + 1)
     stream = data[2 + 2 * count :]
     raw = data[2 : 2 + 2 * count]
-    cuts = [int.from_bytes(raw[i : i + 2], "big") % (len(stream) + 1) for i in range(0, len(raw), 2)]
+    cuts = [int.from_bytes(raw[i : i + 2], "big") % (len(stream) + 1)
+            for i in range(0, len(raw), 2)]
     return limit, cuts, stream
 
 
@@ -183,6 +184,7 @@ def shape(obj: object) -> list[tuple[str, object]]:
 
 
 def same_end(a: object, b: object) -> bool:
+    """Both streams closed cleanly, or failed with the same reason and message."""
     if isinstance(a, ProtocolError) and isinstance(b, ProtocolError):
         return (a.reason, a.message) == (b.reason, b.message)
     return a is b

@@ -57,4 +57,5 @@ def test_an_unknown_key_of_a_commit_op_is_quoted_briefly() -> None:
     """A commit op's keys may be any msgpack scalar; a huge bin key is still quoted briefly."""
     ops = [{"op": "delete", "entry_id": 1, b"k" * MiB: 1}]
     message = refusal(commit_ops, ops)
-    assert message.startswith("commit ops[0] (delete): unknown field b'kkk") and len(message) < SHORT
+    assert message.startswith("commit ops[0] (delete): unknown field b'kkk")
+    assert len(message) < SHORT

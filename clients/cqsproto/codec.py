@@ -49,6 +49,7 @@ from typing import Any, Final
 import msgpack
 
 from .reasons import Reason
+from .quote import quote
 
 __all__ = [
     "CLOSED",
@@ -89,10 +90,6 @@ MAX_FRAME_LIMIT: Final = 2**32 - 1
 # reply (where it can still send one) before closing the connection.
 INVALID_REQUEST: Final = Reason.INVALID_REQUEST.value
 MESSAGE_TOO_LARGE: Final = Reason.MESSAGE_TOO_LARGE.value
-
-# How much of an offending map key an error message quotes: enough to
-# recognise it, while a bin key of many megabytes cannot bloat a log line.
-_KEY_QUOTE_LIMIT: Final = 40
 
 
 class ProtocolError(Exception):
@@ -163,7 +160,7 @@ def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> byt
         raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
     for key in obj:
         if not isinstance(key, str):
-            raise TypeError(f"frame map key {_quote(key)} is not a string")
+            raise TypeError(f"frame map key {quote(key)} is not a string")
     body: bytes = msgpack.packb(obj, use_bin_type=True)
     if len(body) > max_frame:
         raise _too_large(len(body), max_frame)
@@ -318,7 +315,7 @@ def _decode_body(body: memoryview) -> dict[str, Any]:
         )
     for key in obj:
         if not isinstance(key, str):
-            raise ProtocolError(INVALID_REQUEST, f"frame map key {_quote(key)} is not a string")
+            raise ProtocolError(INVALID_REQUEST, f"frame map key {quote(key)} is not a string")
     return obj
 
 
@@ -327,12 +324,3 @@ def _ext_refused(code: int | None) -> ProtocolError:
     return ProtocolError(
         INVALID_REQUEST, f"frame body contains msgpack {what}, which the protocol does not use"
     )
-
-
-def _quote(key: object) -> str:
-    if isinstance(key, (bytes, bytearray)):
-        key = bytes(key[:_KEY_QUOTE_LIMIT])
-    text = repr(key)
-    if len(text) > _KEY_QUOTE_LIMIT:
-        text = text[: _KEY_QUOTE_LIMIT - 3] + "..."
-    return text

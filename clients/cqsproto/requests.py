@@ -9,6 +9,7 @@ name valid) belong to the engine; this module only knows wire types.
 from typing import Any
 
 from .codec import INVALID_REQUEST, ProtocolError
+from .quote import quote
 
 REQUIRED = object()
 # The largest frame a client may send before its register reply: a register request
@@ -96,11 +97,12 @@ def parse(frame: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     """
     request_id = frame.get("id")
     if type(request_id) is not int:
-        raise ProtocolError(INVALID_REQUEST, f"request id must be an integer, got {request_id!r}")
+        message = f"request id must be an integer, got {quote(request_id)}"
+        raise ProtocolError(INVALID_REQUEST, message)
     op = frame.get("op")
     spec = OPS.get(op) if isinstance(op, str) else None
     if spec is None or not isinstance(op, str):
-        raise ProtocolError(INVALID_REQUEST, f"unknown op {op!r}")
+        raise ProtocolError(INVALID_REQUEST, f"unknown op {quote(op)}")
     return request_id, op, fields(op, spec, frame, skip=("id", "op"))
 
 
@@ -109,7 +111,7 @@ def fields(where: str, spec: Spec, frame: dict[str, Any],
     """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen."""
     for name in frame:
         if name not in spec and name not in skip:
-            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {name!r}")
+            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {quote(name)}")
     out = {}
     for name, (types, default) in spec.items():
         value = frame.get(name, default)

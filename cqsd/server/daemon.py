@@ -143,7 +143,10 @@ class Daemon:
         """Handle one request to completion and send its reply (or start its wait)."""
         try:
             rid, op, args = requests.parse(frame)
-        except ProtocolError as err:
+        except Exception as err:  # nothing has run yet: only this request fails
+            if not isinstance(err, ProtocolError):
+                log.exception("request_internal_error", client=session.client)
+                err = ProtocolError(Reason.INVALID_REQUEST, "request not understood")
             rid = frame.get("id")
             session.fail(rid if type(rid) is int else None, err.reason, err.message)
             return

@@ -108,6 +108,22 @@ def msgpack_frame(obj) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def test_a_deeply_nested_op_or_a_huge_id_costs_one_request(make_daemon):
+    """An op nested a thousand deep, or a 300 KB id, gets INVALID_REQUEST quoting it
+    briefly (both once stopped the daemon), and the daemon serves on."""
+    d = make_daemon('max_message = "1KiB"').start()
+    raw = Raw(d.socket)
+    assert raw.register("NEST")["ok"]
+    body = b"\x82\xa2id\x01\xa2op" + b"\x91" * 1000 + b"\xc0"
+    raw.send(struct.pack(">I", len(body)) + body)
+    reply = raw.receive()
+    assert reply["reason"] == "INVALID_REQUEST" and len(reply["message"]) < 100
+    raw.send(msgpack_frame({"id": b"\x00" * 300_000, "op": "put"}))
+    reply = raw.receive()
+    assert reply["reason"] == "INVALID_REQUEST" and len(reply["message"]) < 100
+    healthy(d)
+
+
 def test_pipelined_replies_keep_request_order(daemon):
     """Replies that wait for the log (recoverable puts) and replies that do not
     (non-recoverable puts, browses, errors), pipelined in one write, come back in

@@ -21,7 +21,7 @@ def test_the_daemon_the_config_and_cqsctl_share_the_rule():
     """register, [[client]] and cqsctl --client check with the same pattern object."""
     from cqsclient import ctl
     from cqsd import config
-    from cqsd.server import handlers
+    from cqsd.server import clients
 
-    assert handlers.CLIENT_NAME is ctl.CLIENT_NAME is CLIENT_NAME
+    assert clients.CLIENT_NAME is ctl.CLIENT_NAME is CLIENT_NAME
     assert config._client_name("ims.worker-1") == "ims.worker-1"

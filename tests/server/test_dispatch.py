@@ -153,7 +153,7 @@ async def test_new_work_notifies_the_sessions_interested_in_its_queue(daemon, re
     """A put that makes a queue non-empty sends a notification to each session
     interested in it, at once; a put to a queue that already had work does not."""
     interested, told = register("A")
-    bystander, not_told = register("C")
+    _, not_told = register("C")
     send(daemon, interested, "register_interest", structure="MSGQ01", queue="Q")
     assert [r["ok"] for r in received(told)] == [True]  # empty: no notification yet
     producer, _ = register("B")
@@ -194,8 +194,8 @@ async def test_a_waiting_read_nobody_serves_ends_after_its_wait(daemon, register
 
 
 async def test_a_record_too_large_for_the_log_is_split(daemon, register):
-    """A dequeue of more messages than one record can list is logged as several
-    records, each within the budget, and its reply waits for the last of them."""
+    """A dequeue of more deletes than one record may list is logged as two records
+    the log takes, and its reply waits for the second."""
     session, client = register("A")
     producer, _ = register("B")  # its replies, too large for the socket, wait for a writer
     count = RECORD_BUDGET // EFFECT_BOUND + 1  # one delete more than a record holds
@@ -205,6 +205,7 @@ async def test_a_record_too_large_for_the_log_is_split(daemon, register):
     before = daemon.journal.position
     rid = send(daemon, session, "dequeue", structure="MSGQ01", queue="Q")
     assert daemon.journal.position == before + 2 and received(client) == []
+    assert [lsn for lsn, _, _ in session.queue] == [before + 2]
     assert await daemon.journal.wait_durable(before + 2)
     assert received(client) == [{"id": rid, "ok": True, "result": {"count": count}}]
     records = [r.body for r in logstream.read(daemon.datadir.logstream) if r.lsn > before]

@@ -190,7 +190,8 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[S
             raise ServerFailed(f"cqsd did not become ready (exit {proc.poll()}):\n{watcher.text()}")
         yield Server(f"unix://{tmp / 's'}", proc)
         if proc.poll() is not None:
-            raise ServerFailed(f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
+            raise ServerFailed(
+                f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
     finally:
         code = stop_process(proc)
         if code not in (0, None):
@@ -233,7 +234,8 @@ def redis(tmp: Path, binary: str) -> Iterator[Server]:
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, cwd=tmp)
     try:
-        watcher = LineWatcher(proc.stdout, lambda line: "ready to accept connections" in line.lower())
+        watcher = LineWatcher(proc.stdout,
+                              lambda line: "ready to accept connections" in line.lower())
         if not watcher.wait(STARTUP_TIMEOUT):
             raise ServerFailed(f"redis-server did not become ready (exit {proc.poll()}):\n"
                                f"{watcher.text()}")

@@ -5,13 +5,14 @@ import sys
 
 import trio
 
+from logstream import LogstreamError
+
 from . import __version__, logs
 from .config import ConfigError, load
-from .storage.datadir import DataDirError
 from .records import FoldError
 from .recovery.restart import LogBehindImage
+from .storage.datadir import DataDirError
 from .storage.image import ImageError
-from logstream import LogstreamError
 
 
 def main(argv: list[str] | None = None) -> int:

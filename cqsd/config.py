@@ -112,7 +112,8 @@ class DaemonConfig:
     log_file: str  # "" = standard error; a file is reopened on SIGHUP
     log_segment: int  # bytes per logstream segment file before it rotates
     checkpoint_interval: float  # seconds between automatic structure checkpoints; 0 = off
-    checkpoint_log_volume: int  # log bytes since a structure's last checkpoint that start one; 0 = off
+    # log bytes since a structure's last checkpoint that start one; 0 = off
+    checkpoint_log_volume: int
     log_retention: float  # seconds a segment no checkpoint needs is kept before it is trimmed
     spark_master: str  # master URL the SRDS jobs run on
     spark_recovery_records: int  # crash-restart log tails longer than this use the Spark job

@@ -452,7 +452,8 @@ def test_client_secret_is_normalized_to_lowercase():
     ({"name": '"IMS1"'}, "client[0].secret_sha256: required key is missing"),
     ({"name": '"IMS 1"', "secret_sha256": f'"{SECRET_DIGEST}"'},
      'client[0].name: "IMS 1" is not a valid name: 1 to 16 of A-Z a-z 0-9 @ # $ _ . -'),
-    ({"name": '"IMSCLIENT_TOO_LONG"', "secret_sha256": f'"{SECRET_DIGEST}"'}, "is not a valid name"),
+    ({"name": '"IMSCLIENT_TOO_LONG"', "secret_sha256": f'"{SECRET_DIGEST}"'},
+     "is not a valid name"),
     ({"name": '""', "secret_sha256": f'"{SECRET_DIGEST}"'}, "is not a valid name"),
     ({"name": '"IMS1"', "secret_sha256": '"…"'},
      "client[0].secret_sha256: expected 64 hexadecimal digits"),
@@ -583,7 +584,8 @@ def test_loads_names_its_source():
 
 
 def test_exit_references_must_name_a_module_and_function():
-    with pytest.raises(ConfigError, match=r'structure\[0\]\.overflow_exit: expected "module:function"'):
+    expected = r'structure\[0\]\.overflow_exit: expected "module:function"'
+    with pytest.raises(ConfigError, match=expected):
         loads(structure(name='"S"', size='"1MiB"', overflow_exit='"no colon"'))
     c = loads(structure(name='"S"', size='"1MiB"', queue_space_exit='"site.exits:space"'))
     assert c.structure("S").queue_space_exit == "site.exits:space"

@@ -363,7 +363,8 @@ class Client:
             raise
         return self
 
-    async def _register(self, timeout: float) -> None:
+    # the register reply's own deadline, not the caller's: hence a parameter
+    async def _register(self, timeout: float) -> None:  # noqa: ASYNC109
         assert self._conn is not None
         try:
             with anyio.fail_after(timeout):

@@ -122,7 +122,7 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
     def line(values: list[str]) -> str:
         parts = [
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
         ]
         return "  ".join(parts).rstrip()
 
@@ -158,7 +158,7 @@ def format_messages(messages: Sequence[Message]) -> str:
     # The recoverable and home columns appear only when they say something.
     if any(not m.recoverable for m in messages):
         columns.insert(-2, "recoverable")
-        for row, m in zip(rows, messages):
+        for row, m in zip(rows, messages, strict=True):
             row["recoverable"] = m.recoverable
     if any(m.home is not None for m in messages):
         columns.insert(-2, "home")

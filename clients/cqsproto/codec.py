@@ -48,8 +48,8 @@ from typing import Any, Final
 
 import msgpack
 
-from .reasons import Reason
 from .quote import quote
+from .reasons import Reason
 
 __all__ = [
     "CLOSED",

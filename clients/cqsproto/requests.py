@@ -145,7 +145,8 @@ def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:
         spec = COMMIT_OPS.get(kind) if isinstance(kind, str) else None
         if spec is None or not isinstance(kind, str):
             raise ProtocolError(
-                INVALID_REQUEST, f"commit: ops[{i}] must be a map with op put, delete, move or unlock"
+                INVALID_REQUEST,
+                f"commit: ops[{i}] must be a map with op put, delete, move or unlock"
             )
         out.append((kind, fields(f"commit ops[{i}] ({kind})", spec, op)))
     return out

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .entry import ELEMENT
-from .reports import Row
 from .qtypes import QueueType, parse_qtype
+from .reports import Row
 
 DEFAULT_THRESHOLD = 70  # percent of data elements in use (seed 004); 100 turns overflow off
 RELIEF_POINTS = 20  # percentage points overflow processing aims to free (seed 004)

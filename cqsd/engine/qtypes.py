@@ -91,7 +91,8 @@ def check_name(name: object) -> str:
 
 def list_header(qtype: int, name: str) -> int:
     """The list header holding queue ``name`` of type ``qtype`` (stable across runs)."""
-    return FIRST_CLIENT_LH + HEADERS_PER_TYPE * (qtype - 1) + crc32(name.encode()) % HEADERS_PER_TYPE
+    return (FIRST_CLIENT_LH + HEADERS_PER_TYPE * (qtype - 1)
+            + crc32(name.encode()) % HEADERS_PER_TYPE)
 
 
 def headers_of(qtype: int) -> range:

@@ -33,7 +33,6 @@ from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, 
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
 from .ids import Ids
-from .reports import Row
 from .qtypes import (
     COLD_LH,
     FIRST_CLIENT_LH,
@@ -47,6 +46,7 @@ from .qtypes import (
     parse_qtype,
     staging_type,
 )
+from .reports import Row
 
 SERIAL = QueueType.TRAN_SERIAL
 SUSPEND = QueueType.TRAN_SUSPEND
@@ -132,7 +132,8 @@ class Structure:
         self._cold: dict[int, Entry] = {}
         self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
         self.events: list[Event] = []
-        self.effects: list[tuple[Any, ...]] = []  # what happened to recoverable messages (docs/recovery.md)
+        # what happened to recoverable messages (records.py, docs/recovery.md)
+        self.effects: list[tuple[Any, ...]] = []
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
 
@@ -304,7 +305,8 @@ class Structure:
         if name is not None and qtype is None:
             raise CQSError(Reason.INVALID_REQUEST, "browse of a queue name needs its queue type")
         if type(limit) is not int or limit < 1:
-            raise CQSError(Reason.INVALID_REQUEST, f"browse limit must be a positive integer, got {limit!r}")
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"browse limit must be a positive integer, got {limit!r}")
         if qtype is None:
             lhs: Iterable[int] = BROWSE_ALL_LHS
         else:
@@ -615,7 +617,8 @@ class Structure:
         rows = []
         for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked()))):
             if pool:  # heads only: a long message's segments stay on its staging queue
-                rows.append({"lh": lh, "entries": len(pool), "elements": sum(e.elements for e in pool)})
+                rows.append({"lh": lh, "entries": len(pool),
+                             "elements": sum(e.elements for e in pool)})
         for lh in range(FIRST_CLIENT_LH, LIST_HEADERS):
             header = self._headers[lh]
             if header:
@@ -675,7 +678,8 @@ class Structure:
     def _target(self, entry: Entry, qtype: int | str | None, name: str | None) -> Key | None:
         if qtype is None and name is None:
             return None
-        return (parse_qtype(qtype if qtype is not None else entry.qtype), check_name(name or entry.name))
+        return (parse_qtype(qtype if qtype is not None else entry.qtype),
+                check_name(name or entry.name))
 
     def _check_fits(self, need_elements: int, need_entries: int, what: str) -> None:
         if (
@@ -710,7 +714,8 @@ class Structure:
         ids.last = now if now > ids.last else ids.last + 1
         return ids.last
 
-    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
+    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes,
+                         recoverable: bool) -> Entry:
         self._reserve(*self.cost(len(data)), "commit")
         return self._put_effect(self._insert(qtype, name, data, recoverable))
 
@@ -725,7 +730,8 @@ class Structure:
     def _ready_effect(self, e: Entry) -> None:
         if e.recoverable:
             home = (int(e.home[0]), e.home[1]) if e.home else None
-            self.effects.append((READY_AT, e.entry_id, int(e.qtype), e.name, home, e.delivery_count))
+            self.effects.append((READY_AT, e.entry_id, int(e.qtype), e.name, home,
+                                 e.delivery_count))
 
     def _insert(
         self,
@@ -759,7 +765,8 @@ class Structure:
         else:
             self.last_id = max(self.last_id, entry_id)
         entry = Entry(
-            entry_id, qtype, name, data, recoverable, put_time or now, elements(min(len(data), step))
+            entry_id, qtype, name, data, recoverable, put_time or now,
+            elements(min(len(data), step)),
         )
         entry.segments = segments
         self._entries[entry_id] = entry

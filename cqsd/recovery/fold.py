@@ -7,9 +7,32 @@ against it and a test can compare it with a live engine.
 from collections.abc import Iterable
 
 from ..records import (
-    COLD_BY, COUNT, DELETE, E_DATA, E_NAME, E_OWNER, E_PUT_TIME, E_QTYPE, EFFECTS, HOME, I_COUNT,
-    I_HOME, LOCK, MOVED_IN, MOVED_OUT, NAME, OTHERS, OWNER, PUT, QTYPE, R_COUNT, R_HOME, READY_AT,
-    STRUCTURE, WHERE, FoldError,
+    COLD_BY,
+    COUNT,
+    DELETE,
+    E_DATA,
+    E_NAME,
+    E_OWNER,
+    E_PUT_TIME,
+    E_QTYPE,
+    EFFECTS,
+    HOME,
+    I_COUNT,
+    I_HOME,
+    LOCK,
+    MOVED_IN,
+    MOVED_OUT,
+    NAME,
+    OTHERS,
+    OWNER,
+    PUT,
+    QTYPE,
+    R_COUNT,
+    R_HOME,
+    READY_AT,
+    STRUCTURE,
+    WHERE,
+    FoldError,
 )
 
 

@@ -4,7 +4,12 @@
 import structlog
 
 from ..engine import (
-    Altered, ExitFailed, FullnessChanged, OverflowMode, OverflowStatus, QueueType,
+    Altered,
+    ExitFailed,
+    FullnessChanged,
+    OverflowMode,
+    OverflowStatus,
+    QueueType,
 )
 from ..engine.events import Event
 

@@ -16,9 +16,9 @@ import trio
 from cqsproto import PROTOCOL_VERSION, requests
 
 from ..engine import CQSError, Delete, Move, Put, QueueType, Reason, Unlock, parse_qtype
+from ..engine.pair import StructurePair
 from ..engine.qtypes import check_name
 from ..engine.structure import Key, Op, position
-from ..engine.pair import StructurePair
 from . import queries, wire
 from .session import Session
 from .waiters import Waiter, read_up_to
@@ -35,7 +35,8 @@ Result = dict[str, Any]
 
 def op_register(d: "Daemon", session: Session, rid: int, client: str, secret: str | None,
                 cold: bool, version: int) -> Result:
-    """register {client, secret?, cold?, version} -> {version, server, max_message, structures, locks}"""
+    """register {client, secret?, cold?, version}
+    -> {version, server, max_message, structures, locks}"""
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import structlog
 import trio
+import trio.lowlevel
 
 import logstream
 
@@ -97,7 +98,7 @@ class Journal:
                 self.fail(err)
             self._fsync_average = 0.8 * self._fsync_average + 0.2 * (time.perf_counter() - started)
             self._wake()
-            await trio.sleep(0)  # let the requests that arrived meanwhile append first
+            await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 
     def _wake(self) -> None:
         held, self._held = self._held, set()

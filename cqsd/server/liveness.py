@@ -43,7 +43,8 @@ async def overdue(session: Session, handshake_timeout: float, frame_timeout: flo
         await trio.sleep_until(min(wake, register_by) if session.client is None else wake)
 
 
-async def send_or_stall(stream: trio.abc.SendStream, data, timeout: float) -> bool:
+# ``timeout`` bounds each stall, not the whole send: a cancel scope cannot say that
+async def send_or_stall(stream: trio.abc.SendStream, data, timeout: float) -> bool:  # noqa: ASYNC109
     """Send ``data``, SEND_BATCH bytes at a time; False if the peer did not take
     one of them within ``timeout`` seconds (it reads nothing, or hardly)."""
     if len(data) <= SEND_BATCH:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import structlog
 import trio
+import trio.lowlevel
 
 from ..engine import CQSError, StructurePair
 from .registry import Registry
@@ -47,7 +48,7 @@ class Relief:
             while s.moving and self.registry.pairs.get(s.name) is s:
                 moved += s.move_some()
                 self.settle()
-                await trio.sleep(0)  # the requests waiting meanwhile go first
+                await trio.lowlevel.checkpoint()  # the requests waiting meanwhile go first
         finally:
             self._movers.discard(s.name)
         log.info("overflow_moved", structure=s.name, overflow=s.overflow.name, messages=moved)

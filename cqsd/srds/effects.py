@@ -16,8 +16,25 @@ from collections.abc import Collection, Iterator
 import pyarrow as pa
 
 from ..records import (
-    ARITY, COLD_BY, E_DATA, E_NAME, E_OWNER, E_PUT_TIME, E_QTYPE, I_COUNT, I_HOME, LOCK,
-    MOVED_IN, PUT, R_COUNT, R_HOME, READY_AT, EFFECTS, OTHERS, STRUCTURE, FoldError,
+    ARITY,
+    COLD_BY,
+    E_DATA,
+    E_NAME,
+    E_OWNER,
+    E_PUT_TIME,
+    E_QTYPE,
+    EFFECTS,
+    I_COUNT,
+    I_HOME,
+    LOCK,
+    MOVED_IN,
+    OTHERS,
+    PUT,
+    R_COUNT,
+    R_HOME,
+    READY_AT,
+    STRUCTURE,
+    FoldError,
 )
 
 SCHEMA = pa.schema([

@@ -4,7 +4,6 @@ import pytest
 
 import cqsclient
 from cqsclient.errors import CQSError
-
 from cqsd.server.limits import RECORD_BUDGET
 
 MiB = 1024 * 1024

@@ -15,7 +15,8 @@ from cqsclient.errors import CQSError
 from .harness import free_port
 
 SECRET = "s3cret"
-CLIENT = f'[[client]]\nname = "IMS1"\nsecret_sha256 = "{hashlib.sha256(SECRET.encode()).hexdigest()}"\n'
+DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
+CLIENT = f'[[client]]\nname = "IMS1"\nsecret_sha256 = "{DIGEST}"\n'
 
 
 def test_tcp_needs_the_secret(make_daemon):
@@ -66,7 +67,8 @@ def test_sighup_reopens_the_log_file(make_daemon):
     """After logrotate moves the file away, SIGHUP makes the daemon write a new one."""
     d = make_daemon()
     log = d.dir / "cqsd.log"
-    d.config.write_text(d.config.read_text().replace("[daemon]\n", f'[daemon]\nlog_file = "{log}"\n', 1))
+    text = d.config.read_text().replace("[daemon]\n", f'[daemon]\nlog_file = "{log}"\n', 1)
+    d.config.write_text(text)
     proc = subprocess.Popen([sys.executable, "-m", "cqsd", "run", "--config", str(d.config)])
     try:
         wait_for_line(log, "ready")

@@ -203,7 +203,8 @@ def test_waiting_readers_are_woken_in_order(daemon):
         threads = []
         for i, c in enumerate(clients):
             t = threading.Thread(
-                target=lambda i=i, c=c: results.__setitem__(i, c.structure("MSGQ01").read("WQ", wait=30))
+                target=lambda i=i, c=c: results.__setitem__(
+                    i, c.structure("MSGQ01").read("WQ", wait=30))
             )
             t.start()
             threads.append(t)

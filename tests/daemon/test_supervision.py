@@ -13,7 +13,6 @@ import trio
 
 import cqsclient.aio
 from cqsclient.errors import ConnectionLost, CQSError
-
 from cqsd.config import loads
 from cqsd.engine import Structure
 from cqsd.server import checkpoints, daemon, wire

@@ -45,8 +45,8 @@ with atheris.instrument_imports(include=["cqsproto"]):
         FrameDecoder,
         ProtocolError,
         encode_frame,
+        requests,
     )
-    from cqsproto import requests
 
 # The decoder limits an input may pick: small, so that a few kilobytes of input
 # reach the limit, and down to 1, the smallest a decoder allows.
@@ -91,7 +91,7 @@ def pieces(stream: bytes, cuts: list[int] | None) -> list[bytes]:
     if cuts is None:
         return [stream[i : i + 1] for i in range(len(stream))]
     bounds = [0, *sorted(set(cuts)), len(stream)]
-    return [stream[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+    return [stream[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo]
 
 
 # --- the checks ---------------------------------------------------------------

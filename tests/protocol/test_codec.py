@@ -80,7 +80,7 @@ def feed(decoder: FrameDecoder, stream: bytes, cuts: list[int]) -> list[dict[str
     """Feed *stream* split at *cuts*, draining after each piece, then EOF."""
     got = []
     bounds = [0, *sorted(set(cuts)), len(stream)]
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
         if hi > lo:
             decoder.receive_data(stream[lo:hi])
             more, stop = drain(decoder)
@@ -438,7 +438,7 @@ def survive(stream: bytes, cuts: list[int], max_frame: int = DEFAULT_MAX_FRAME) 
     # Every frame returned consumes at least five bytes, which bounds the calls.
     budget = len(stream) // 5 + 2 * (len(cuts) + 2)
     bounds = [0, *sorted(set(cuts)), len(stream)]
-    pieces = [stream[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo] + [b""]
+    pieces = [stream[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo] + [b""]
     try:
         for piece in pieces:
             decoder.receive_data(piece)

@@ -3,10 +3,9 @@
 import msgpack
 import pytest
 
-from logstream.record import MAX_BODY
-
 from cqsd.recovery.fold import fold
 from cqsd.server.limits import RecordTooLarge, bound, split
+from logstream.record import MAX_BODY
 
 MiB = 1024 * 1024
 

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+import structlog
 import trio
 
 from . import logs
@@ -10,6 +11,8 @@ from .config import ConfigError, load
 from .storage.datadir import DataDirError
 from .recovery.fold import FoldError
 from .recovery.restart import LogBehindImage
+from .srds.manifest import ManifestError
+from .srds.slots import SlotError
 from .storage.image import ImageError
 from logstream import LogstreamError
 
@@ -38,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     except LogFailed as err:
         print(f"cqsd: {err}", file=sys.stderr)
         return 3
-    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, OSError) as err:
+    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, ManifestError,
+            SlotError, OSError) as err:
+        structlog.get_logger().critical("start_failed", error=str(err), kind=type(err).__name__)
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1
     return 0

@@ -51,10 +51,19 @@ MAGIC = b"CQIE"
 def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     """Write ``structure`` to ``path`` durably; returns the number of messages."""
     entries = list(structure)
-    rows = ([e.entry_id, int(e.qtype), e.name, e.data, e.recoverable, e.put_time,
-             e.delivery_count, e.where, e.owner, [int(e.home[0]), e.home[1]] if e.home else None]
-            for e in entries)
-    return write_rows(path, structure.name, rows, len(entries), lsn, structure.last_id)
+    return write_rows(path, structure.name, map(_row, entries), len(entries), lsn,
+                      structure.last_id)
+
+
+def snapshot(structure: Structure) -> list[list]:
+    """Every message of ``structure`` as image rows, taken now: for ``write_rows`` to
+    write later (from a thread, say) while the structure changes."""
+    return [_row(e) for e in structure]
+
+
+def _row(e) -> list:
+    return [e.entry_id, int(e.qtype), e.name, bytes(e.data), e.recoverable, e.put_time,
+            e.delivery_count, e.where, e.owner, [int(e.home[0]), e.home[1]] if e.home else None]
 
 
 def write_rows(path: Path, structure: str, rows: Iterable[list], count: int,

@@ -7,6 +7,7 @@ others fail, or report, before any Spark is needed.
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -109,3 +110,23 @@ def test_spark_submit_runs_the_same_job(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["slot"], result["rows"], result["lsn"]) == ("SRDS1", 7, {"cqsd": 7})
     assert {"session", "plan", "read", "fold", "commit"} <= set(result["stages"])
+
+
+def test_a_job_given_its_parent_ends_when_the_parent_is_killed(tmp_path):
+    """With --parent (as the daemon runs it) a job whose parent is SIGKILLed ends
+    within a second or so, releasing the structure's lock for the next job."""
+    fill(tmp_path, 1, 3)
+    parent = subprocess.Popen(
+        ["sh", "-c", (f'"{sys.executable}" -m cqsd.srds checkpoint --structure {S} '
+                      f"--data-dir {tmp_path} --parent $$ & echo $!; wait")],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    job = int(parent.stdout.readline())
+    exited = os.pidfd_open(job)
+    try:
+        parent.kill()
+        parent.wait()
+        assert select.select([exited], [], [], 10)[0], "the job outlived its parent"
+    finally:
+        os.close(exited)
+    with slots.locked(tmp_path / "srds", S):
+        pass  # free

@@ -23,6 +23,7 @@ from cqsd.srds import jobs, slots
 from logstream.segment import check_writer_id
 
 log = structlog.get_logger()
+JVM_CAUSE = "Caused by: "  # how a Java stack trace starts the part of an exception's cause
 PARENT_POLL = 0.5  # seconds between checks that the daemon that started the job is alive
 
 
@@ -79,11 +80,19 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def _first_line(err: Exception) -> str:
-    """What went wrong, in one line: Spark errors carry a JVM stack trace after
-    their first line, and an error in a Python worker its traceback, whose last
-    line is the error itself."""
+    """What went wrong, in one line. An error in a Python worker carries its
+    traceback, whose last line is the error itself. A JVM error carries its stack
+    trace: its first line says only which call failed ("An error occurred while
+    calling o304.parquet."), so take the exception on the line after it, and the
+    root cause, the last "Caused by:" (say, "No space left on device")."""
     lines = (str(err).strip() or type(err).__name__).splitlines()
-    return lines[-1] if type(err).__name__ == "PythonException" else lines[0]
+    if type(err).__name__ == "PythonException":
+        return lines[-1]
+    causes = [line.removeprefix(JVM_CAUSE) for line in lines if line.startswith(JVM_CAUSE)]
+    if not causes:
+        return lines[0]
+    what = lines[1].removeprefix(": ") if len(lines) > 1 and lines[1].startswith(": ") else lines[0]
+    return f"{what}; caused by {causes[-1]}"
 
 
 def _parser() -> argparse.ArgumentParser:

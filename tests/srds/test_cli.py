@@ -130,3 +130,20 @@ def test_a_job_given_its_parent_ends_when_the_parent_is_killed(tmp_path):
         os.close(exited)
     with slots.locked(tmp_path / "srds", S):
         pass  # free
+
+
+def test_a_jvm_error_is_named_by_its_exception_and_root_cause():
+    """A Py4J error's first line only names the failing call: the event gives the Java
+    exception under it and the last "Caused by:" of its trace."""
+    from cqsd.srds.__main__ import _first_line
+
+    trace = ("An error occurred while calling o304.parquet.\n"
+             ": org.apache.spark.SparkException: Task failed while writing rows to file:/x\n"
+             "\tat org.apache.spark.A.b(A.scala:1)\n"
+             "Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left\n"
+             "\tat org.apache.hadoop.C.d(C.java:2)\n"
+             "Caused by: java.io.IOException: No space left on device\n")
+    assert _first_line(Exception(trace)) == (
+        "org.apache.spark.SparkException: Task failed while writing rows to file:/x; "
+        "caused by java.io.IOException: No space left on device")
+    assert _first_line(ValueError("one line\nand more")) == "one line"

@@ -26,7 +26,7 @@ import cqsclient
 from cqsclient.errors import CQSError
 
 SHOWN = ("checkpoint_due", "checkpoint_started", "checkpoint_taken", "checkpoint_failed",
-         "restart_image_saved", "log_trimmed")
+         "base_image_due", "base_image_saved", "log_trimmed")
 
 
 def start(config: Path) -> tuple[subprocess.Popen, list[dict], float]:

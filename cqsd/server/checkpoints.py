@@ -11,6 +11,7 @@ records logged after the cut are simply the next checkpoint's tail. One job
 per structure at a time; an operator asking while one runs joins it.
 """
 
+import functools
 import json
 import os
 import sys
@@ -27,8 +28,9 @@ from ..engine import CQSError, Reason
 from ..srds import slots
 from ..srds.manifest import ManifestError
 from ..srds.slots import SlotError
-from ..storage import image
+from ..storage import image, repository
 from ..storage.image import ImageError
+from ..storage.repository import RepositoryError
 from .journal import WRITER
 
 log = structlog.get_logger()
@@ -234,7 +236,7 @@ class Checkpoints:
         mark, self.mark[name] = self.mark[name], self.logged
         log.info("checkpoint_started", structure=name, why=why, cut=cut)
         try:
-            result = await self._fold(name, cut)
+            result = await self._make_slot(name, cut)
         except JobFailed as err:
             self.mark[name] = mark  # still owed a checkpoint
             clock, delay = time.monotonic(), self._retry.get(name, (0.0, TRIGGER_POLL))[1]
@@ -251,7 +253,7 @@ class Checkpoints:
         self.trim()
         return result
 
-    async def _fold(self, name: str, cut: int) -> dict:
+    async def _make_slot(self, name: str, cut: int) -> dict:
         """The checkpoint itself: an empty slot, at once, for a structure holding no
         message (every record of it so far folds to nothing), else the Spark job."""
         s = self.daemon.physical(name)
@@ -263,15 +265,22 @@ class Checkpoints:
 
     async def _empty(self, name: str, position: int, last_id: int) -> dict:
         """An empty slot at ``position``, where ``name`` held no message: exact once
-        ``position`` is durable."""
+        ``position`` is durable. Recorded in the repository as a job's would be."""
+        started = time.time()
         if not await self.daemon.journal.wait_durable(position):
             raise JobFailed("the log failed")
+        lsn = {WRITER: position}
         try:
-            slot = slots.empty_checkpoint(self.srds, name, {WRITER: position}, last_id)
-        except (SlotError, ManifestError, OSError) as err:
+            base = slots.newest_recorded(self.srds, name)
+            slot = slots.empty_checkpoint(self.srds, name, lsn, last_id)
+            await trio.to_thread.run_sync(functools.partial(
+                repository.record_backup, self.daemon.datadir.repository, structure=name,
+                slot=slot.name, lsn_from=base[0] if base else {}, lsn_to=lsn, started=started,
+                finished=time.time(), rows=0, records=0, status="ok"))
+        except (SlotError, ManifestError, RepositoryError, OSError) as err:
             raise JobFailed(f"empty checkpoint of {name}: {err}") from err
         return {"structure": name, "slot": slot.name, "lsn": slot.lsn, "rows": 0,
-                "last_id": slot.last_id, "records": 0, "seconds": 0.0}
+                "last_id": slot.last_id, "records": 0, "seconds": round(time.time() - started, 3)}
 
     async def _cover_the_rest(self) -> None:
         """The log is trimmed only behind every structure's checkpoints, so give each

@@ -41,6 +41,17 @@ def still_serving(d) -> None:
         s.delete(eid)
 
 
+def checkpoints_again(d, acked: list[int]) -> None:
+    """A checkpoint now holds every acknowledged message and trims the log, and a
+    crash restart from it has them all."""
+    with cqsclient.connect(d.address, client="OPER") as c:
+        assert c.checkpoint("MSGQ01")["rows"] == len(acked)
+    assert d.events("log_trimmed")
+    d.kill()
+    d.restart()
+    assert [eid for eid, _, _ in contents(d.address)] == acked
+
+
 def listing(namespace, path) -> str:
     """Every file under ``path`` with its size and modification time, as the daemon's
     namespace sees it."""
@@ -87,9 +98,8 @@ def test_a_full_srds_disk_fails_the_checkpoint_and_the_next_one_trims_the_log(ma
     namespace.fill(srds / "ballast", 1)
     d.start()
     acked = put_all(d, payloads(1500))  # 1.5 MB of slot for the 1 MB left
-    with cqsclient.connect(d.address, client="OPER") as c:
-        with pytest.raises(CQSError) as failed:
-            c.checkpoint("MSGQ01")
+    with cqsclient.connect(d.address, client="OPER") as c, pytest.raises(CQSError) as failed:
+        c.checkpoint("MSGQ01")
     (event,) = d.events("checkpoint_failed")
     assert "No space left on device" in event["error"] and event["structure"] == "MSGQ01"
     assert "No space left on device" in failed.value.message
@@ -97,12 +107,7 @@ def test_a_full_srds_disk_fails_the_checkpoint_and_the_next_one_trims_the_log(ma
     assert namespace.run("ls", "-A", str(srds / "MSGQ01")).split() in (
         [".lock", "manifest.json"], [".lock"]), "the failed job left files behind"
     namespace.run("rm", str(srds / "ballast"))
-    with cqsclient.connect(d.address, client="OPER") as c:
-        assert c.checkpoint("MSGQ01")["rows"] == len(acked)
-    assert d.events("log_trimmed")
-    d.kill()
-    d.restart()
-    assert [eid for eid, _, _ in contents(d.address)] == acked
+    checkpoints_again(d, acked)
 
 
 def test_an_unwritable_data_directory_is_refused_at_start_and_left_as_it_was(make_daemon,
@@ -159,9 +164,4 @@ def test_a_data_directory_made_read_only_during_a_checkpoint_fails_it_cleanly(ma
     acked += put_all(d, payloads(10))  # the log is still writable: work goes on
     still_serving(d)
     namespace.writable(d.data, True)
-    with cqsclient.connect(d.address, client="OPER") as c:
-        assert c.checkpoint("MSGQ01")["rows"] == len(acked)
-    assert d.events("log_trimmed")
-    d.kill()
-    d.restart()
-    assert [eid for eid, _, _ in contents(d.address)] == acked
+    checkpoints_again(d, acked)

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+import structlog
 import trio
 
 from logstream import LogstreamError
@@ -11,6 +12,8 @@ from . import __version__, logs
 from .config import ConfigError, load
 from .records import FoldError
 from .recovery.restart import LogBehindImage
+from .srds.manifest import ManifestError
+from .srds.slots import SlotError
 from .storage.datadir import DataDirError
 from .storage.image import ImageError
 
@@ -40,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except LogFailed as err:  # or InternalFailure: stopped without an image
         print(f"cqsd: {err}", file=sys.stderr)
         return err.exit_code
-    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, OSError) as err:
+    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, ManifestError,
+            SlotError, OSError) as err:
+        structlog.get_logger().critical("start_failed", error=str(err), kind=type(err).__name__)
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1
     return 0

@@ -56,6 +56,12 @@ def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     return write_rows(path, structure.name, rows, len(entries), lsn, structure.last_id)
 
 
+def snapshot(structure: Structure) -> list[list]:
+    """Every message of ``structure`` as image rows, taken now: for ``write_rows`` to
+    write later (from a thread, say) while the structure changes."""
+    return [row_of(e) for e in structure]
+
+
 def write_rows(path: Path, structure: str, rows: Iterable[list], count: int,
                lsn: dict[str, int], last_id: int) -> int:
     """Write an image of ``count`` message rows (docs/recovery.md) streamed from

@@ -47,7 +47,7 @@ from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_j
 from .handlers import DEFERRED, HANDLERS
 from . import liveness
 from .journal import WRITER, Journal
-from .poller import RECEIVE_SIZE, Poller
+from .poller import RECEIVE_SIZE, TURN_FRAMES, Poller, Turn
 from .session import Session
 from .waiters import ReadWaiters
 
@@ -281,48 +281,55 @@ class Daemon:
         """A TLS connection's requests (the poller reads plain sockets where there
         is epoll)."""
         decoder = FrameDecoder(self.max_frame)
+        turn = Turn.DONE
         while True:
-            data = None  # while paused, then the requests already received
+            data = None  # the requests already received
             if session.paused:
                 await session.resumed()
+            elif turn is Turn.MORE:
+                await trio.lowlevel.checkpoint()  # the other connections' turn
             else:
                 try:
                     data = await stream.receive_some(RECEIVE_SIZE)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                     return
-            if not self.handle(session, decoder, data):
+            turn = self.handle(session, decoder, data)
+            if not turn:
                 return
 
-    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None) -> bool:
-        """Dispatch the requests ``data`` completes (None: those already received)
-        until the session pauses; False when the connection has ended (``data``
-        empty: the peer closed), a protocol error or deregistration."""
+    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None) -> Turn:
+        """Dispatch up to TURN_FRAMES of the requests ``data`` completes (None: those
+        already received), stopping if the session pauses; ENDED when the connection
+        has ended (``data`` empty: the peer closed), a protocol error or deregistration."""
         if data is not None:
             decoder.receive_data(data)
         # until the register reply a client sends nothing larger than a register request
         decoder.max_frame = self.max_frame if session.client is not None else MAX_REGISTER_FRAME
         dispatched = False
-        while not session.paused:
+        for _ in range(TURN_FRAMES):
+            if session.paused:
+                return Turn.DONE
             try:
                 frame = decoder.next_frame()
             except ProtocolError as err:
                 log.info("protocol_error", client=session.client, peer=session.peer,
                          reason=err.reason, message=err.message)
                 session.fail(None, err.reason, err.message)
-                return False
+                return Turn.ENDED
             if frame is NEED_DATA:
                 if not decoder.buffered:
                     session.partial_since = None
                 elif dispatched or session.partial_since is None:
                     session.partial_since = trio.current_time()  # a frame began (frame_timeout)
-                return True
+                return Turn.DONE
             if frame is CLOSED:
-                return False
+                return Turn.ENDED
             self.dispatch(session, frame)
             dispatched = True
             if session.deregistered:
-                return False
-        return True
+                return Turn.ENDED
+        session.partial_since = None  # requests wait for the daemon, not for the client
+        return Turn.MORE
 
     async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
         """Send what a non-blocking send could not (TLS, a slow reader), in order,

@@ -8,8 +8,13 @@ reports work, one pass gives each ready connection one ``recv`` and handles
 the requests in it, then yields, so that the flusher's next fsync covers the
 whole pass (group commit, the way Redis's event loop batches its AOF fsync).
 One ``recv`` per connection per pass keeps a client whose requests keep coming
-taking turns with the others. The poller's epoll is itself a file Trio can
-wait on, so the poller sleeps like any other task when nothing arrives.
+taking turns with the others. Within a pass, a connection's requests are
+handled TURN_FRAMES at a time, taking turns with the other connections
+(polled again between rounds of turns), so that another client's request
+waits for at most a turn of a pipelining client's requests, not for a whole
+``recv`` of them (~3,000 small requests, ~60 ms). The poller's epoll is itself
+a file Trio can wait on, so the poller sleeps like any other task when nothing
+arrives.
 TLS connections, whose bytes Trio's stream must decrypt, keep a reader task,
 as every connection does where there is no epoll (macOS).
 
@@ -20,6 +25,7 @@ session to resume, handles the requests already received, and gives the
 descriptor back to the poller.
 """
 
+import enum
 import select
 from collections.abc import Callable
 
@@ -30,10 +36,24 @@ from .session import Session
 
 MAX_EVENTS = 256
 RECEIVE_SIZE = 256 * 1024
+# Requests of one connection handled before the next connection's turn: ~0.5 ms
+# of small requests, against a quiet round trip of ~0.1-0.2 ms.
+TURN_FRAMES = 24
+# Rounds of turns before the poller yields to other tasks even with requests
+# left: up to ~750 requests for one fsync (group commit), ~15 ms at most.
+PASS_ROUNDS = 32
+
+
+class Turn(enum.IntEnum):
+    """What ``handle`` did with a connection's turn."""
+
+    ENDED = 0  # the connection is over (falsy)
+    DONE = 1  # every whole request received is handled, or the session paused
+    MORE = 2  # TURN_FRAMES requests handled, and more may be waiting
 
 
 class _Connection:
-    __slots__ = ("session", "decoder", "ended", "stopped", "polled")
+    __slots__ = ("session", "decoder", "ended", "stopped", "polled", "backlogged")
 
     def __init__(self, session: Session, max_frame: int) -> None:
         self.session = session
@@ -41,16 +61,17 @@ class _Connection:
         self.ended = False
         self.stopped = trio.Event()  # the poller no longer reads it: paused or ended
         self.polled = False  # registered in the epoll
+        self.backlogged = False  # its decoder may hold requests for another turn
 
 
 class Poller:
     available = hasattr(select, "epoll")
 
-    def __init__(self, handle: Callable[[Session, FrameDecoder, bytes | None], bool],
+    def __init__(self, handle: Callable[[Session, FrameDecoder, bytes | None], Turn],
                  max_frame: int) -> None:
-        """``handle(session, decoder, data)`` dispatches the requests in ``data`` (None:
-        those already received); False when the connection has ended (closed, a
-        protocol error, deregistered)."""
+        """``handle(session, decoder, data)`` dispatches up to TURN_FRAMES of the
+        requests in ``data`` (None: those already received) and says whether more may
+        be waiting or the connection has ended (closed, a protocol error, deregistered)."""
         self._epoll = select.epoll()
         self._connections: dict[int, _Connection] = {}
         self._handle = handle
@@ -72,34 +93,54 @@ class Poller:
                         return
                     connection.stopped = trio.Event()
                 await session.resumed()
-                if not self._handle(session, connection.decoder, None):
+                while (turn := self._handle(session, connection.decoder, None)) is Turn.MORE:
+                    await trio.lowlevel.checkpoint()
+                if not turn:
                     return
         finally:
             self._forget(fd)
 
     async def run(self) -> None:
-        epoll, connections, handle = self._epoll, self._connections, self._handle
+        epoll, connections = self._epoll, self._connections
+        backlog: list[tuple[int, _Connection]] = []  # connections with requests for a turn
+        rounds = 0
         while True:
             events = epoll.poll(0, MAX_EVENTS)
-            if not events:
+            if not events and not backlog:
+                rounds = 0
                 await trio.lowlevel.wait_readable(epoll)
                 continue
+            turns, backlog = backlog, []
+            for fd, connection in turns:
+                if not connection.ended:
+                    self._turn(fd, connection, None, backlog)
             for fd, _ in events:
                 connection = connections.get(fd)
-                if connection is None:
-                    continue
-                session = connection.session
+                if connection is None or connection.backlogged:
+                    continue  # a backlogged connection receives no more until it is done
                 try:
-                    data = session.raw.recv(RECEIVE_SIZE)
+                    data = connection.session.raw.recv(RECEIVE_SIZE)
                 except BlockingIOError:
                     continue
                 except OSError:
                     data = b""
-                if not handle(session, connection.decoder, data):
-                    self._forget(fd)
-                elif session.paused:
-                    self._stop(fd, connection)
-            await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
+                self._turn(fd, connection, data, backlog)
+            rounds += 1
+            if not backlog or rounds >= PASS_ROUNDS:
+                rounds = 0
+                await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
+
+    def _turn(self, fd: int, connection: _Connection, data: bytes | None,
+              backlog: list[tuple[int, _Connection]]) -> None:
+        turn = self._handle(connection.session, connection.decoder, data)
+        connection.backlogged = False
+        if not turn:
+            self._forget(fd)
+        elif connection.session.paused:
+            self._stop(fd, connection)
+        elif turn is Turn.MORE:
+            connection.backlogged = True
+            backlog.append((fd, connection))
 
     def _stop(self, fd: int, connection: _Connection) -> None:
         """Read ``fd`` no more; its connection's task takes over."""

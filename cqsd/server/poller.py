@@ -116,8 +116,11 @@ class Poller:
                     self._turn(fd, connection, None, backlog)
             for fd, _ in events:
                 connection = connections.get(fd)
-                if connection is None or connection.backlogged:
-                    continue  # a backlogged connection receives no more until it is done
+                if connection is None or connection.backlogged or not connection.polled:
+                    continue  # backlogged: nothing more until it is done; unpolled: paused
+                if connection.session.paused:  # by frames another request queued for it
+                    self._stop(fd, connection)
+                    continue
                 try:
                     data = connection.session.raw.recv(RECEIVE_SIZE)
                 except BlockingIOError:

@@ -36,16 +36,16 @@ from ..engine import (
 from ..engine.entry import ELEMENT
 from ..engine.structure import LOCK
 from ..protocol import requests
-from ..protocol.requests import MAX_REGISTER_FRAME
 from ..protocol.codec import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
+from ..protocol.requests import MAX_REGISTER_FRAME
 from ..recovery.fold import rows_of
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
 from ..storage import image
 from ..storage.datadir import DataDir, DataDirError
+from . import liveness
 from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .handlers import DEFERRED, HANDLERS
-from . import liveness
 from .journal import WRITER, Journal
 from .poller import RECEIVE_SIZE, TURN_FRAMES, Poller, Turn
 from .session import Session

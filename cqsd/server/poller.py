@@ -53,7 +53,7 @@ class Turn(enum.IntEnum):
 
 
 class _Connection:
-    __slots__ = ("session", "decoder", "ended", "stopped", "polled", "backlogged")
+    __slots__ = ("backlogged", "decoder", "ended", "polled", "session", "stopped")
 
     def __init__(self, session: Session, max_frame: int) -> None:
         self.session = session

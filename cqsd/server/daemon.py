@@ -47,7 +47,7 @@ from . import liveness
 from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
-from .poller import RECEIVE_SIZE, TURN_FRAMES, Poller, Turn
+from .poller import RECEIVE_SIZE, TLS_TURN_FRAMES, TURN_FRAMES, Poller, Turn
 from .session import Session
 from .waiters import ReadWaiters
 
@@ -293,12 +293,13 @@ class Daemon:
                     data = await stream.receive_some(RECEIVE_SIZE)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                     return
-            turn = self.handle(session, decoder, data)
+            turn = self.handle(session, decoder, data, TLS_TURN_FRAMES)
             if not turn:
                 return
 
-    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None) -> Turn:
-        """Dispatch up to TURN_FRAMES of the requests ``data`` completes (None: those
+    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None,
+               frames: int = TURN_FRAMES) -> Turn:
+        """Dispatch up to ``frames`` of the requests ``data`` completes (None: those
         already received), stopping if the session pauses; ENDED when the connection
         has ended (``data`` empty: the peer closed), a protocol error or deregistration."""
         if data is not None:
@@ -306,7 +307,7 @@ class Daemon:
         # until the register reply a client sends nothing larger than a register request
         decoder.max_frame = self.max_frame if session.client is not None else MAX_REGISTER_FRAME
         dispatched = False
-        for _ in range(TURN_FRAMES):
+        for _ in range(frames):
             if session.paused:
                 return Turn.DONE
             try:

@@ -10,9 +10,10 @@ whole pass (group commit, the way Redis's event loop batches its AOF fsync).
 One ``recv`` per connection per pass keeps a client whose requests keep coming
 taking turns with the others. Within a pass, a connection's requests are
 handled TURN_FRAMES at a time, taking turns with the other connections
-(polled again between rounds of turns), so that another client's request
-waits for at most a turn of a pipelining client's requests, not for a whole
-``recv`` of them (~3,000 small requests, ~60 ms). The poller's epoll is itself
+(polled again between rounds of turns, without yielding, so the pass still
+ends in one fsync), so that another client's request waits for a turn of a
+pipelining client's requests, not for a whole ``recv`` of them (~3,000 small
+requests, ~60 ms). The poller's epoll is itself
 a file Trio can wait on, so the poller sleeps like any other task when nothing
 arrives.
 TLS connections, whose bytes Trio's stream must decrypt, keep a reader task,
@@ -21,11 +22,12 @@ as every connection does where there is no epoll (macOS).
 A connection whose replies are not being read is paused (session.py): the
 poller takes its descriptor out of the epoll, so that its requests wait in
 the kernel, and the connection's own task, idle until then, waits for the
-session to resume, handles the requests already received, and gives the
-descriptor back to the poller.
+session to resume and gives the descriptor back to the poller, with a turn
+for the requests already received (an eventfd wakes the poller for it).
 """
 
 import enum
+import os
 import select
 from collections.abc import Callable
 
@@ -36,12 +38,20 @@ from .session import Session
 
 MAX_EVENTS = 256
 RECEIVE_SIZE = 256 * 1024
-# Requests of one connection handled before the next connection's turn: ~0.5 ms
-# of small requests, against a quiet round trip of ~0.1-0.2 ms.
-TURN_FRAMES = 24
+# Requests of one connection handled before the next connection's turn: ~0.2-0.3
+# ms of small requests, against a quiet round trip of ~0.1-0.2 ms. Measured with
+# benchmarks/abuse.py (pipeline10k) and a lone pipelining client: 8 gave other
+# clients a p99 of 0.4 ms against 1-4 ms with 24 and 60-70 ms with no turns, and
+# cost the lone pipeliner 5-8% of its rate (24: 2-3%).
+TURN_FRAMES = 8
+# A TLS reader's turn, between which it yields to every other task, the flusher
+# included: about what a TLS record (16 KiB) holds of small requests, as before
+# turns, so that a TLS pipeline keeps its group commit (with 8, its rate fell by
+# a quarter).
+TLS_TURN_FRAMES = 256
 # Rounds of turns before the poller yields to other tasks even with requests
-# left: up to ~750 requests for one fsync (group commit), ~15 ms at most.
-PASS_ROUNDS = 32
+# left: up to ~770 requests for one fsync (group commit), ~15 ms at most.
+PASS_ROUNDS = 96
 
 
 class Turn(enum.IntEnum):
@@ -74,6 +84,9 @@ class Poller:
         be waiting or the connection has ended (closed, a protocol error, deregistered)."""
         self._epoll = select.epoll()
         self._connections: dict[int, _Connection] = {}
+        self._backlog: list[tuple[int, _Connection]] = []  # connections with requests for a turn
+        self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._wakeup, select.EPOLLIN)
         self._handle = handle
         self._max_frame = max_frame
 
@@ -85,38 +98,39 @@ class Poller:
         self._connections[fd] = connection
         try:
             while True:
-                if not session.paused:
-                    self._epoll.register(fd, select.EPOLLIN)
-                    connection.polled = True
-                    await connection.stopped.wait()
-                    if connection.ended:
-                        return
-                    connection.stopped = trio.Event()
-                await session.resumed()
-                while (turn := self._handle(session, connection.decoder, None)) is Turn.MORE:
-                    await trio.lowlevel.checkpoint()
-                if not turn:
+                self._epoll.register(fd, select.EPOLLIN)
+                connection.polled = True
+                await connection.stopped.wait()
+                if connection.ended:
                     return
+                connection.stopped = trio.Event()
+                await session.resumed()
+                connection.backlogged = True  # what it received before the pause comes first
+                self._backlog.append((fd, connection))
+                os.eventfd_write(self._wakeup, 1)
         finally:
             self._forget(fd)
 
     async def run(self) -> None:
         epoll, connections = self._epoll, self._connections
-        backlog: list[tuple[int, _Connection]] = []  # connections with requests for a turn
         rounds = 0
         while True:
             events = epoll.poll(0, MAX_EVENTS)
-            if not events and not backlog:
+            if not events and not self._backlog:
                 rounds = 0
                 await trio.lowlevel.wait_readable(epoll)
                 continue
-            turns, backlog = backlog, []
+            turns, self._backlog = self._backlog, []
             for fd, connection in turns:
                 if not connection.ended:
-                    self._turn(fd, connection, None, backlog)
+                    self._turn(fd, connection, None)
             for fd, _ in events:
                 connection = connections.get(fd)
-                if connection is None or connection.backlogged or not connection.polled:
+                if connection is None:
+                    if fd == self._wakeup:
+                        os.eventfd_read(self._wakeup)  # a resumed connection is in the backlog
+                    continue
+                if connection.backlogged or not connection.polled:
                     continue  # backlogged: nothing more until it is done; unpolled: paused
                 if connection.session.paused:  # by frames another request queued for it
                     self._stop(fd, connection)
@@ -127,14 +141,13 @@ class Poller:
                     continue
                 except OSError:
                     data = b""
-                self._turn(fd, connection, data, backlog)
+                self._turn(fd, connection, data)
             rounds += 1
-            if not backlog or rounds >= PASS_ROUNDS:
+            if not self._backlog or rounds >= PASS_ROUNDS:
                 rounds = 0
                 await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
 
-    def _turn(self, fd: int, connection: _Connection, data: bytes | None,
-              backlog: list[tuple[int, _Connection]]) -> None:
+    def _turn(self, fd: int, connection: _Connection, data: bytes | None) -> None:
         turn = self._handle(connection.session, connection.decoder, data)
         connection.backlogged = False
         if not turn:
@@ -143,7 +156,7 @@ class Poller:
             self._stop(fd, connection)
         elif turn is Turn.MORE:
             connection.backlogged = True
-            backlog.append((fd, connection))
+            self._backlog.append((fd, connection))
 
     def _stop(self, fd: int, connection: _Connection) -> None:
         """Read ``fd`` no more; its connection's task takes over."""
@@ -160,3 +173,4 @@ class Poller:
 
     def close(self) -> None:
         self._epoll.close()
+        os.close(self._wakeup)

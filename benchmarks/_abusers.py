@@ -43,7 +43,7 @@ def _report_errors(fn):
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         try:
             reports.put(("done", name, fn(name, reports, *args)))
-        except BaseException:
+        except BaseException:  # reported to the parent, which fails the run
             lines = traceback.format_exc().strip().splitlines()
             reports.put(("error", name, "\n".join(lines[-3:])))
     return run

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 with _procs.cqsd(tmp, MAX_CLIENTS,
                                  daemon_keys=f"max_connections = {MAX_CONNECTIONS}\n") as daemon:
                     run_phases(daemon, args, lines)
-            except Exception as err:
+            except Exception as err:  # one line saying why; the run exits 1
                 emit({"bench": "abuse", "error": f"{type(err).__name__}: {err}"}, lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

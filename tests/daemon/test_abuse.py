@@ -18,7 +18,7 @@ import pytest
 from cqsd.protocol.codec import FrameDecoder
 
 from .harness import Raw, free_port
-from .test_network import CLIENT, SECRET
+from .test_network import CLIENT, SECRET, tls_files
 from .test_wire import healthy, msgpack_frame
 
 PIPELINED = 10_000
@@ -103,12 +103,7 @@ class TlsRaw(Raw):
 def test_a_tls_client_that_reads_no_replies_is_paused_too(make_daemon, tmp_path):
     """Over TLS, where a reader task reads each connection, reading pauses the same
     way and resumes with the requests already received."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True)
+    cert, key = tls_files(tmp_path)
     port = free_port()
     d = make_daemon(f'{PAUSING}\ntcp = "127.0.0.1:{port}"\ntls_cert = "{cert}"\n'
                     f'tls_key = "{key}"', extra=CLIENT).start()

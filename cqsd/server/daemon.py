@@ -17,6 +17,7 @@ timers of dropped clients).
 
 import functools
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -237,23 +238,25 @@ class Daemon:
 
     async def serve_connection(self, stream: trio.abc.Stream, over_tcp: bool) -> None:
         limit = self.config.daemon.max_connections
-        if self.shutting_down or len(self.sessions) >= limit:
-            reason = Reason.SHUTTING_DOWN if self.shutting_down else Reason.CLIENT_LIMIT
-            with trio.move_on_after(1):
-                await stream.send_all(encode_frame({
-                    "id": None, "ok": False, "reason": str(reason),
-                    "message": f"{len(self.sessions)} connections open, the maximum is {limit}"
-                    if reason == Reason.CLIENT_LIMIT else "the daemon is stopping",
-                }))
-            await trio.aclose_forcefully(stream)
+        if self.shutting_down:
+            await _refuse(stream, Reason.SHUTTING_DOWN, "the daemon is stopping")
+            return
+        if len(self.sessions) >= limit:
+            await _refuse(stream, Reason.CLIENT_LIMIT,
+                          f"{len(self.sessions)} connections open, the maximum is {limit}")
             return
         d = self.config.daemon
         session = Session(_peer(stream), over_tcp, d.send_queue, self.max_frame, self.journal,
                           d.send_queue_bytes)
-        if over_tcp:
-            liveness.keep_alive(stream, d.tcp_keepalive)
-        if isinstance(stream, trio.SocketStream):
-            session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
+        try:
+            if over_tcp:
+                liveness.keep_alive(stream, d.tcp_keepalive)
+            if isinstance(stream, trio.SocketStream):
+                session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
+        except OSError as err:  # out of descriptors (EMFILE): this connection, not the daemon
+            log.warning("connection_refused", peer=session.peer, error=str(err))
+            await _refuse(stream, Reason.CLIENT_LIMIT, f"the daemon cannot take it: {err}")
+            return
         self.sessions.add(session)
         try:
             with trio.CancelScope() as session.scope:
@@ -685,6 +688,7 @@ class Daemon:
 
     async def _listen(self) -> list[tuple[trio.abc.Listener, bool]]:
         d = self.config.daemon
+        _reserve_descriptors(d.max_connections)
         listeners: list[tuple[trio.abc.Listener, bool]] = [(_unix_listener(d.socket), False)]
         self._socket_made = True
         if d.tcp_address:
@@ -704,6 +708,18 @@ def _handler(daemon: Daemon, over_tcp: bool):
     return handle
 
 
+async def _refuse(stream: trio.abc.Stream, reason: Reason, message: str) -> None:
+    """Say why a connection is not served (within a second, if the peer is still
+    there: one that has gone already must not stop the daemon), and close it."""
+    with trio.move_on_after(1):
+        try:
+            await stream.send_all(encode_frame({"id": None, "ok": False, "reason": str(reason),
+                                                "message": message}))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await trio.aclose_forcefully(stream)
+
+
 def _peer(stream) -> str:
     sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)
     try:
@@ -713,6 +729,26 @@ def _peer(stream) -> str:
     if isinstance(name, tuple):
         return f"{name[0]}:{name[1]}"
     return "unix"
+
+
+FD_HEADROOM = 256  # open files beyond two a connection: log, data sets, jobs, refusals
+
+
+def _reserve_descriptors(connections: int) -> None:
+    """Raise the soft limit on open files to what ``connections`` take, two each (the
+    stream and the poller's duplicate), plus room for the log, data sets, jobs and
+    connections being refused; as Redis does for maxclients. Past the limit a new
+    connection is refused, not the daemon stopped, but refused it is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * connections + FD_HEADROOM
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        if raised < wanted:
+            log.warning("open_files_limit_low", limit=raised, wanted=wanted,
+                        max_connections=connections,
+                        action="raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower "
+                               "max_connections; connections past it are refused")
 
 
 def _unix_listener(path: str) -> trio.SocketListener:

@@ -230,6 +230,22 @@ def test_a_connection_flood_is_refused_and_others_are_served(make_daemon):
     healthy(d)
 
 
+def test_connections_past_the_limit_that_close_at_once_do_not_stop_the_daemon(make_daemon):
+    """A peer that is gone before its CLIENT_LIMIT refusal is sent costs only its own
+    connection (the refusal's failed send once stopped the daemon)."""
+    d = make_daemon("max_clients = 2\nmax_connections = 2").start()
+    a, b = Raw(d.socket), Raw(d.socket)
+    assert a.register("A")["ok"] and b.register("B")["ok"]
+    for _ in range(200):
+        gone = socket.socket(socket.AF_UNIX)
+        gone.connect(d.socket)
+        gone.close()
+    late = Raw(d.socket)  # behind the 200 in the daemon's accept queue
+    assert late.receive()["reason"] == "CLIENT_LIMIT"
+    assert a.request("put", structure="MSGQ01", queue="Q", data=b"still here")["ok"]
+    assert d.proc.poll() is None
+
+
 NETNS_HOLDER = "ip link set lo up && echo up && exec sleep 600"
 HALF_OPEN_CLIENT = """
 import sys, cqsclient
@@ -270,3 +286,35 @@ def test_a_half_open_tcp_peer_is_dropped(make_daemon, netns):
     finally:
         client.kill()
         client.wait()
+
+
+@pytest.mark.parametrize("open_files", [120, 121])  # one of them runs out at the duplicate
+def test_a_daemon_out_of_file_descriptors_refuses_connections_and_carries_on(
+        make_daemon, open_files):
+    """With fewer open files allowed than max_connections needs, the daemon says so
+    at start; a flood past the limit gets connections refused (accept fails, or the
+    poller's duplicate of an accepted one does), never the daemon stopped, and once
+    the flood is gone it serves again."""
+    if shutil.which("prlimit") is None:
+        pytest.fail("util-linux prlimit is needed for the file descriptor test")
+    d = make_daemon("max_connections = 100",
+                    prefix=("prlimit", f"--nofile={open_files}:{open_files}")).start()
+    [low] = d.events("open_files_limit_low")
+    assert (low["limit"], low["max_connections"]) == (open_files, 100)
+    flood = []
+    for _ in range(200):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(d.socket)  # the kernel queues what the daemon cannot accept yet
+        flood.append(s)
+    d.wait_until(lambda: d.events("connection_refused") or any(
+        "EMFILE" in e.get("text", "") for e in d.events("text")), "running out of files")
+    for s in flood:
+        s.close()
+    for _ in range(100):  # each try waits in the kernel's queue until the daemon answers
+        reply = Raw(d.socket).register("PATIENT")
+        if reply is not None and reply["ok"]:
+            break
+        assert reply is None or reply["reason"] == "CLIENT_LIMIT"  # still out of files
+    else:
+        raise AssertionError("the daemon did not serve again once the flood was gone")
+    assert d.proc.poll() is None

@@ -22,6 +22,7 @@ from .test_network import CLIENT, SECRET, tls_files
 from .test_wire import healthy, msgpack_frame
 
 PIPELINED = 10_000
+PAUSING = 'send_queue_bytes = "1MiB"\nlog_level = "debug"'  # reading pauses at 256 KiB
 
 
 def rss(daemon) -> int:
@@ -31,9 +32,6 @@ def rss(daemon) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
-
-
-PAUSING = 'send_queue_bytes = "1MiB"\nlog_level = "debug"'  # reading pauses at 256 KiB
 
 
 def browses(n: int) -> bytes:

@@ -173,7 +173,7 @@ def emit_phases(windows: list[tuple], samples: dict[int, list[int]], lines: list
         if name != "quiet":
             pooled = figures["p99_us"] / spread([v for k in quiet for v in samples.get(k, [])],
                                                 1e3, "us")["p99_us"]
-            by_round = [round(p99(k) / p99(q), 2) for k, q in zip(ks, quiet)]
+            by_round = [round(p99(k) / p99(q), 2) for k, q in zip(ks, quiet, strict=True)]
             paired = statistics.median(by_round)
             record |= {"p99_vs_quiet": round(paired, 2), "p99_vs_quiet_by_round": by_round,
                        "p99_vs_quiet_pooled": round(pooled, 2),

@@ -59,7 +59,8 @@ def served_in_order(client: Raw, n: int, payload: int, every: int = 1) -> None:
 
 
 def served_as_usual(other: Raw) -> None:
-    for i in range(200):
+    """Another client's 200 puts and reads all succeed."""
+    for _ in range(200):
         assert other.request("put", structure="MSGQ01", queue="OTHERQ", data=b"o")["ok"]
         assert other.request("read", structure="MSGQ01", queue="OTHERQ")["ok"]
 

@@ -154,8 +154,10 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
-def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Path:
-    """Write the daemon's config into *tmp*; returns its path."""
+def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB",
+                daemon_keys: str = "") -> Path:
+    """Write the daemon's config into *tmp* (*daemon_keys*: more [daemon] lines);
+    returns its path."""
     path = tmp / "cqsd.toml"
     path.write_text(
         "[daemon]\n"
@@ -163,6 +165,7 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Pa
         f'socket = "{tmp / "s"}"\n'
         f"max_clients = {max_clients}\n"
         'log_level = "info"\n'
+        f"{daemon_keys}"
         "[[structure]]\n"
         'name = "MSGQ01"\n'
         f'size = "{structure_size}"\n'
@@ -171,13 +174,14 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Pa
 
 
 @contextlib.contextmanager
-def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[Server]:
+def cqsd(tmp: Path, max_clients: int, profile: Path | None = None,
+         daemon_keys: str = "") -> Iterator[Server]:
     """A running daemon; yields it (its address is ``unix://...``).
 
     With *profile*, the daemon runs under cProfile and writes its stats there
     when it stops (cProfile dumps on a normal exit, which SIGTERM gives).
     """
-    config = cqsd_config(tmp, max_clients)
+    config = cqsd_config(tmp, max_clients, daemon_keys=daemon_keys)
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import itertools
 import os
 import threading
 import time
@@ -400,7 +401,7 @@ class Writer:
         segments = list_segments(self.directory, self.writer_id)
         ends = [*(seg.first_lsn for seg in segments[1:]), end]  # the LSN after each one's last
         total = 0
-        for seg, after in zip(segments, ends):
+        for seg, after in zip(segments, ends, strict=True):
             if after <= lsn + 1:
                 continue  # every record in it is at or before lsn
             try:
@@ -468,5 +469,5 @@ def _check_follows(next_lsn: int, seg: SegmentFile) -> None:
 
 def _verify_complete(segments: list[SegmentFile]) -> None:
     """Scan every segment but the last, and check they follow each other."""
-    for seg, after in zip(segments, segments[1:]):
+    for seg, after in itertools.pairwise(segments):
         _check_follows(scan_to_end(seg, last=False).next_lsn, after)

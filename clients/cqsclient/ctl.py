@@ -122,7 +122,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
     def line(values: list[str]) -> str:
         parts = [
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
         ]
         return "  ".join(parts).rstrip()
 

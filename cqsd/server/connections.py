@@ -18,6 +18,7 @@ connection, never the daemon (docs/robustness.md).
 
 import functools
 import os
+import resource
 import socket as stdlib_socket
 import ssl
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from ..storage.datadir import DataDirError
 from . import liveness
 from .clients import Clients
 from .journal import Journal
-from .poller import RECEIVE_SIZE, Poller
+from .poller import RECEIVE_SIZE, TLS_TURN_FRAMES, TURN_FRAMES, Poller, Turn
 from .session import Session
 
 log = structlog.get_logger()
@@ -66,6 +67,7 @@ class Connections:
     async def listen(self) -> list[tuple[trio.abc.Listener, bool]]:
         """The Unix socket, and TCP (with TLS) if configured: (listener, over_tcp)."""
         d = self.config.daemon
+        _reserve_descriptors(d.max_connections)
         listeners: list[tuple[trio.abc.Listener, bool]] = [(_unix_listener(d.socket), False)]
         self._socket_made = True
         if d.tcp_address:
@@ -105,15 +107,25 @@ class Connections:
 
     async def serve_connection(self, stream: trio.abc.Stream, over_tcp: bool) -> None:
         d = self.config.daemon
-        if self.closing or len(self.sessions) >= d.max_connections:
-            await _refuse(stream, len(self.sessions), d.max_connections, self.closing)
+        if self.closing:
+            await _refuse(stream, Reason.SHUTTING_DOWN, "the daemon is stopping")
+            return
+        if len(self.sessions) >= d.max_connections:
+            await _refuse(stream, Reason.CLIENT_LIMIT,
+                          f"{len(self.sessions)} connections open, the maximum is "
+                          f"{d.max_connections}")
             return
         session = Session(_peer(stream), over_tcp, d.send_queue, self.max_reply, self.journal,
                           d.send_queue_bytes)
-        if over_tcp:
-            liveness.keep_alive(stream, d.tcp_keepalive)
-        if isinstance(stream, trio.SocketStream):
-            session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
+        try:
+            if over_tcp:
+                liveness.keep_alive(stream, d.tcp_keepalive)
+            if isinstance(stream, trio.SocketStream):
+                session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
+        except OSError as err:  # out of descriptors (EMFILE): this connection, not the daemon
+            log.warning("connection_refused", peer=session.peer, error=str(err))
+            await _refuse(stream, Reason.CLIENT_LIMIT, f"the daemon cannot take it: {err}")
+            return
         self.sessions.add(session)
         try:
             await self._run(session, stream)
@@ -146,48 +158,56 @@ class Connections:
         """A TLS connection's requests (the poller reads plain sockets where there
         is epoll)."""
         decoder = FrameDecoder(self.max_frame)
+        turn = Turn.DONE
         while True:
-            data = None  # while paused, then the requests already received
+            data = None  # the requests already received
             if session.paused:
                 await session.resumed()
+            elif turn is Turn.MORE:
+                await trio.lowlevel.checkpoint()  # the other connections' turn
             else:
                 try:
                     data = await stream.receive_some(RECEIVE_SIZE)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                     return
-            if not self.handle(session, decoder, data):
+            turn = self.handle(session, decoder, data, TLS_TURN_FRAMES)
+            if not turn:
                 return
 
-    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None) -> bool:
-        """Dispatch the requests ``data`` completes (None: those already received)
-        until the session pauses; False when the connection has ended (``data``
-        empty: the peer closed), a protocol error or deregistration."""
+    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None,
+               frames: int = TURN_FRAMES) -> Turn:
+        """Dispatch up to ``frames`` of the requests ``data`` completes (None: those
+        already received), stopping if the session pauses; ENDED when the connection
+        has ended (``data`` empty: the peer closed), a protocol error or deregistration."""
         if data is not None:
             decoder.receive_data(data)
         # until the register reply a client sends nothing larger than a register request
         decoder.max_frame = self.max_frame if session.client is not None else MAX_REGISTER_FRAME
         dispatched = False
-        while not session.paused:
+        for _ in range(frames):
+            if session.paused:
+                return Turn.DONE
             try:
                 frame = decoder.next_frame()
             except ProtocolError as err:
                 log.info("protocol_error", client=session.client, peer=session.peer,
                          reason=err.reason, message=err.message)
                 session.fail(None, err.reason, err.message)
-                return False
+                return Turn.ENDED
             if frame is NEED_DATA:
                 if not decoder.buffered:
                     session.partial_since = None
                 elif dispatched or session.partial_since is None:
                     session.partial_since = trio.current_time()  # a frame began (frame_timeout)
-                return True
+                return Turn.DONE
             if frame is CLOSED:
-                return False
+                return Turn.ENDED
             self.dispatch(session, frame)
             dispatched = True
             if session.deregistered:
-                return False
-        return True
+                return Turn.ENDED
+        session.partial_since = None  # requests wait for the daemon, not for the client
+        return Turn.MORE
 
     async def _writer(self, session: Session, stream: trio.abc.Stream) -> None:
         """Send what a non-blocking send could not (TLS, a slow reader), in order,
@@ -239,15 +259,36 @@ class Connections:
             session.scope.cancel()
 
 
-async def _refuse(stream: trio.abc.Stream, count: int, limit: int, closing: bool) -> None:
-    reason = Reason.SHUTTING_DOWN if closing else Reason.CLIENT_LIMIT
+async def _refuse(stream: trio.abc.Stream, reason: Reason, message: str) -> None:
+    """Say why a connection is not served (within a second, if the peer is still
+    there: one that has gone already must not stop the daemon), and close it."""
     with trio.move_on_after(1):
-        await stream.send_all(encode_frame({
-            "id": None, "ok": False, "reason": str(reason),
-            "message": "the daemon is stopping" if closing
-            else f"{count} connections open, the maximum is {limit}",
-        }))
+        try:
+            await stream.send_all(encode_frame({"id": None, "ok": False, "reason": str(reason),
+                                                "message": message}))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
     await trio.aclose_forcefully(stream)
+
+
+FD_HEADROOM = 256  # open files beyond two a connection: log, data sets, jobs, refusals
+
+
+def _reserve_descriptors(connections: int) -> None:
+    """Raise the soft limit on open files to what ``connections`` take, two each (the
+    stream and the poller's duplicate), plus room for the log, data sets, jobs and
+    connections being refused; as Redis does for maxclients. Past the limit a new
+    connection is refused, not the daemon stopped, but refused it is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * connections + FD_HEADROOM
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        if raised < wanted:
+            log.warning("open_files_limit_low", limit=raised, wanted=wanted,
+                        max_connections=connections,
+                        action="raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower "
+                               "max_connections; connections past it are refused")
 
 
 def _peer(stream) -> str:

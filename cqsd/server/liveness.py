@@ -47,11 +47,6 @@ async def overdue(session: Session, handshake_timeout: float, frame_timeout: flo
 async def send_or_stall(stream: trio.abc.SendStream, data, timeout: float) -> bool:  # noqa: ASYNC109
     """Send ``data``, SEND_BATCH bytes at a time; False if the peer did not take
     one of them within ``timeout`` seconds (it reads nothing, or hardly)."""
-    if len(data) <= SEND_BATCH:
-        with trio.move_on_after(timeout):
-            await stream.send_all(data)
-            return True
-        return False
     view = memoryview(data)
     for start in range(0, len(view), SEND_BATCH):
         with trio.move_on_after(timeout):

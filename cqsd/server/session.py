@@ -46,7 +46,7 @@ Frame = bytes | memoryview
 
 class Session:
     def __init__(self, peer: str, over_tcp: bool, send_queue: int, max_frame: int,
-                 journal, send_queue_bytes: int = 64 * 1024 * 1024) -> None:
+                 journal, send_queue_bytes: int) -> None:
         self.id = next(_ids)
         self.peer = peer
         self.over_tcp = over_tcp
@@ -191,6 +191,8 @@ class Session:
         """Pause reading this connection when its queue reaches a pause mark or
         as many requests wait to reply, resume it when the queue is down to half
         the marks (so that a paced client is not paused on every reply)."""
+        if self.cut_off:
+            return
         frames, size = len(self.queue), self.unsent
         if self._congested:
             self._congested = frames > self.pause_frames // 2 or size > self.pause_bytes // 2
@@ -215,8 +217,9 @@ class Session:
             await self._resumed.wait()
 
     def cut(self, why: str) -> None:
-        """Give up on this client: drop what is queued for it and end its connection."""
-        self.cut_off = True
+        """Give up on this client: drop what is queued for it, take no more of its
+        requests (their replies could not reach it), and end its connection."""
+        self.cut_off = self.paused = True
         self.queue.clear()
         self.unsent = 0
         log.warning("client_cut_off", client=self.client, peer=self.peer, why=why)

@@ -86,11 +86,15 @@ class Daemon:
                  **fields) -> list[dict]:
         """Block until the daemon has logged ``count`` events called ``name`` with these
         ``fields`` (after the first ``after`` lines)."""
-        with self._logged:
-            if not self._logged.wait_for(
-                    lambda: len(self.events(name, after, **fields)) >= count, timeout):
-                raise AssertionError(f"daemon did not log {count} {name!r}: {self.lines[-5:]}")
+        self.wait_until(lambda: len(self.events(name, after, **fields)) >= count,
+                        f"{count} {name!r}", timeout)
         return self.events(name, after, **fields)
+
+    def wait_until(self, logged, what: str, timeout: float = 20) -> None:
+        """Block until ``logged()`` is true of what the daemon has logged."""
+        with self._logged:
+            if not self._logged.wait_for(logged, timeout):
+                raise AssertionError(f"daemon did not log {what}: {self.lines[-5:]}")
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM and wait: a graceful stop."""

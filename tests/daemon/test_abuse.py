@@ -18,11 +18,11 @@ import pytest
 from cqsproto import FrameDecoder
 
 from .harness import Raw, free_port
-from .test_network import CLIENT, SECRET
+from .test_network import CLIENT, SECRET, tls_files
 from .test_wire import healthy, msgpack_frame
 
-PAYLOAD = 10_000  # bytes of the message each pipelined browse returns
 PIPELINED = 10_000
+PAUSING = 'send_queue_bytes = "1MiB"\nlog_level = "debug"'  # reading pauses at 256 KiB
 
 
 def rss(daemon) -> int:
@@ -34,42 +34,39 @@ def rss(daemon) -> int:
     raise AssertionError("no VmRSS")
 
 
-class TlsRaw(Raw):
-    """Raw, over TLS."""
-
-    def __init__(self, port: int, cafile: str) -> None:
-        context = ssl.create_default_context(cafile=cafile)
-        self.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), 10),
-                                        server_hostname="127.0.0.1")
-        self.sock.settimeout(10)
-        self.decoder = FrameDecoder()
-        self.next_id = 1
-
-
-PAUSING = 'send_queue_bytes = "1MiB"\nlog_level = "debug"'  # reading pauses at 256 KiB
-
-
 def browses(n: int) -> bytes:
     """``n`` pipelined browses of queue BIG, ids 100 on."""
     return b"".join(msgpack_frame({"id": 100 + i, "op": "browse", "structure": "MSGQ01",
                                    "queue": "BIG", "qtype": "TRAN"}) for i in range(n))
 
 
-def served_in_order(client: Raw, n: int, payload: int) -> None:
-    """The ``n`` browse replies come, in order, each with the message."""
+def browses_and_puts(n: int) -> bytes:
+    """``n`` pipelined requests, ids 100 on: browses of queue BIG and puts of 1 KiB,
+    taking turns (several MB: more than the kernel and the daemon's reader hold)."""
+    put = {"op": "put", "structure": "MSGQ01", "queue": "SIDE", "data": b"p" * 1024,
+           "recoverable": False}
+    return b"".join(msgpack_frame({"id": 100 + i, "op": "browse", "structure": "MSGQ01",
+                                   "queue": "BIG", "qtype": "TRAN"} if i % 2 == 0 else
+                                  {"id": 100 + i, **put}) for i in range(n))
+
+
+def served_in_order(client: Raw, n: int, payload: int, every: int = 1) -> None:
+    """The ``n`` replies come, in order, every ``every``-th a browse with the message."""
     replies = [client.receive() for _ in range(n)]
     assert [r["id"] for r in replies] == [100 + i for i in range(n)]
-    assert all(len(r["result"]["messages"][0]["data"]) == payload for r in replies)
+    assert all(r["ok"] for r in replies)
+    assert all(len(r["result"]["messages"][0]["data"]) == payload for r in replies[::every])
 
 
 def served_as_usual(other: Raw) -> None:
-    for i in range(200):
+    """Another client's 200 puts and reads all succeed."""
+    for _ in range(200):
         assert other.request("put", structure="MSGQ01", queue="OTHERQ", data=b"o")["ok"]
         assert other.request("read", structure="MSGQ01", queue="OTHERQ")["ok"]
 
 
 def test_a_client_that_reads_no_replies_is_paused_then_served_in_order(make_daemon):
-    """10,000 pipelined browses whose replies go unread stop being read once 256 KiB
+    """10,000 pipelined requests whose replies go unread stop being read once 256 KiB
     of replies waits, the daemon's memory stays bounded while another client is
     served as usual, and once the client reads, every reply comes, in order."""
     d = make_daemon(PAUSING).start()
@@ -77,14 +74,14 @@ def test_a_client_that_reads_no_replies_is_paused_then_served_in_order(make_daem
     assert flood.register("PIPE")["ok"] and other.register("OTHER")["ok"]
     assert flood.request("put", structure="MSGQ01", queue="BIG", data=b"b" * 10_000)["ok"]
     before = rss(d)
-    sender = threading.Thread(target=flood.send, args=(browses(PIPELINED),))
+    sender = threading.Thread(target=flood.send, args=(browses_and_puts(PIPELINED),))
     sender.start()
     d.wait_for("reading_paused")
     served_as_usual(other)
     assert sender.is_alive(), "the daemon went on taking the unread client's requests"
     grown = rss(d) - before
-    assert grown < 30 * 1024 * 1024, f"the daemon grew by {grown} bytes"  # unpaused: 100 MB
-    served_in_order(flood, PIPELINED, 10_000)
+    assert grown < 30 * 1024 * 1024, f"the daemon grew by {grown} bytes"  # unpaused: 55 MB
+    served_in_order(flood, PIPELINED, 10_000, every=2)
     sender.join()
     assert d.events("reading_resumed")
     assert flood.request("put", structure="MSGQ01", queue="AFTER", data=b"a")["ok"]
@@ -105,12 +102,7 @@ class TlsRaw(Raw):
 def test_a_tls_client_that_reads_no_replies_is_paused_too(make_daemon, tmp_path):
     """Over TLS, where a reader task reads each connection, reading pauses the same
     way and resumes with the requests already received."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True)
+    cert, key = tls_files(tmp_path)
     port = free_port()
     d = make_daemon(f'{PAUSING}\ntcp = "127.0.0.1:{port}"\ntls_cert = "{cert}"\n'
                     f'tls_key = "{key}"', extra=CLIENT).start()
@@ -237,6 +229,22 @@ def test_a_connection_flood_is_refused_and_others_are_served(make_daemon):
     healthy(d)
 
 
+def test_connections_past_the_limit_that_close_at_once_do_not_stop_the_daemon(make_daemon):
+    """A peer that is gone before its CLIENT_LIMIT refusal is sent costs only its own
+    connection (the refusal's failed send once stopped the daemon)."""
+    d = make_daemon("max_clients = 2\nmax_connections = 2").start()
+    a, b = Raw(d.socket), Raw(d.socket)
+    assert a.register("A")["ok"] and b.register("B")["ok"]
+    for _ in range(200):
+        gone = socket.socket(socket.AF_UNIX)
+        gone.connect(d.socket)
+        gone.close()
+    late = Raw(d.socket)  # behind the 200 in the daemon's accept queue
+    assert late.receive()["reason"] == "CLIENT_LIMIT"
+    assert a.request("put", structure="MSGQ01", queue="Q", data=b"still here")["ok"]
+    assert d.proc.poll() is None
+
+
 NETNS_HOLDER = "ip link set lo up && echo up && exec sleep 600"
 HALF_OPEN_CLIENT = """
 import sys, cqsclient
@@ -277,3 +285,35 @@ def test_a_half_open_tcp_peer_is_dropped(make_daemon, netns):
     finally:
         client.kill()
         client.wait()
+
+
+@pytest.mark.parametrize("open_files", [120, 121])  # one of them runs out at the duplicate
+def test_a_daemon_out_of_file_descriptors_refuses_connections_and_carries_on(
+        make_daemon, open_files):
+    """With fewer open files allowed than max_connections needs, the daemon says so
+    at start; a flood past the limit gets connections refused (accept fails, or the
+    poller's duplicate of an accepted one does), never the daemon stopped, and once
+    the flood is gone it serves again."""
+    if shutil.which("prlimit") is None:
+        pytest.fail("util-linux prlimit is needed for the file descriptor test")
+    d = make_daemon("max_connections = 100",
+                    prefix=("prlimit", f"--nofile={open_files}:{open_files}")).start()
+    [low] = d.events("open_files_limit_low")
+    assert (low["limit"], low["max_connections"]) == (open_files, 100)
+    flood = []
+    for _ in range(200):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(d.socket)  # the kernel queues what the daemon cannot accept yet
+        flood.append(s)
+    d.wait_until(lambda: d.events("connection_refused") or any(
+        "EMFILE" in e.get("text", "") for e in d.events("text")), "running out of files")
+    for s in flood:
+        s.close()
+    for _ in range(100):  # each try waits in the kernel's queue until the daemon answers
+        reply = Raw(d.socket).register("PATIENT")
+        if reply is not None and reply["ok"]:
+            break
+        assert reply is None or reply["reason"] == "CLIENT_LIMIT"  # still out of files
+    else:
+        raise AssertionError("the daemon did not serve again once the flood was gone")
+    assert d.proc.poll() is None

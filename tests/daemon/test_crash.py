@@ -138,7 +138,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_work(make_daemon):
     d = make_daemon().start()
     procs, journals, stop = start_workers(d, 3, seed)
     try:
-        for cycle in range(5):
+        for _ in range(5):
             time.sleep(rng.uniform(0.3, 1.2))  # the random moment of the crash, not a sync
             d.kill()
             d.restart()

@@ -30,7 +30,8 @@ def payloads(n: int, size: int = 1000) -> list[bytes]:
 def put_all(d, datas: list[bytes]) -> list[int]:
     with cqsclient.connect(d.address, client="PUTTER") as c:
         s = c.structure("MSGQ01")
-        return [eid for i in range(0, len(datas), 100) for eid in s.put_batch("Q", datas[i:i + 100])]
+        return [eid for i in range(0, len(datas), 100)
+                for eid in s.put_batch("Q", datas[i:i + 100])]
 
 
 def still_serving(d) -> None:

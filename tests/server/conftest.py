@@ -12,6 +12,7 @@ from cqsproto import NEED_DATA, FrameDecoder
 
 SEGMENT = 1024 * 1024  # a small segment: preallocating it is quick
 SEND_QUEUE = 16  # the least the configuration allows: reading pauses at 4 frames
+SEND_QUEUE_BYTES = 64 * 1024 * 1024  # the default
 MAX_FRAME = 1024 * 1024
 RECORD = {"s": "S", "e": [("D", 1)]}  # a record whose reply would wait for it
 
@@ -65,4 +66,5 @@ def received(client: socket.socket) -> list[dict]:
 def unsocketed(journal, **kw) -> Session:
     """A session without a raw socket, as over TLS: every frame waits in its queue
     for the connection's writer task."""
-    return Session("test", False, kw.pop("send_queue", SEND_QUEUE), MAX_FRAME, journal, **kw)
+    return Session("test", False, kw.pop("send_queue", SEND_QUEUE), MAX_FRAME, journal,
+                   kw.pop("send_queue_bytes", SEND_QUEUE_BYTES), **kw)

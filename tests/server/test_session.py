@@ -88,14 +88,15 @@ async def test_what_a_full_socket_cannot_take_is_left_to_the_writer(journal, con
 
 
 async def test_a_client_past_the_frame_limit_is_cut_off(journal):
-    """The frame after send_queue frames cuts the client off: its queue is dropped
-    and its connection cancelled, and later frames are ignored."""
+    """The frame after send_queue frames cuts the client off: its queue is dropped,
+    none of its requests is taken any more, its connection is cancelled, and
+    later frames are ignored."""
     session = unsocketed(journal)
     session.scope = trio.CancelScope()
     fill(session, SEND_QUEUE)
     assert not session.cut_off and len(session.queue) == SEND_QUEUE
     fill(session, 1)
-    assert session.cut_off and session.scope.cancel_called
+    assert session.cut_off and session.paused and session.scope.cancel_called
     assert not session.queue and session.unsent == 0
     fill(session, 1)
     assert not session.queue

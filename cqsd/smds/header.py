@@ -139,12 +139,14 @@ def unpack_header(page: bytes | memoryview) -> Header:
 
 def read_header(control: bytes | memoryview) -> Header:
     """The header in force, from the first two pages of a data set file (more bytes
-    are ignored): the valid copy with the higher sequence.
+    are ignored): the valid copy with the higher sequence. A torn or zero copy is
+    what a crash during a header write leaves, and is passed over; a copy that is
+    foreign or of a newer format is not, since no crash of ours makes one.
 
     Raises Unformatted when both copies are zeros (or the file is empty),
-    ShortDataSet for fewer than two pages that are not all zeros, otherwise the
-    most telling error of the two copies: a foreign one before a torn one.
-    Two valid copies naming different data sets raise ForeignHeader.
+    ShortDataSet for fewer than two pages that are not all zeros,
+    UnsupportedVersion or ForeignHeader for such a copy (also when the copies
+    name different data sets), TornHeader when no copy is valid.
     """
     control = bytes(control[:2 * PAGE])
     if control.count(0) == len(control):
@@ -161,13 +163,13 @@ def read_header(control: bytes | memoryview) -> Header:
     if len(copies) == 2 and _identity(copies[0]) != _identity(copies[1]):
         raise ForeignHeader("copies-disagree", f"the two header copies name different data sets: "
                                                f"{_identity(copies[0])}, {_identity(copies[1])}")
-    if copies:
-        return max(copies, key=lambda h: h.sequence)
-    for kind in (UnsupportedVersion, ForeignHeader, TornHeader):
+    for kind in (UnsupportedVersion, ForeignHeader):
         for error in errors:
             if isinstance(error, kind):
                 raise error
-    raise errors[0]  # pragma: no cover - both zero was caught above
+    if copies:
+        return max(copies, key=lambda h: h.sequence)
+    raise next(e for e in errors if isinstance(e, TornHeader))  # both zero was caught above
 
 
 def _identity(h: Header) -> tuple[str, str, int, int]:

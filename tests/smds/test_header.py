@@ -105,10 +105,13 @@ def test_a_short_data_set_is_named():
 
 
 def test_a_header_with_a_bad_crc_is_torn():
-    """Every byte of the page is covered by the CRC, padding included."""
+    """Every byte of the page is covered by the CRC, padding included; beside a zero
+    copy it is still a torn header, not an unformatted data set."""
     for offset in (8, 24, 40, 72, 200, 4000, 4093):
         with pytest.raises(TornHeader):
             read_header(flip(control(H), offset))
+        with pytest.raises(TornHeader):
+            read_header(flip(control(H.next()), PAGE + offset))
 
 
 def test_residual_data_from_another_use_is_foreign():
@@ -117,8 +120,9 @@ def test_residual_data_from_another_use_is_foreign():
     with pytest.raises(ForeignHeader) as caught:
         read_header(junk)
     assert caught.value.reason == "magic"
-    with pytest.raises(ForeignHeader):  # a foreign copy beside a torn one: foreign is told
-        read_header(flip(control(H), 100)[:PAGE] + junk[:PAGE])
+    for beside in (flip(control(H), 100)[:PAGE], pack_header(H)):  # torn, or even valid
+        with pytest.raises(ForeignHeader):
+            read_header(beside + junk[:PAGE])
 
 
 def test_two_valid_copies_of_different_data_sets_are_foreign():
@@ -137,10 +141,14 @@ def resealed(page, offset, fmt, value):
 
 
 def test_a_newer_format_is_not_guessed_at():
-    """Another version, or a flag this code does not know: UnsupportedVersion."""
+    """Another version, or a flag this code does not know: UnsupportedVersion, also
+    beside an older valid copy, which might no longer say what the data set is."""
     for offset, fmt, value in ((8, "<H", 2), (20, "<I", 4)):
+        newer = resealed(pack_header(H.next()), offset, fmt, value)
         with pytest.raises(UnsupportedVersion):
-            unpack_header(resealed(pack_header(H), offset, fmt, value))
+            unpack_header(newer)
+        with pytest.raises(UnsupportedVersion):
+            read_header(pack_header(H) + newer)
 
 
 def test_fixed_fields_must_hold_their_values_even_under_a_good_crc():

@@ -121,6 +121,17 @@ def test_the_spark_jobs_never_import_the_server():
     assert not {b for a, b in arrows(2) if a == "cqsd.srds" and b == "cqsd.server"}
 
 
+def test_the_smds_core_imports_no_server_and_does_no_io():
+    """cqsd.smds is pure (STYLE §1): it reaches only the protocol's name rule, and
+    nothing that awaits or touches files."""
+    smds = {a: targets for a, targets in GRAPH.items() if a.startswith("cqsd.smds")}
+    assert smds, "the reader must see the package"
+    reached = {b for targets in smds.values() for b in targets if not b.startswith("cqsd.smds")}
+    assert reached <= {"cqsproto.names"}
+    foreign = {n for a in smds for n in imported(a, MODULES[a]) if not ours(n)}
+    assert not foreign & {"trio", "anyio", "os", "io", "pathlib", "socket", "mmap"}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     """A two-package loop is reported, so the test above can fail."""
     assert cycle({("a", "b"), ("b", "a"), ("b", "c")}) in (["a", "b", "a"], ["b", "a", "b"])

@@ -1,0 +1,160 @@
+"""The data map: what an offloaded entry keeps in the structure instead of its payload.
+
+Owner, length, CRC and the ranges holding the message blocks (docs/smds.md,
+"The data map"). It travels as a small msgpack array — in the entry, in the
+log's ``M`` effect, in images and SRDS slots — so a structure of tens of MiB
+can hold GiBs of messages at one data element each. Every DataMap obeys the
+allocation rule (``pages.pieces``); one that does not cannot be constructed.
+
+The map also knows how its payload is laid out, so the two halves of the data
+path live here: ``blocks`` (what to write where) and ``assemble`` (the checks a
+read makes before any byte reaches a client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from crc32c import crc32c
+
+from cqsproto.names import CLIENT_NAME
+
+from .errors import BadDataMap, BadPrefix, DownLevel, OutsideDataSet
+from .header import Prefix, check_block, pack_prefix
+from .pages import PAGE, PREFIX, Piece, Range, pieces
+
+U32, U63 = 1 << 32, 1 << 63
+
+
+class Block(NamedTuple):
+    """One message block to write: ``prefix`` then ``data`` at byte ``position``."""
+
+    position: int
+    prefix: bytes
+    data: memoryview
+
+
+def _is_int(value: object, limit: int) -> bool:
+    return type(value) is int and 0 <= value < limit
+
+
+@dataclass(frozen=True, slots=True)
+class DataMap:
+    """Where an offloaded payload is: ``ranges`` of the data set of ``owner``."""
+
+    owner: str
+    length: int
+    crc: int
+    ranges: tuple[Range, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.owner, str) or not CLIENT_NAME.fullmatch(self.owner):
+            raise BadDataMap(f"owner {self.owner!r} is not a client name")
+        if not _is_int(self.length, U63) or not _is_int(self.crc, U32):
+            raise BadDataMap(f"length {self.length!r} or CRC {self.crc!r} out of range")
+        try:
+            pieces(self.length, self.ranges)
+        except ValueError as error:
+            raise BadDataMap(f"ranges {self.ranges} do not hold {self.length} bytes by the "
+                             f"allocation rule: {error}") from None
+
+    @classmethod
+    def of(cls, owner: str, payload: bytes | memoryview, ranges: Sequence[Range]) -> DataMap:
+        """The map of ``payload`` stored in ``ranges`` (as SpaceMap.allocate gave them)."""
+        return cls(owner, len(payload), crc32c(payload), tuple(ranges))
+
+    # -- the encoded form --------------------------------------------------------------
+
+    def encode(self) -> list[Any]:
+        """``[owner, length, crc, [page, count, …]]``, ready for msgpack."""
+        return [self.owner, self.length, self.crc, [n for r in self.ranges for n in r]]
+
+    @classmethod
+    def decode(cls, obj: object) -> DataMap:
+        """A map back from its encoded form (lists or tuples). Raises BadDataMap."""
+        if not isinstance(obj, list | tuple) or len(obj) != 4:
+            raise BadDataMap(f"a data map is a 4-element array, not {obj!r:.80}")
+        owner, length, crc, flat = obj
+        if (not isinstance(flat, list | tuple) or not flat or len(flat) % 2
+                or not all(_is_int(n, U63) for n in flat)):
+            raise BadDataMap(f"ranges must be pairs of page and count, not {flat!r:.80}")
+        ranges = tuple(Range(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+        return cls(owner, length, crc, ranges)
+
+    # -- the layout --------------------------------------------------------------------
+
+    def pieces(self) -> list[Piece]:
+        """Each range with the part of the payload its message block carries."""
+        return pieces(self.length, self.ranges)
+
+    def check_within(self, pages_per_block: int, blocks: int) -> None:
+        """Check the ranges against a data set of ``blocks`` blocks of ``pages_per_block``.
+
+        Raises OutsideDataSet for a range in the control block or past the
+        extent, BadDataMap for one that crosses a block boundary, or does not
+        start (after the first) or end (before the last) at one.
+        """
+        last = len(self.ranges) - 1
+        for i, (page, count) in enumerate(self.ranges):
+            end = page + count  # one past the range
+            if page < pages_per_block or end > blocks * pages_per_block:
+                raise OutsideDataSet("outside", f"range {(page, count)} is outside the data "
+                                                f"blocks 1..{blocks - 1}")
+            if (end - 1) // pages_per_block != page // pages_per_block:
+                raise BadDataMap(f"range {(page, count)} crosses a block boundary")
+            if i > 0 and page % pages_per_block:
+                raise BadDataMap(f"range {(page, count)} continues a message mid-block")
+            if i < last and end % pages_per_block:
+                raise BadDataMap(f"range {(page, count)} is not the last, yet ends mid-block")
+
+    def blocks(self, entry_id: int, payload: bytes | memoryview) -> list[Block]:
+        """The message blocks to write for entry ``entry_id``: prefixes and zero-copy
+        slices of ``payload`` (which must be the payload this map was made of)."""
+        view = memoryview(payload)
+        if len(view) != self.length:
+            raise ValueError(f"a payload of {len(view)} bytes for a map of {self.length}")
+        out = []
+        for (page, _), offset, nbytes in self.pieces():
+            data = view[offset:offset + nbytes]
+            prefix = pack_prefix(Prefix(entry_id, self.owner, self.length, offset, nbytes,
+                                        crc32c(data)))
+            out.append(Block(page * PAGE, prefix, data))
+        return out
+
+    def read_sizes(self) -> list[tuple[int, int]]:
+        """(byte position, bytes) to read for each message block, prefix included."""
+        return [(r.page * PAGE, PREFIX + nbytes) for r, _, nbytes in self.pieces()]
+
+    def assemble(self, entry_id: int, reads: Sequence[bytes | memoryview]) -> bytes:
+        """The payload from the bytes read at each of ``read_sizes``, once every prefix
+        names this entry and every block and the whole payload pass their CRCs.
+
+        Raises BadPrefix (header.check_block's reasons, or ``bad-crc`` for the
+        whole payload) and ValueError for a wrong number of reads.
+        """
+        parts = self.pieces()
+        if len(reads) != len(parts):
+            raise ValueError(f"{len(reads)} blocks read for a map of {len(parts)}")
+        payload = b"".join(
+            check_block(raw, entry_id=entry_id, owner=self.owner, length=self.length,
+                        offset=offset, nbytes=nbytes)
+            for raw, (_, offset, nbytes) in zip(reads, parts, strict=True))
+        if crc32c(payload) != self.crc:
+            raise BadPrefix("bad-crc", f"the payload of entry {entry_id} fails the map's CRC")
+        return payload
+
+    def check_newest(self, entry_id: int, first: bytes | memoryview) -> None:
+        """Restart's down-level check: the first message block of the newest entry
+        (``first``, read at ``read_sizes()[0]``) must be that entry's.
+
+        Raises DownLevel, carrying the BadPrefix as its cause.
+        """
+        _, offset, nbytes = self.pieces()[0]
+        try:
+            check_block(first, entry_id=entry_id, owner=self.owner, length=self.length,
+                        offset=offset, nbytes=nbytes)
+        except BadPrefix as error:
+            raise DownLevel("down-level", f"the newest entry {entry_id}'s first block is not "
+                                          f"in the data set ({error}): an older copy?") from error

@@ -1,0 +1,150 @@
+"""The data map: its encoded form, the allocation rule it holds ranges to, and the write
+and read paths it lays out (docs/smds.md, "The data map")."""
+
+import msgpack
+import pytest
+from crc32c import crc32c
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cqsd.smds import BadDataMap, BadPrefix, DataMap, DownLevel, OutsideDataSet, Range, SpaceMap
+from cqsd.smds.pages import PAGE, PREFIX, room
+
+KiB = 1024
+BLOCK = 256 * KiB
+PPB = BLOCK // PAGE
+
+
+def stored(payload, queue="Q", blocks=64, before=0):
+    """The map of ``payload`` as a space map places it, after ``before`` bytes to the same queue."""
+    space = SpaceMap(BLOCK, blocks * BLOCK)
+    if before:
+        space.allocate(queue, before)
+    return DataMap.of("IMS1", payload, space.allocate(queue, len(payload)))
+
+
+def disk(dmap, entry_id, payload):
+    """A data set's bytes with ``payload``'s blocks written where the map says."""
+    image = bytearray(max(r.page + r.pages for r in dmap.ranges) * PAGE)
+    for position, prefix, data in dmap.blocks(entry_id, payload):
+        image[position:position + PREFIX + len(data)] = prefix + data
+    return image
+
+
+def read(image, dmap):
+    return [bytes(image[at:at + n]) for at, n in dmap.read_sizes()]
+
+
+def test_the_map_of_a_mebibyte_is_five_ranges_in_a_few_dozen_bytes():
+    """A 1 MiB payload in 256 KiB blocks: four full blocks and one page, as a small array."""
+    dmap = stored(bytes(1024 * KiB))
+    assert dmap.ranges == (Range(PPB, PPB), Range(2 * PPB, PPB), Range(3 * PPB, PPB),
+                           Range(4 * PPB, PPB), Range(5 * PPB, 1))
+    assert dmap.encode() == ["IMS1", 1024 * KiB, crc32c(bytes(1024 * KiB)),
+                             [PPB, PPB, 2 * PPB, PPB, 3 * PPB, PPB, 4 * PPB, PPB, 5 * PPB, 1]]
+    assert len(msgpack.packb(dmap.encode())) < 40
+
+
+@given(st.integers(0, 3 * BLOCK), st.integers(0, BLOCK))
+def test_every_map_the_space_map_makes_round_trips(length, before):
+    """Encoded, packed, unpacked and decoded, the map is the same and fits its data set."""
+    dmap = stored(bytes(length), before=before)
+    dmap.check_within(PPB, 64)
+    back = DataMap.decode(msgpack.unpackb(msgpack.packb(dmap.encode())))
+    assert back == dmap
+    assert sum(p.nbytes for p in back.pieces()) == length
+
+
+@pytest.mark.parametrize("obj", [
+    None, [], ["IMS1", 1, 0], ["IMS1", 1, 0, [16, 1], 9],
+    ["", 1, 0, [16, 1]], ["bad name!", 1, 0, [16, 1]], [7, 1, 0, [16, 1]],
+    ["IMS1", -1, 0, [16, 1]], ["IMS1", True, 0, [16, 1]], ["IMS1", 1, 2**32, [16, 1]],
+    ["IMS1", 1, 0, []], ["IMS1", 1, 0, [16]], ["IMS1", 1, 0, [16, "1"]], ["IMS1", 1, 0, "xy"],
+    ["IMS1", 1, 0, [16, 0]],  # an empty range
+    ["IMS1", 1, 0, [16, 2]],  # a last range bigger than its bytes need
+    ["IMS1", PAGE, 0, [16, 1]],  # a last range too small for its bytes
+    ["IMS1", 10, 0, [16, 1, 32, 1]],  # a first range not filled
+    ["IMS1", room(1), 0, [16, 1, 32, 1]],  # an empty last range
+])
+def test_a_map_that_breaks_the_rules_is_refused(obj):
+    """Wrong shape or types, a bad owner, lengths out of range, ranges that do not follow
+    the allocation rule: BadDataMap, which is also a ValueError."""
+    with pytest.raises(BadDataMap):
+        DataMap.decode(obj)
+
+
+@pytest.mark.parametrize(("ranges", "length", "error"), [
+    ([Range(0, 1)], 10, OutsideDataSet),  # in the control block
+    ([Range(PPB - 1, 2)], room(2), OutsideDataSet),  # starts in the control block
+    ([Range(64 * PPB - 1, 2)], room(2), OutsideDataSet),  # past the extent
+    ([Range(2 * PPB - 1, 2)], room(2), BadDataMap),  # crosses a block boundary
+    ([Range(PPB, 1), Range(2 * PPB, 1)], room(1) + 10, BadDataMap),  # the first ends mid-block
+    # the second goes on mid-block
+    ([Range(PPB + 1, PPB - 1), Range(2 * PPB + 1, 1)], room(PPB - 1) + 10, BadDataMap),
+])
+def test_a_map_is_checked_against_the_data_sets_geometry(ranges, length, error):
+    """Ranges outside the data blocks are damage; ranges that could not have been
+    allocated so are a bad map, though they follow the allocation rule."""
+    dmap = DataMap("IMS1", length, 0, tuple(ranges))
+    with pytest.raises(error):
+        dmap.check_within(PPB, 64)
+
+
+@given(st.binary(max_size=3 * PAGE) | st.integers(0, 2 * BLOCK).map(lambda n: b"\x5a" * n),
+       st.integers(0, BLOCK))
+def test_what_is_written_reads_back_byte_for_byte(payload, before):
+    """blocks() then assemble() over the same bytes returns the payload exactly."""
+    dmap = stored(payload, before=before)
+    image = disk(dmap, 42, payload)
+    assert dmap.assemble(42, read(image, dmap)) == payload
+
+
+def test_each_block_is_a_prefix_then_a_slice_of_the_payload():
+    """Positions are page * 4096; the data is a view, not a copy."""
+    payload = bytes(range(256)) * 1100
+    dmap = stored(payload, before=3 * PAGE)
+    blocks = dmap.blocks(7, payload)
+    assert [b.position for b in blocks] == [r.page * PAGE for r in dmap.ranges]
+    assert b"".join(bytes(b.data) for b in blocks) == payload
+    assert all(isinstance(b.data, memoryview) and len(b.prefix) == PREFIX for b in blocks)
+    with pytest.raises(ValueError):
+        dmap.blocks(7, payload[:-1])
+
+
+def test_a_damaged_block_is_named_not_returned():
+    """A flipped data byte, another entry's block, or a block never written: BadPrefix."""
+    payload = b"x" * (PAGE * 70)
+    dmap = stored(payload)
+    image = disk(dmap, 42, payload)
+    flipped = bytearray(image)
+    flipped[dmap.ranges[1].page * PAGE + PREFIX + 5] ^= 1
+    cases = [(flipped, 42, "bad-crc"), (image, 43, "wrong-entry"),
+             (bytearray(len(image)), 42, "unwritten")]
+    for data, entry, reason in cases:
+        with pytest.raises(BadPrefix) as caught:
+            dmap.assemble(entry, read(data, dmap))
+        assert caught.value.reason == reason
+
+
+def test_blocks_that_each_pass_must_still_make_the_payload_of_the_map():
+    """The whole payload's CRC is checked against the map once every block is in."""
+    payload = b"abc" * 3000
+    dmap = stored(payload)
+    other = DataMap("IMS1", dmap.length, dmap.crc ^ 1, dmap.ranges)
+    with pytest.raises(BadPrefix, match="map's CRC"):
+        other.assemble(42, read(disk(dmap, 42, payload), dmap))
+    with pytest.raises(ValueError):
+        dmap.assemble(42, [])
+
+
+def test_the_newest_block_not_being_there_means_the_data_set_is_down_level():
+    """Restart's check of the newest entry: a mismatch is DownLevel, carrying why."""
+    payload = b"n" * 5000
+    dmap = stored(payload)
+    image = disk(dmap, 42, payload)
+    first = read(image, dmap)[0]
+    dmap.check_newest(42, first)
+    for stale in (bytes(len(first)), read(disk(dmap, 41, payload), dmap)[0]):
+        with pytest.raises(DownLevel) as caught:
+            dmap.check_newest(42, stale)
+        assert isinstance(caught.value.__cause__, BadPrefix)

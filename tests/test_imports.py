@@ -121,15 +121,29 @@ def test_the_spark_jobs_never_import_the_server():
     assert not {b for a, b in arrows(2) if a == "cqsd.srds" and b == "cqsd.server"}
 
 
+SMDS_STORAGE = "cqsd.smds.dataset"  # the one module of cqsd.smds that touches files
+
+
 def test_the_smds_core_imports_no_server_and_does_no_io():
-    """cqsd.smds is pure (STYLE §1): it reaches only the protocol's name rule, and
-    nothing that awaits or touches files."""
-    smds = {a: targets for a, targets in GRAPH.items() if a.startswith("cqsd.smds")}
+    """cqsd.smds is pure (STYLE §1) but for its storage module: the rest reaches only
+    the protocol's name rule, nothing that awaits or touches files, and not the
+    storage module either."""
+    smds = {a: targets for a, targets in GRAPH.items()
+            if a.startswith("cqsd.smds") and a != SMDS_STORAGE}
     assert smds, "the reader must see the package"
     reached = {b for targets in smds.values() for b in targets if not b.startswith("cqsd.smds")}
     assert reached <= {"cqsproto.names"}
+    assert not any(SMDS_STORAGE in targets for targets in smds.values())
     foreign = {n for a in smds for n in imported(a, MODULES[a]) if not ours(n)}
     assert not foreign & {"trio", "anyio", "os", "io", "pathlib", "socket", "mmap"}
+
+
+def test_the_smds_storage_module_never_awaits_nor_reaches_the_server():
+    """cqsd.smds.dataset does blocking file I/O for a worker thread: no trio, and of
+    ours only the SMDS core and logstream's fsync recipes."""
+    reached = {b for b in GRAPH[SMDS_STORAGE] if not b.startswith("cqsd.smds")}
+    assert reached <= {"logstream.durable", "cqsproto.names"}
+    assert not imported(SMDS_STORAGE, MODULES[SMDS_STORAGE]) & {"trio", "anyio"}
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -73,6 +73,39 @@ class OverlappingRanges(DataSetDamage):
     """Two data maps claim the same page."""
 
 
+class WriteFailed(DataSetDamage):
+    """A write or fdatasync of the data set failed (``reason`` ``write`` or ``sync``).
+
+    Sticky (STYLE §7): after an fdatasync fails, the page cache no longer says
+    what the disk holds, so every later write, sync, expansion or close of that
+    data set raises this same error; seed 000's "permanent I/O error": FAILED."""
+
+    def __init__(self, reason: str, detail: str, errno: int | None = None) -> None:
+        super().__init__(reason, detail)
+        self.errno = errno
+
+
+class ReadFailed(DataSetDamage):
+    """The operating system refused a read of the data set (EIO and the like)."""
+
+    def __init__(self, reason: str, detail: str, errno: int | None = None) -> None:
+        super().__init__(reason, detail)
+        self.errno = errno
+
+
+class ExpandFailed(SmdsError):
+    """An expansion that could not be made: the data set is at ``dsmax``
+    (``reason`` ``at-dsmax``) or the file system refused the space (``reason`` the
+    errno's name, e.g. ``ENOSPC``). Not damage: the header and the map are as
+    they were, and the caller turns ``dsexpand`` off and says why (seed 000)."""
+
+    def __init__(self, reason: str, detail: str, *, size: int, dsmax: int) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.size = size
+        self.dsmax = dsmax
+
+
 class BadDataMap(SmdsError, ValueError):
     """A data map that does not decode, or breaks the allocation rules."""
 

@@ -1,0 +1,364 @@
+"""One data set file, ``<data_dir>/smds/<STRUCTURE>/<CLIENT>.smds``: the storage shell.
+
+The only module of ``cqsd.smds`` that touches files (STYLE §1); the formats,
+the space map and the checks are the pure modules beside it, and this one
+applies them in the order docs/smds.md gives:
+
+- ``create``: a temporary file given all its space (``posix_fallocate``, zeros),
+  copy A of the header (sequence 1, OPEN), fsync, rename, fsync the directory;
+  so a data set file has a whole header or does not exist.
+- ``open``: read and validate the header; use the saved space map only when the
+  header has one, OPEN is clear and its timestamp is the caller's (the
+  repository's), else say a rebuild is needed and why; then write the header
+  with OPEN set and no checkpoint, fdatasync, and truncate to the extent, so a
+  crash can never make a stale map look current.
+- ``write``/``read``: positioned I/O of message blocks (``pwritev`` of prefix and
+  a slice of the payload, ``preadv`` into pool buffers), every block checked
+  by ``DataMap.assemble`` before a byte is returned.
+- ``expand``: 20% more, up to ``dsmax``; a refusal is ``ExpandFailed`` by name.
+- ``close``: the space map after the extent, fdatasync, the header naming it
+  with OPEN clear, fdatasync.
+
+Write errors are sticky (STYLE §7): once a write or fdatasync fails, every
+later write, sync, expansion and close raises the same ``WriteFailed``. The
+methods block; the daemon calls them from a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from logstream.durable import TEMP_SUFFIX, fsync_dir, make_dirs
+
+from .bufferpool import Buffer, BufferPool
+from .datamap import Block, DataMap
+from .errors import BadPrefix, BadSpaceMap, ExpandFailed, ReadFailed, WriteFailed
+from .header import OPEN, Header, pack_header, read_header, validate
+from .pages import PAGE, Range
+from .spacemap import SpaceMap, expanded_size, whole_blocks
+
+SUFFIX = ".smds"
+T = TypeVar("T")
+
+
+def path_of(data_dir: str | os.PathLike[str], structure: str, owner: str) -> Path:
+    """Where the data set of (``structure``, ``owner``) lives (DESIGN §11)."""
+    return Path(data_dir) / "smds" / structure / f"{owner}{SUFFIX}"
+
+
+class DataSet:
+    """A data set open for update. ``space`` is its space map: loaded, new, or None
+    until the caller rebuilds it (``rebuild_reason`` says why one is needed)."""
+
+    def __init__(self, path: Path, fd: int, header: Header, pool: BufferPool | None) -> None:
+        self.path = path
+        self._fd: int | None = fd
+        self.header = header
+        self.pool = pool
+        self.space: SpaceMap | None = None
+        self.rebuild_reason: str | None = None
+        self.failure: WriteFailed | None = None
+
+    def __repr__(self) -> str:
+        return f"DataSet({str(self.path)!r}, size={self.size}, failure={self.failure})"
+
+    @property
+    def structure(self) -> str:
+        return self.header.structure
+
+    @property
+    def owner(self) -> str:
+        return self.header.owner
+
+    @property
+    def size(self) -> int:
+        return self.header.size
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._fd
+
+    # -- create and open -------------------------------------------------------------
+
+    @classmethod
+    def create(cls, data_dir: str | os.PathLike[str], structure: str, owner: str, *,
+               dsblock: int, dssize: int, pool: BufferPool | None = None,
+               replace: bool = False) -> DataSet:
+        """Format a new data set of ``dssize`` rounded up to whole blocks, open for
+        update with an empty space map. Raises FileExistsError if the file exists
+        and not ``replace`` (a NEW or EMPTY data set is formatted over), OSError
+        when the space or the file cannot be had, ValueError for a bad name."""
+        path = path_of(data_dir, structure, owner)
+        if path.exists() and not replace:
+            raise FileExistsError(f"{path} already exists")
+        size = whole_blocks(dssize, dsblock)
+        now = time.time_ns()
+        header = Header(structure, owner, dsblock, size, created=now, updated=now)
+        page = pack_header(header)  # a bad name fails here, before any file exists
+        make_dirs(path.parent)
+        temp = path.with_name(path.name + TEMP_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)  # left by a crash during an earlier create
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            _pwrite_all(fd, [page], 0)
+            os.fsync(fd)
+            os.rename(temp, path)
+            fsync_dir(path.parent)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        dataset = cls(path, fd, header, pool)
+        dataset.space = SpaceMap(dsblock, size)
+        return dataset
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike[str], structure: str, owner: str, *,
+             map_time: int | None, created: int | None = None, recovering: bool = False,
+             pool: BufferPool | None = None) -> DataSet:
+        """Open the data set for update (docs/smds.md, "Restart processing" 1, 3, 5).
+
+        ``map_time`` is the space-map timestamp the repository holds (None if
+        none); ``created`` the identity it recorded when the data set became
+        ACTIVE. Raises FileNotFoundError, or the header's named damage
+        (Unformatted, ShortDataSet, ForeignHeader, TornHeader, UnsupportedVersion,
+        Recreated, IncompleteRecovery) with nothing written; WriteFailed if the
+        header update fails.
+        """
+        path = path_of(data_dir, structure, owner)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            header = read_header(_pread(fd, 2 * PAGE, 0))
+            validate(header, structure=structure, owner=owner, created=created,
+                     file_size=os.fstat(fd).st_size, recovering=recovering)
+            dataset = cls(path, fd, header, pool)
+            dataset.space, dataset.rebuild_reason = dataset._saved_map(map_time)
+            dataset._write_header(header.next(flags=header.flags | OPEN, updated=time.time_ns(),
+                                              map_page=0, map_pages=0, map_time=0))
+            dataset._guard("write", lambda: os.ftruncate(fd, header.size))
+            dataset.sync()
+        except BaseException:
+            os.close(fd)
+            raise
+        return dataset
+
+    def _saved_map(self, map_time: int | None) -> tuple[SpaceMap | None, str | None]:
+        """(the saved space map, None) when it may be used, else (None, why not)."""
+        h = self.header
+        if not h.map_page:
+            return None, "no-map"
+        if h.is_open:
+            return None, "not-closed"
+        if map_time != h.map_time:
+            return None, "timestamp"
+        raw = _pread(self.fd, h.map_pages * PAGE, h.map_page * PAGE)
+        try:
+            space, saved = SpaceMap.from_bytes(raw, h.dsblock, h.size)
+        except BadSpaceMap as bad:
+            return None, bad.reason
+        return (space, None) if saved == h.map_time else (None, "timestamp")
+
+    # -- writing ---------------------------------------------------------------------
+
+    def write(self, blocks: Iterable[Block]) -> None:
+        """Write message blocks (``DataMap.blocks``) where they belong, one positioned
+        write each, prefix and payload slice together. Not durable until ``sync``.
+        Raises WriteFailed (sticky)."""
+        self._check()
+        for position, prefix, data in blocks:
+            if self.pool is not None:
+                pages = -(-(len(prefix) + len(data)) // PAGE)
+                self.pool.invalidate(self.owner, [Range(position // PAGE, pages)])
+            self._guard("write", functools.partial(_pwrite_all, self.fd, [prefix, data], position))
+
+    def write_message(self, datamap: DataMap, entry_id: int, payload: bytes | memoryview) -> None:
+        """Write every block of ``payload`` stored by ``datamap`` for entry ``entry_id``."""
+        self.write(datamap.blocks(entry_id, payload))
+
+    def sync(self) -> None:
+        """fdatasync: every write so far is on disk. Raises WriteFailed (sticky)."""
+        self._check()
+        self._guard("sync", lambda: os.fdatasync(self.fd))
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read(self, datamap: DataMap, entry_id: int) -> bytes:
+        """The payload of entry ``entry_id``, once every block's prefix and CRC and the
+        whole payload's CRC are right. Blocks come from the pool when it holds
+        them. Raises BadPrefix (nothing returned), ReadFailed."""
+        leases: list[Buffer] = []
+        reads: list[memoryview] = []
+        try:
+            for position, nbytes in datamap.read_sizes():
+                reads.append(self._read_block(position, nbytes, leases))
+            try:
+                return datamap.assemble(entry_id, reads)
+            except BadPrefix:
+                for buffer in leases:  # bytes that failed their checks are not kept
+                    self._release(buffer, keep=False)
+                leases.clear()
+                raise
+        finally:
+            reads.clear()  # views of pool buffers go before the buffers are reused
+            for buffer in leases:
+                self._release(buffer)
+
+    def read_raw(self, position: int, nbytes: int) -> bytes:
+        """``nbytes`` at ``position``, or fewer at the end of the file (the down-level
+        check reads a first block this way). Raises ReadFailed."""
+        return bytes(self._read_into(bytearray(nbytes), position))
+
+    def _read_block(self, position: int, nbytes: int, leases: list[Buffer]) -> memoryview:
+        pool = self.pool
+        if pool is None:
+            return self._read_into(bytearray(nbytes), position)
+        key = (self.owner, position // PAGE)
+        buffer = pool.lookup(key, nbytes)
+        if buffer is not None:
+            leases.append(buffer)
+            return buffer.view()[:nbytes]
+        buffer = pool.take()
+        if buffer is None:  # every buffer in use (a wait): read into memory of our own
+            return self._read_into(bytearray(nbytes), position)
+        leases.append(buffer)
+        got = self._read_into(buffer.memory, position, nbytes)
+        if len(got) == nbytes:  # a short block is not worth keeping
+            pool.fill(buffer, key, nbytes)
+        return got
+
+    def _read_into(self, memory: bytearray, position: int, nbytes: int | None = None) -> memoryview:
+        """Read into ``memory`` (its first ``nbytes``) at ``position``; a view of what
+        was read, short only at the end of the file."""
+        view = memoryview(memory)[:len(memory) if nbytes is None else nbytes]
+        done = 0
+        while done < len(view):
+            try:
+                got = os.preadv(self.fd, [view[done:]], position + done)
+            except OSError as error:
+                raise ReadFailed("read", f"{self.path} at byte {position + done}: "
+                                         f"{error.strerror}", error.errno) from error
+            if not got:
+                break
+            done += got
+        return view[:done]
+
+    def _release(self, buffer: Buffer, *, keep: bool = True) -> None:
+        assert self.pool is not None
+        self.pool.release(buffer, keep=keep)
+
+    # -- expansion -------------------------------------------------------------------
+
+    def expand(self, dsmax: int) -> int:
+        """Grow the data set by 20% (whole blocks, at least one, up to ``dsmax``): the
+        new extent given its space and fsynced, then the header naming it, then
+        the space map grown. Returns the new size.
+
+        Raises ExpandFailed (``at-dsmax``, or the errno's name such as ``ENOSPC``;
+        header and map unchanged), WriteFailed if the header update fails.
+        """
+        self._check()
+        new = expanded_size(self.size, self.header.dsblock, dsmax)
+        if new is None:
+            raise ExpandFailed("at-dsmax", f"{self.path} is {self.size} bytes, dsmax {dsmax}",
+                               size=self.size, dsmax=dsmax)
+        try:
+            os.ftruncate(self.fd, self.size)  # bytes past the extent must read as zeros
+            os.posix_fallocate(self.fd, self.size, new - self.size)
+            os.fsync(self.fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.size)  # give back what was had
+            reason = errno.errorcode.get(error.errno or 0, "EIO")
+            raise ExpandFailed(reason, f"{self.path} from {self.size} to {new} bytes: "
+                                       f"{error.strerror}", size=self.size, dsmax=dsmax) from error
+        self._write_header(self.header.next(size=new, updated=time.time_ns()))
+        if self.space is not None:
+            self.space.grow(new)
+        return new
+
+    # -- closing ---------------------------------------------------------------------
+
+    def close(self) -> int:
+        """Clean close: the space map saved after the extent, fdatasync, the header
+        naming it with OPEN clear, fdatasync, the file closed. Returns the map's
+        timestamp, for the repository. Raises ValueError without a space map,
+        WriteFailed (the header stays OPEN: the next open rebuilds)."""
+        self._check()
+        if self.space is None:
+            raise ValueError(f"{self.path}: close needs the space map (rebuild it first)")
+        stamp = time.time_ns()
+        saved = self.space.to_bytes(stamp)
+        saved += bytes(-len(saved) % PAGE)
+        self._guard("write", lambda: _pwrite_all(self.fd, [saved], self.size))
+        self.sync()
+        self._write_header(self.header.next(flags=self.header.flags & ~OPEN, updated=stamp,
+                                            map_page=self.size // PAGE,
+                                            map_pages=len(saved) // PAGE, map_time=stamp))
+        self.abandon()
+        return stamp
+
+    def abandon(self) -> None:
+        """Close the file without a clean close (after a failure, or at a crash in
+        tests): the header stays as it is on disk."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # -- inside ----------------------------------------------------------------------
+
+    def _write_header(self, header: Header) -> None:
+        """Write ``header`` over the copy not in force and fdatasync (docs/smds.md)."""
+        page = pack_header(header)
+        self._guard("write", lambda: _pwrite_all(self.fd, [page], header.copy * PAGE))
+        self.sync()
+        self.header = header
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def _guard(self, reason: str, act: Callable[[], T]) -> T:
+        """Run ``act``; an OSError becomes the sticky WriteFailed."""
+        try:
+            return act()
+        except OSError as error:
+            self.failure = WriteFailed(reason, f"{self.path}: {error.strerror}", error.errno)
+            raise self.failure from error
+
+
+def _pread(fd: int, nbytes: int, position: int) -> bytes:
+    """Up to ``nbytes`` at ``position``; fewer only at the end of the file."""
+    out = bytearray()
+    while len(out) < nbytes:
+        chunk = os.pread(fd, nbytes - len(out), position + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _pwrite_all(fd: int, parts: list[bytes | memoryview], position: int) -> None:
+    """Write ``parts`` one after another at ``position``; a short write is continued."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        written = os.pwritev(fd, views, position)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "pwritev wrote nothing")
+        position += written
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]

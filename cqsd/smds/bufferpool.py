@@ -109,6 +109,7 @@ class BufferPool:
         elif self._lru:
             key, buffer = self._lru.popitem(last=False)
             self._forget(key)
+            buffer.key, buffer.nbytes = None, 0
         else:
             self.waits += 1
             return None

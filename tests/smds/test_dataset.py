@@ -1,0 +1,356 @@
+"""Data set files: create, open, positioned writes and checked reads, expansion, clean
+close, and every kind of damage named — on real files with real fsyncs."""
+
+import errno
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cqsd.smds import (
+    BadPrefix,
+    DataMap,
+    DownLevel,
+    ForeignHeader,
+    Recreated,
+    ShortDataSet,
+    TornHeader,
+    Unformatted,
+)
+from cqsd.smds.bufferpool import BufferPool
+from cqsd.smds.dataset import DataSet, path_of
+from cqsd.smds.errors import ExpandFailed, WriteFailed
+from cqsd.smds.header import read_header
+from cqsd.smds.pages import PAGE
+
+DSBLOCK = 2 * PAGE  # small blocks: a few KiB of payload crosses several of them
+DSSIZE = 16 * DSBLOCK
+Q = ("L", "Q1")
+
+
+def create(tmp_path, *, pool=None, dssize=DSSIZE, owner="C1"):
+    return DataSet.create(tmp_path, "S1", owner, dsblock=DSBLOCK, dssize=dssize, pool=pool)
+
+
+def put(ds, entry_id, payload, queue=Q):
+    """Allocate, map and write ``payload`` as a put does; returns its data map."""
+    dm = DataMap.of(ds.owner, payload, ds.space.allocate(queue, len(payload)))
+    ds.write_message(dm, entry_id, payload)
+    return dm
+
+
+def headers(tmp_path, owner="C1"):
+    with open(path_of(tmp_path, "S1", owner), "rb") as f:
+        return f.read(2 * PAGE)
+
+
+def test_a_new_data_set_is_preallocated_with_one_header_and_open(tmp_path):
+    """create() rounds dssize up to whole blocks, writes copy A (sequence 1, OPEN) and
+    leaves no temporary file."""
+    tmp = tmp_path
+    ds = DataSet.create(tmp, "S1", "C1", dsblock=DSBLOCK, dssize=DSSIZE + 1)
+    path = path_of(tmp, "S1", "C1")
+    assert path == tmp / "smds" / "S1" / "C1.smds"
+    assert os.path.getsize(path) == ds.size == DSSIZE + DSBLOCK
+    assert os.stat(path).st_blocks * 512 >= ds.size  # the space is really had
+    h = read_header(headers(tmp))
+    assert (h.sequence, h.is_open, h.structure, h.owner, h.map_page) == (1, True, "S1", "C1", 0)
+    assert headers(tmp)[PAGE:] == bytes(PAGE)
+    assert ds.space.usage().used_pages == 0
+    assert os.listdir(path.parent) == ["C1.smds"]
+    ds.abandon()
+
+
+def test_create_refuses_to_format_over_an_existing_data_set(tmp_path):
+    """An existing file is formatted over only with replace=True."""
+    create(tmp_path).abandon()
+    with pytest.raises(FileExistsError):
+        create(tmp_path)
+    ds = DataSet.create(tmp_path, "S1", "C1", dsblock=DSBLOCK, dssize=DSSIZE, replace=True)
+    assert read_header(headers(tmp_path)).created == ds.header.created
+    ds.abandon()
+
+
+def test_a_clean_close_saves_the_space_map_and_a_matching_open_reuses_it(tmp_path):
+    """close() returns the timestamp; open() with it gets the same map back and the
+    message reads back; the header is OPEN again and the file cut to its extent."""
+    ds = create(tmp_path)
+    payload = os.urandom(3 * PAGE)
+    dm = put(ds, 7, payload)
+    before = ds.space.usage()
+    stamp = ds.close()
+    h = read_header(headers(tmp_path))
+    assert (h.is_open, h.map_time, h.map_page, h.sequence) == (False, stamp, DSSIZE // PAGE, 2)
+    assert os.path.getsize(ds.path) > DSSIZE
+
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=stamp, created=h.created)
+    assert again.rebuild_reason is None
+    assert again.space.usage() == before
+    assert again.read(dm, 7) == payload
+    assert read_header(headers(tmp_path)).is_open
+    assert read_header(headers(tmp_path)).map_page == 0
+    assert os.path.getsize(again.path) == DSSIZE
+    again.close()
+
+
+@pytest.mark.parametrize(("repository", "damage", "reason"), [
+    ("other", None, "timestamp"),
+    (None, None, "timestamp"),
+    ("same", "body", "body-crc"),
+    ("same", "magic", "magic"),
+])
+def test_a_saved_map_that_cannot_be_trusted_asks_for_a_rebuild(tmp_path, repository, damage,
+                                                               reason):
+    """Another timestamp than the repository's, or a damaged checkpoint, gives no map and a
+    reason; the data set opens all the same."""
+    ds = create(tmp_path)
+    put(ds, 1, b"x" * 5000)
+    stamp = ds.close()
+    if damage:
+        at = DSSIZE + (64 if damage == "body" else 0)  # the first block entry, or the magic
+        with open(ds.path, "r+b") as f:
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    map_time = {"other": stamp + 1, None: None, "same": stamp}[repository]
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=map_time)
+    assert (again.space, again.rebuild_reason) == (None, reason)
+    with pytest.raises(ValueError, match="rebuild"):
+        again.close()
+    again.abandon()
+
+
+def test_a_data_set_not_closed_cleanly_asks_for_a_rebuild(tmp_path):
+    """After a crash (no close) the header names no saved map, whatever the repository holds."""
+    ds = create(tmp_path)
+    stamp = ds.close()
+    opened = DataSet.open(tmp_path, "S1", "C1", map_time=stamp)
+    opened.abandon()  # the crash
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=stamp)
+    assert (again.space, again.rebuild_reason) == (None, "no-map")
+    again.abandon()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payloads=st.lists(st.binary(max_size=3 * DSBLOCK), min_size=1, max_size=6),
+       pooled=st.booleans())
+def test_payloads_read_back_byte_for_byte(tmp_path_factory, payloads, pooled):
+    """Random payloads from 0 bytes to several blocks, on a few queues, read back exactly,
+    twice (the second time from the pool), and again after a close and open."""
+    tmp = tmp_path_factory.mktemp("ds")
+    pool = BufferPool(4, DSBLOCK) if pooled else None
+    ds = create(tmp, pool=pool, dssize=64 * DSBLOCK)
+    maps = [(i, put(ds, i, p, queue=("L", f"Q{i % 2}")), p) for i, p in enumerate(payloads, 1)]
+    for _ in range(2):
+        for entry_id, dm, payload in maps:
+            assert ds.read(dm, entry_id) == payload
+    stamp = ds.close()
+    again = DataSet.open(tmp, "S1", "C1", map_time=stamp)
+    for entry_id, dm, payload in maps:
+        assert again.read(dm, entry_id) == payload
+    again.abandon()
+
+
+def test_the_pool_serves_a_second_read_and_a_rewrite_is_not_served_stale(tmp_path):
+    """A repeated read is all hits; after the pages are freed and written with another
+    message, a read sees the new one."""
+    pool = BufferPool(8, DSBLOCK)
+    ds = create(tmp_path, pool=pool)
+    first = put(ds, 1, b"a" * 5000)
+    ds.read(first, 1)
+    misses = pool.statistics().misses
+    assert ds.read(first, 1) == b"a" * 5000
+    assert (pool.statistics().misses, pool.statistics().hits) == (misses, len(first.ranges))
+    ds.space.free(first.ranges, None)
+    second = put(ds, 2, b"b" * 5000)
+    assert second.ranges == first.ranges
+    assert ds.read(second, 2) == b"b" * 5000
+    with pytest.raises(BadPrefix) as error:
+        ds.read(first, 1)
+    assert error.value.reason == "wrong-entry"
+    ds.abandon()
+
+
+def test_a_read_with_every_buffer_in_use_still_succeeds_and_counts_a_wait(tmp_path):
+    """A read that finds no free buffer reads into its own memory."""
+    pool = BufferPool(1, DSBLOCK)
+    ds = create(tmp_path, pool=pool)
+    dm = put(ds, 1, b"z" * 10000)  # two ranges, one buffer
+    assert ds.read(dm, 1) == b"z" * 10000
+    assert pool.statistics().waits == 1 and pool.statistics().lowest_free == 0
+    ds.abandon()
+
+
+@pytest.mark.parametrize(("entry_id", "flip", "reason"), [
+    (2, None, "wrong-entry"),
+    (1, 64 + 10, "bad-crc"),
+    (1, 5, "torn"),
+])
+def test_a_block_that_is_not_the_one_the_map_names_is_refused_by_name(tmp_path, entry_id,
+                                                                       flip, reason):
+    """Another entry's block, a flipped data byte or a flipped prefix byte is BadPrefix,
+    and the bad bytes are not kept in the pool."""
+    pool = BufferPool(4, DSBLOCK)
+    ds = create(tmp_path, pool=pool)
+    dm = put(ds, 1, os.urandom(1000))
+    if flip is not None:
+        at = dm.ranges[0].page * PAGE + flip
+        os.pwrite(ds.fd, bytes([os.pread(ds.fd, 1, at)[0] ^ 1]), at)
+    with pytest.raises(BadPrefix) as error:
+        ds.read(dm, entry_id)
+    assert error.value.reason == reason
+    assert pool.statistics().cached == 0
+    ds.abandon()
+
+
+def test_pages_never_written_read_as_unwritten(tmp_path):
+    """A map pointing at pages no put wrote finds zeros: BadPrefix unwritten."""
+    ds = create(tmp_path)
+    dm = DataMap.of("C1", b"hello", ds.space.allocate(Q, 5))
+    with pytest.raises(BadPrefix) as error:
+        ds.read(dm, 1)
+    assert error.value.reason == "unwritten"
+    ds.abandon()
+
+
+def test_a_data_set_shorter_than_its_extent_is_named(tmp_path):
+    """A file cut below the size its header records is ShortDataSet; one cut inside the
+    header pages too; an empty file is Unformatted."""
+    ds = create(tmp_path)
+    ds.close()
+    os.truncate(ds.path, DSSIZE - DSBLOCK)
+    with pytest.raises(ShortDataSet):
+        DataSet.open(tmp_path, "S1", "C1", map_time=None)
+    os.truncate(ds.path, 100)
+    with pytest.raises(ShortDataSet):
+        DataSet.open(tmp_path, "S1", "C1", map_time=None)
+    os.truncate(ds.path, 0)
+    with pytest.raises(Unformatted):
+        DataSet.open(tmp_path, "S1", "C1", map_time=None)
+
+
+def test_another_structures_or_owners_data_set_is_foreign(tmp_path):
+    """A file holding another data set's header is ForeignHeader, with nothing written."""
+    create(tmp_path).close()
+    other = path_of(tmp_path, "S1", "C2")
+    original = path_of(tmp_path, "S1", "C1").read_bytes()
+    other.write_bytes(original)
+    with pytest.raises(ForeignHeader) as error:
+        DataSet.open(tmp_path, "S1", "C2", map_time=None)
+    assert error.value.reason == "wrong-owner"
+    (tmp_path / "smds" / "S2").mkdir()
+    path_of(tmp_path, "S2", "C1").write_bytes(original)
+    with pytest.raises(ForeignHeader) as error:
+        DataSet.open(tmp_path, "S2", "C1", map_time=None)
+    assert error.value.reason == "wrong-structure"
+    assert path_of(tmp_path, "S2", "C1").read_bytes() == original
+
+
+def test_a_data_set_formatted_again_is_recreated(tmp_path):
+    """A valid header with another creation time than the repository's is Recreated."""
+    created = create(tmp_path).header.created
+    DataSet.create(tmp_path, "S1", "C1", dsblock=DSBLOCK, dssize=DSSIZE, replace=True).close()
+    with pytest.raises(Recreated):
+        DataSet.open(tmp_path, "S1", "C1", map_time=None, created=created)
+
+
+def test_a_torn_header_copy_leaves_the_previous_header_in_force(tmp_path):
+    """The close's header (copy B) torn: the open falls back on copy A, which names no
+    saved map, so a rebuild is asked for; both copies torn is TornHeader."""
+    ds = create(tmp_path)
+    stamp = ds.close()
+    with open(ds.path, "r+b") as f:
+        f.seek(PAGE + 40)
+        f.write(b"\xff")
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=stamp)
+    assert (again.space, again.rebuild_reason) == (None, "no-map")
+    assert again.header.sequence == 2  # the torn copy B was written over
+    again.abandon()
+    with open(ds.path, "r+b") as f:
+        for page in (0, 1):
+            f.seek(page * PAGE + 40)
+            f.write(b"\xff")
+    with pytest.raises(TornHeader):
+        DataSet.open(tmp_path, "S1", "C1", map_time=None)
+
+
+def test_expansion_grows_by_a_fifth_up_to_dsmax_and_then_fails_by_name(tmp_path):
+    """Each expand() adds 20% in whole blocks (header, file and map together) until
+    dsmax; then ExpandFailed at-dsmax, with nothing changed."""
+    ds = create(tmp_path, dssize=10 * DSBLOCK)
+    dsmax = 15 * DSBLOCK
+    assert ds.expand(dsmax) == 12 * DSBLOCK
+    assert ds.expand(dsmax) == 15 * DSBLOCK  # 20% would be 15 blocks and a bit: capped
+    assert os.path.getsize(ds.path) == ds.size == ds.space.size == 15 * DSBLOCK
+    assert read_header(headers(tmp_path)).size == 15 * DSBLOCK
+    with pytest.raises(ExpandFailed) as error:
+        ds.expand(dsmax)
+    assert (error.value.reason, error.value.size, error.value.dsmax) == ("at-dsmax", ds.size,
+                                                                         dsmax)
+    stamp = ds.close()
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=stamp)
+    assert again.size == again.space.size == 15 * DSBLOCK
+    again.abandon()
+
+
+def test_an_expansion_the_disk_refuses_is_named_and_changes_nothing(tmp_path, monkeypatch):
+    """posix_fallocate failing with ENOSPC is ExpandFailed('ENOSPC'); size, header, map
+    and file length stay, and the data set goes on being written."""
+    ds = create(tmp_path)
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(ExpandFailed) as error:
+        ds.expand(2 * DSSIZE)
+    assert error.value.reason == "ENOSPC"
+    assert ds.size == ds.space.size == os.path.getsize(ds.path) == DSSIZE
+    assert read_header(headers(tmp_path)).size == DSSIZE
+    dm = put(ds, 1, b"still fine")
+    ds.sync()
+    assert ds.read(dm, 1) == b"still fine"
+    ds.abandon()
+
+
+def test_a_failed_sync_is_sticky_and_leaves_the_data_set_to_be_rebuilt(tmp_path, monkeypatch):
+    """fdatasync failing once makes every later write, sync and close raise the same
+    WriteFailed; the header on disk stays OPEN, so the next open rebuilds."""
+    ds = create(tmp_path)
+    stamp_before = ds.header.sequence
+
+    def broken(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(WriteFailed) as error:
+        ds.sync()
+    assert (error.value.reason, error.value.errno) == ("sync", errno.EIO)
+    monkeypatch.undo()
+    for act in (ds.sync, ds.close, lambda: put(ds, 1, b"x"), lambda: ds.expand(2 * DSSIZE)):
+        with pytest.raises(WriteFailed) as again:
+            act()
+        assert again.value is error.value
+    ds.abandon()
+    assert read_header(headers(tmp_path)).sequence == stamp_before
+    reopened = DataSet.open(tmp_path, "S1", "C1", map_time=None)
+    assert reopened.rebuild_reason == "no-map"
+    reopened.abandon()
+
+
+def test_the_down_level_check_reads_the_newest_first_block_raw(tmp_path):
+    """read_raw gives the bytes check_newest needs: the newest message's block passes; a
+    copy of the data set taken before that message was written is DownLevel."""
+    ds = create(tmp_path)
+    older = ds.path.read_bytes()
+    dm = put(ds, 9, b"newest")
+    dm.check_newest(9, ds.read_raw(*dm.read_sizes()[0]))
+    ds.abandon()
+    ds.path.write_bytes(older)  # restored from a backup taken before the put
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=None)
+    with pytest.raises(DownLevel):
+        dm.check_newest(9, again.read_raw(*dm.read_sizes()[0]))
+    again.abandon()

@@ -18,6 +18,7 @@ buffer never serves bytes the data set no longer holds.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -61,7 +62,10 @@ class PoolStatistics:
 
 
 class BufferPool:
-    """``buffers`` buffers of ``size`` bytes (the structure's dsbufs and dsblock)."""
+    """``buffers`` buffers of ``size`` bytes (the structure's dsbufs and dsblock).
+
+    Safe to share between the worker threads doing a structure's reads: each
+    method holds a lock for its bookkeeping, and no method does I/O."""
 
     def __init__(self, buffers: int, size: int) -> None:
         if buffers < 1 or size < PAGE or size % PAGE:
@@ -75,85 +79,92 @@ class BufferPool:
         self._by_block: dict[tuple[str, int], set[Key]] = {}  # (owner, block) -> cached keys
         self.hits = self.misses = self.waits = 0
         self.lowest_free = buffers
+        self._lock = threading.Lock()
 
     @property
     def free(self) -> int:
         return len(self._empty) + len(self._lru)
 
     def statistics(self) -> PoolStatistics:
-        lookups = self.hits + self.misses
-        return PoolStatistics(self._buffers, self.hits, self.misses,
-                              100 * self.hits / lookups if lookups else 0.0, self.waits,
-                              self.lowest_free, self._buffers - self.free, len(self._cached))
+        with self._lock:
+            lookups = self.hits + self.misses
+            return PoolStatistics(self._buffers, self.hits, self.misses,
+                                  100 * self.hits / lookups if lookups else 0.0, self.waits,
+                                  self.lowest_free, self._buffers - self.free, len(self._cached))
 
     def lookup(self, key: Key, nbytes: int) -> Buffer | None:
         """The buffer holding at least ``nbytes`` of block ``key``, pinned (a hit), or
         None (a miss: the caller ``take``s a buffer and reads)."""
-        buffer = self._cached.get(key)
-        if buffer is None or buffer.nbytes < nbytes:
-            self.misses += 1
-            return None
-        self.hits += 1
-        if not buffer.pins:
-            del self._lru[key]
-        buffer.pins += 1
-        self._note_free()
-        return buffer
+        with self._lock:
+            buffer = self._cached.get(key)
+            if buffer is None or buffer.nbytes < nbytes:
+                self.misses += 1
+                return None
+            self.hits += 1
+            if not buffer.pins:
+                del self._lru[key]
+            buffer.pins += 1
+            self._note_free()
+            return buffer
 
     def take(self) -> Buffer | None:
         """A free buffer, pinned, to read a block into: an empty one, else the least
         recently used (whose block is forgotten). None when every buffer is pinned:
         counted as a wait."""
-        if self._empty:
-            buffer = self._empty.pop()
-        elif self._lru:
-            key, buffer = self._lru.popitem(last=False)
-            self._forget(key)
-            buffer.key, buffer.nbytes = None, 0
-        else:
-            self.waits += 1
-            return None
-        buffer.pins = 1
-        self._note_free()
-        return buffer
+        with self._lock:
+            if self._empty:
+                buffer = self._empty.pop()
+            elif self._lru:
+                key, buffer = self._lru.popitem(last=False)
+                self._forget(key)
+                buffer.key, buffer.nbytes = None, 0
+            else:
+                self.waits += 1
+                return None
+            buffer.pins = 1
+            self._note_free()
+            return buffer
 
     def fill(self, buffer: Buffer, key: Key, nbytes: int) -> None:
         """Record that ``buffer`` (taken, pinned) now holds ``nbytes`` of block ``key``."""
-        if buffer.key is not None or not buffer.pins or nbytes > self.size:
-            raise ValueError("fill a buffer that was taken and is empty, with at most its size")
-        old = self._cached.get(key)
-        if old is not None:  # two reads of one block missed together: keep the newer
-            self._drop(old)
-        buffer.key, buffer.nbytes = key, nbytes
-        self._cached[key] = buffer
-        self._by_block.setdefault(self._block_of(key), set()).add(key)
+        with self._lock:
+            if buffer.key is not None or not buffer.pins or nbytes > self.size:
+                raise ValueError("fill a buffer that was taken and is empty, with at most its size")
+            old = self._cached.get(key)
+            if old is not None:  # two reads of one block missed together: keep the newer
+                self._drop(old)
+            buffer.key, buffer.nbytes = key, nbytes
+            self._cached[key] = buffer
+            self._by_block.setdefault(self._block_of(key), set()).add(key)
 
     def release(self, buffer: Buffer, *, keep: bool = True) -> None:
         """A read is done with ``buffer``; it stays cached (most recently used) unless
         ``keep`` is false (its bytes failed their checks) or it was invalidated."""
-        if buffer.pins < 1:
-            raise ValueError("release of a buffer that is not in use")
-        if not keep and buffer.key is not None:
-            self._drop(buffer)
-        buffer.pins -= 1
-        if buffer.pins:
-            return
-        if buffer.key is None:
-            self._empty.append(buffer)
-        else:
-            self._lru[buffer.key] = buffer
+        with self._lock:
+            if buffer.pins < 1:
+                raise ValueError("release of a buffer that is not in use")
+            if not keep and buffer.key is not None:
+                self._drop(buffer)
+            buffer.pins -= 1
+            if buffer.pins:
+                return
+            if buffer.key is None:
+                self._empty.append(buffer)
+            else:
+                self._lru[buffer.key] = buffer
 
     def invalidate(self, owner: str, ranges: Iterable[Range]) -> int:
         """Forget every cached block of ``owner``'s data set overlapping ``ranges``
         (pages written or freed); returns how many were forgotten."""
-        dropped = 0
-        for page, count in ranges:
-            keys = self._by_block.get((owner, page // self._ppb), set())
-            for key in [k for k in keys
-                        if k[1] < page + count and page < k[1] + self._pages(self._cached[k])]:
-                self._drop(self._cached[key])
-                dropped += 1
-        return dropped
+        with self._lock:
+            dropped = 0
+            for page, count in ranges:
+                keys = self._by_block.get((owner, page // self._ppb), set())
+                for key in [k for k in keys
+                            if k[1] < page + count and page < k[1] + self._pages(self._cached[k])]:
+                    self._drop(self._cached[key])
+                    dropped += 1
+            return dropped
 
     # -- inside --------------------------------------------------------------------
 

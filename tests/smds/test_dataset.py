@@ -10,17 +10,19 @@ from hypothesis import strategies as st
 
 from cqsd.smds import (
     BadPrefix,
+    BufferPool,
     DataMap,
     DownLevel,
+    ExpandFailed,
     ForeignHeader,
+    ReadFailed,
     Recreated,
     ShortDataSet,
     TornHeader,
     Unformatted,
+    WriteFailed,
 )
-from cqsd.smds.bufferpool import BufferPool
 from cqsd.smds.dataset import DataSet, path_of
-from cqsd.smds.errors import ExpandFailed, WriteFailed
 from cqsd.smds.header import read_header
 from cqsd.smds.pages import PAGE
 
@@ -354,3 +356,23 @@ def test_the_down_level_check_reads_the_newest_first_block_raw(tmp_path):
     with pytest.raises(DownLevel):
         dm.check_newest(9, again.read_raw(*dm.read_sizes()[0]))
     again.abandon()
+
+
+def test_a_read_the_disk_refuses_is_named_and_keeps_nothing_in_the_pool(tmp_path, monkeypatch):
+    """preadv failing with EIO is ReadFailed; the buffer it was reading into goes back empty."""
+    pool = BufferPool(2, DSBLOCK)
+    ds = create(tmp_path, pool=pool)
+    dm = put(ds, 1, b"data")
+
+    def eio(fd, buffers, offset):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "preadv", eio)
+    with pytest.raises(ReadFailed) as error:
+        ds.read(dm, 1)
+    assert (error.value.reason, error.value.errno) == ("read", errno.EIO)
+    stats = pool.statistics()
+    assert (stats.in_use, stats.cached) == (0, 0)
+    monkeypatch.undo()
+    assert ds.read(dm, 1) == b"data"
+    ds.abandon()

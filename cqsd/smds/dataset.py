@@ -134,13 +134,13 @@ class DataSet:
         none); ``created`` the identity it recorded when the data set became
         ACTIVE. Raises FileNotFoundError, or the header's named damage
         (Unformatted, ShortDataSet, ForeignHeader, TornHeader, UnsupportedVersion,
-        Recreated, IncompleteRecovery) with nothing written; WriteFailed if the
-        header update fails.
+        Recreated, IncompleteRecovery) or ReadFailed, with nothing written;
+        WriteFailed if the header update fails.
         """
         path = path_of(data_dir, structure, owner)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
-            header = read_header(_pread(fd, 2 * PAGE, 0))
+            header = read_header(_pread(fd, 2 * PAGE, 0, path))
             validate(header, structure=structure, owner=owner, created=created,
                      file_size=os.fstat(fd).st_size, recovering=recovering)
             dataset = cls(path, fd, header, pool)
@@ -163,7 +163,7 @@ class DataSet:
             return None, "not-closed"
         if map_time != h.map_time:
             return None, "timestamp"
-        raw = _pread(self.fd, h.map_pages * PAGE, h.map_page * PAGE)
+        raw = _pread(self.fd, h.map_pages * PAGE, h.map_page * PAGE, self.path)
         try:
             space, saved = SpaceMap.from_bytes(raw, h.dsblock, h.size)
         except BadSpaceMap as bad:
@@ -239,20 +239,8 @@ class DataSet:
         return got
 
     def _read_into(self, memory: bytearray, position: int, nbytes: int | None = None) -> memoryview:
-        """Read into ``memory`` (its first ``nbytes``) at ``position``; a view of what
-        was read, short only at the end of the file."""
         view = memoryview(memory)[:len(memory) if nbytes is None else nbytes]
-        done = 0
-        while done < len(view):
-            try:
-                got = os.preadv(self.fd, [view[done:]], position + done)
-            except OSError as error:
-                raise ReadFailed("read", f"{self.path} at byte {position + done}: "
-                                         f"{error.strerror}", error.errno) from error
-            if not got:
-                break
-            done += got
-        return view[:done]
+        return _read_at(self.fd, view, position, self.path)
 
     def _release(self, buffer: Buffer, *, keep: bool = True) -> None:
         assert self.pool is not None
@@ -338,15 +326,25 @@ class DataSet:
             raise self.failure from error
 
 
-def _pread(fd: int, nbytes: int, position: int) -> bytes:
-    """Up to ``nbytes`` at ``position``; fewer only at the end of the file."""
-    out = bytearray()
-    while len(out) < nbytes:
-        chunk = os.pread(fd, nbytes - len(out), position + len(out))
-        if not chunk:
+def _read_at(fd: int, view: memoryview, position: int, path: Path) -> memoryview:
+    """Read into ``view`` at ``position``; what was read, short only at the end of the
+    file. Raises ReadFailed."""
+    done = 0
+    while done < len(view):
+        try:
+            got = os.preadv(fd, [view[done:]], position + done)
+        except OSError as error:
+            raise ReadFailed("read", f"{path} at byte {position + done}: {error.strerror}",
+                             error.errno) from error
+        if not got:
             break
-        out += chunk
-    return bytes(out)
+        done += got
+    return view[:done]
+
+
+def _pread(fd: int, nbytes: int, position: int, path: Path) -> bytes:
+    """Up to ``nbytes`` at ``position``; fewer only at the end of the file."""
+    return bytes(_read_at(fd, memoryview(bytearray(nbytes)), position, path))
 
 
 def _pwrite_all(fd: int, parts: list[bytes | memoryview], position: int) -> None:

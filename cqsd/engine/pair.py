@@ -324,14 +324,18 @@ class StructurePair:
         if not moving or overflow is None:  # names are only moving to an overflow structure
             return 0
         moved = nbytes = 0
-        while moving and moved < limit and nbytes < MOVE_BYTES:
+        while moving and moved < limit:
             key = next(iter(moving))
             head = primary.head_id(key)
             if head is None:
                 del moving[key]
                 continue
+            size = len(primary.entry(head).data)
+            if moved and nbytes + size > MOVE_BYTES:
+                break  # the next batch takes it: this one's record stays in bounds
             try:
-                nbytes += len(primary.transfer(head, overflow).data)
+                primary.transfer(head, overflow)
+                nbytes += size
             except CQSError as err:
                 if err.reason != Reason.STRUCTURE_FULL:
                     raise

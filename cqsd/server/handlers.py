@@ -79,14 +79,16 @@ def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
     if not 0 < wait <= d.config.daemon.max_wait:
         raise _bad(f"read: wait must be 0 to {d.config.daemon.max_wait} seconds, got {wait}")
-    session.defer(_wait_read, d, session, rid, s, key, n, wait)
+    # parked now, not when the task starts: a put pipelined behind the read is
+    # handled before then, and must find it waiting
+    waiter = Waiter(_client(session), n)
+    d.waiters.add(s, key, waiter)
+    session.defer(_wait_read, d, session, rid, s, key, waiter, wait)
     return DEFERRED
 
 
 async def _wait_read(d: "Daemon", session: Session, rid: int, s: StructurePair, key: Key,
-                     n: int, wait: float) -> None:
-    waiter = Waiter(_client(session), n)
-    d.waiters.add(s, key, waiter)
+                     waiter: Waiter, wait: float) -> None:
     try:
         with trio.move_on_after(wait):
             await waiter.event.wait()

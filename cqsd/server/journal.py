@@ -73,10 +73,12 @@ class Journal:
         self._held.add(session)
 
     async def wait_durable(self, lsn: int) -> bool:
-        """Wait until ``lsn`` is on stable storage; False if it never will be."""
+        """Wait until ``lsn`` is on stable storage; False if it never will be. Starts
+        an fsync if none is due: records that only lock do not start one."""
         while self.durable < lsn:
             if self.failed is not None:
                 return False
+            self._work.set()
             await self._flushed.wait()
         return True
 

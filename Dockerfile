@@ -5,6 +5,6 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /srv/cqsd
 COPY . /src/cqsd
-RUN pip install --no-cache-dir /src/cqsd
+RUN pip install --no-cache-dir /src/cqsd/clients /src/cqsd
 VOLUME ["/srv/cqsd/cqsd-data"]
 CMD ["cqsd", "run"]

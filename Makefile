@@ -7,12 +7,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench java clean
+.PHONY: run test lint bench java clean
 
-$(STAMP): pyproject.toml
+# The client (clients/: cqsclient, cqsctl and the wire protocol) is its own
+# distribution, which the server's depends on; both are installed editable.
+$(STAMP): pyproject.toml clients/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e ./clients -e '.[test]'
 	touch $@
 
 java:
@@ -28,8 +30,17 @@ java:
 run: $(STAMP) java
 	$(BIN)/cqsd run $(if $(CONFIG),--config $(CONFIG))
 
+# The whole suite, with branch coverage of our packages reported at the end
+# ([tool.coverage] in pyproject.toml; the daemons the tests start are not traced).
 test: $(STAMP) java
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered
+
+# ruff (with the bugbear, import-order and async rules) over everything, and
+# mypy --strict on the engine, the record formats, the protocol, the client and
+# logstream ([tool.ruff] and [tool.mypy] in pyproject.toml). CI runs it first.
+lint: $(STAMP)
+	$(BIN)/ruff check cqsd logstream clients tests benchmarks
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py

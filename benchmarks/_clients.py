@@ -124,7 +124,8 @@ def _cqsd_consumer(spec, reports, start, stop, consumed):
         first = time.monotonic_ns()
         last = first
         done = 0
-        while consumed.value < spec.count and not stop.is_set() and time.monotonic() < spec.deadline:
+        while (consumed.value < spec.count and not stop.is_set()
+               and time.monotonic() < spec.deadline):
             messages = s.read_batch(THROUGHPUT_QUEUE, spec.batch, wait=READ_WAIT)
             if not messages:
                 continue
@@ -179,7 +180,8 @@ def _redis_consumer(spec, reports, start, stop, consumed):
         last = first
         done = 0
         pipe = r.pipeline(transaction=False)
-        while consumed.value < spec.count and not stop.is_set() and time.monotonic() < spec.deadline:
+        while (consumed.value < spec.count and not stop.is_set()
+               and time.monotonic() < spec.deadline):
             pipe.blmove(REDIS_SOURCE, processing, READ_WAIT, "RIGHT", "LEFT")
             for _ in range(spec.batch - 1):
                 pipe.lmove(REDIS_SOURCE, processing, "RIGHT", "LEFT")

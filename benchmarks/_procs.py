@@ -154,8 +154,10 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
-def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Path:
-    """Write the daemon's config into *tmp*; returns its path."""
+def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB",
+                daemon_keys: str = "") -> Path:
+    """Write the daemon's config into *tmp* (*daemon_keys*: more [daemon] lines);
+    returns its path."""
     path = tmp / "cqsd.toml"
     path.write_text(
         "[daemon]\n"
@@ -163,6 +165,7 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Pa
         f'socket = "{tmp / "s"}"\n'
         f"max_clients = {max_clients}\n"
         'log_level = "info"\n'
+        f"{daemon_keys}"
         "[[structure]]\n"
         'name = "MSGQ01"\n'
         f'size = "{structure_size}"\n'
@@ -171,13 +174,14 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB") -> Pa
 
 
 @contextlib.contextmanager
-def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[Server]:
+def cqsd(tmp: Path, max_clients: int, profile: Path | None = None,
+         daemon_keys: str = "") -> Iterator[Server]:
     """A running daemon; yields it (its address is ``unix://...``).
 
     With *profile*, the daemon runs under cProfile and writes its stats there
     when it stops (cProfile dumps on a normal exit, which SIGTERM gives).
     """
-    config = cqsd_config(tmp, max_clients)
+    config = cqsd_config(tmp, max_clients, daemon_keys=daemon_keys)
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
@@ -190,7 +194,8 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None) -> Iterator[S
             raise ServerFailed(f"cqsd did not become ready (exit {proc.poll()}):\n{watcher.text()}")
         yield Server(f"unix://{tmp / 's'}", proc)
         if proc.poll() is not None:
-            raise ServerFailed(f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
+            raise ServerFailed(
+                f"cqsd died during the run (exit {proc.returncode}):\n{watcher.text()}")
     finally:
         code = stop_process(proc)
         if code not in (0, None):
@@ -233,7 +238,8 @@ def redis(tmp: Path, binary: str) -> Iterator[Server]:
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, cwd=tmp)
     try:
-        watcher = LineWatcher(proc.stdout, lambda line: "ready to accept connections" in line.lower())
+        watcher = LineWatcher(proc.stdout,
+                              lambda line: "ready to accept connections" in line.lower())
         if not watcher.wait(STARTUP_TIMEOUT):
             raise ServerFailed(f"redis-server did not become ready (exit {proc.poll()}):\n"
                                f"{watcher.text()}")

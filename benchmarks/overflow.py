@@ -27,8 +27,9 @@ import json
 import statistics
 import time
 
-from cqsd.engine import ELEMENT, Structure, StructurePair
 from engine import put_read_delete
+
+from cqsd.engine import ELEMENT, Structure, StructurePair
 
 
 def depths(names: int, messages: int, skewed: bool) -> list[int]:

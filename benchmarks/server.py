@@ -42,8 +42,8 @@ from pathlib import Path
 
 import _clients
 import _procs
-from _procs import percentile
 from _clients import RECEIPT, STRUCTURE, Board, Worker
+from _procs import percentile
 
 ROUNDTRIP_QUEUE = "BENCHRT"
 SMALL = b"s" * 64  # the "small put" of the round-trip figure
@@ -161,7 +161,8 @@ def run_throughput(
     if args.profile:
         specs = [Worker(**{**w.__dict__, "profile": str(
             args.profile / f"throughput-{server}-{w.role}{w.index}.prof")}) for w in specs]
-    procs = [ctx.Process(target=_clients.throughput_worker, args=(w, reports, start, stop, consumed),
+    procs = [ctx.Process(target=_clients.throughput_worker,
+                         args=(w, reports, start, stop, consumed),
                          daemon=True) for w in specs]
     done: list[tuple] = []
     error = None
@@ -199,7 +200,8 @@ def run_throughput(
 
 
 def _collect(reports, kind: str, n: int, deadline: float, into: list) -> str | None:
-    """Take *n* reports of *kind* from the workers; an error message if one failed or time ran out."""
+    """Take *n* reports of *kind* from the workers; an error message if one failed or
+    time ran out."""
     seen = 0
     while seen < n:
         remaining = deadline - time.monotonic()
@@ -424,7 +426,8 @@ def _round_done(board: Board, reader, round_: int, deadline: float) -> tuple[lis
         return [], f"listener {index} failed (its error is on stderr)"
     behind = [i for i in range(board.clients) if board.rounds[i] != round_]
     if got_round != round_ or behind:
-        return [], f"listeners out of step: expected round {round_}, got {got_round}, behind {behind}"
+        return [], (f"listeners out of step: expected round {round_}, got {got_round}, "
+                    f"behind {behind}")
     return list(board.times), None
 
 

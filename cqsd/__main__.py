@@ -3,19 +3,24 @@
 import argparse
 import sys
 
+import structlog
 import trio
 
-from . import logs
-from .config import ConfigError, load
-from .storage.datadir import DataDirError
-from .recovery.fold import FoldError
-from .recovery.restart import LogBehindImage
-from .storage.image import ImageError
 from logstream import LogstreamError
+
+from . import __version__, logs
+from .config import ConfigError, load
+from .records import FoldError
+from .recovery.restart import LogBehindImage
+from .srds.manifest import ManifestError
+from .srds.slots import SlotError
+from .storage.datadir import DataDirError
+from .storage.image import ImageError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cqsd", description="the cqsd shared queue server")
+    parser.add_argument("--version", action="version", version=f"cqsd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the daemon in the foreground")
     run.add_argument("--config", help="TOML configuration file (default: the embedded one)")
@@ -35,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         trio.run(daemon.run)
-    except LogFailed as err:
+    except LogFailed as err:  # or InternalFailure: stopped without an image
         print(f"cqsd: {err}", file=sys.stderr)
-        return 3
-    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, OSError) as err:
+        return err.exit_code
+    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, ManifestError,
+            SlotError, OSError) as err:
+        structlog.get_logger().critical("start_failed", error=str(err), kind=type(err).__name__)
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1
     return 0

@@ -39,6 +39,9 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, sizes
+from cqsproto.sizes import GiB, KiB, MiB, format_size
+
 __all__ = [
     "DEFAULT_TOML",
     "ClientConfig",
@@ -52,26 +55,18 @@ __all__ = [
     "parse_size",
 ]
 
-KiB, MiB, GiB = 1024, 1024**2, 1024**3
-
 DATA_ELEMENT = 512  # bytes per data element, the unit of structure capacity (DESIGN §3)
 MAX_CLIENTS_LIMIT = 1024  # the IMS limit is 32 per structure; 1024 is generous headroom
 MAX_MESSAGE_LIMIT = GiB  # a message is held whole in memory by the reader; MQ's MAXMSGL is 100 MiB
 MAX_STRUCTURE_SIZE = 1024 * GiB  # a CF structure's SIZE tops out at 1 TiB
 MIN_SEND_QUEUE = 16  # enough for a pipelined burst plus a few notifications
+MIN_SEND_QUEUE_BYTES = MiB  # a quarter of it (where reading pauses) still batches many replies
 # Linux sun_path is 108 bytes including the terminating NUL; bind() fails beyond it.
 SOCKET_PATH_MAX = 107
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
-    "kib": KiB, "mib": MiB, "gib": GiB,
-}
-_SIZE_RE = re.compile(r"\s*([0-9]+)\s*([A-Za-z]*)\s*")
 _STRUCTURE_NAME_RE = re.compile(r"[A-Z0-9@#$_]{1,16}")  # an MVS CF structure name
-_CLIENT_NAME_RE = re.compile(r"[A-Z0-9@#$]{1,8}")  # an IMS ID / CQS client name
 _SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -107,13 +102,18 @@ class DaemonConfig:
     max_deliveries: int
     max_message: int
     handshake_timeout: float
-    send_queue: int
+    send_queue: int  # frames queued for one connection before it is cut off
+    send_queue_bytes: int  # bytes queued for one connection before it is cut off
+    send_timeout: float  # seconds a connection's socket may take none of its queued replies
+    frame_timeout: float  # seconds a request frame may take to arrive once begun
+    tcp_keepalive: float  # seconds of silence before a TCP peer is probed; 0 = off
     max_wait: float
     log_level: str
     log_file: str  # "" = standard error; a file is reopened on SIGHUP
     log_segment: int  # bytes per logstream segment file before it rotates
     checkpoint_interval: float  # seconds between automatic structure checkpoints; 0 = off
-    checkpoint_log_volume: int  # log bytes since a structure's last checkpoint that start one; 0 = off
+    # log bytes since a structure's last checkpoint that start one; 0 = off
+    checkpoint_log_volume: int
     log_retention: float  # seconds a segment no checkpoint needs is kept before it is trimmed
     spark_master: str  # master URL the SRDS jobs run on
     spark_recovery_records: int  # crash-restart log tails longer than this use the Spark job
@@ -191,35 +191,17 @@ def parse_size(value: object, key: str) -> int:
         raise ConfigError([f"{key}: {bad}"]) from None
 
 
-def format_size(n: int) -> str:
-    """*n* bytes in the largest unit that divides it, e.g. ``"64MiB"``; parse_size reads it back."""
-    for unit, name in _FORMAT_UNITS:
-        if n and n % unit == 0:
-            return f"{n // unit}{name}"
-    return f"{n}B"
-
-
-_FORMAT_UNITS = (
-    (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB"), (1000**3, "GB"), (1000**2, "MB"), (1000, "KB"),
-)
-_SIZE_EXPECTED = 'expected a size like "64MiB" or an integer number of bytes'
-
-
 def _size(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise _Bad(f"must not be negative, got {value}")
         return value
     if not isinstance(value, str):
-        raise _Bad(f"{_SIZE_EXPECTED}, got {_show(value)}")
-    match = _SIZE_RE.fullmatch(value)
-    if match is None:
-        raise _Bad(f"{_SIZE_EXPECTED}, got {_show(value)}")
-    number, unit = match.groups()
-    if unit.lower() not in _SIZE_UNITS:
-        raise _Bad(f"unknown unit {_show(unit)} in {_show(value)} "
-                   "(use B, KB, MB, GB, KiB, MiB or GiB)")
-    return int(number) * _SIZE_UNITS[unit.lower()]
+        raise _Bad(f"{sizes.EXPECTED}, got {_show(value)}")
+    try:
+        return sizes.parse_size(value)
+    except ValueError as error:
+        raise _Bad(str(error)) from None
 
 
 # ---------------------------------------------------------------------------
@@ -350,7 +332,7 @@ def _name(pattern: re.Pattern[str], rule: str) -> Callable[[object], str]:
 
 
 _structure_name = _name(_STRUCTURE_NAME_RE, "1-16 characters of A-Z, 0-9, @, #, $ and _")
-_client_name = _name(_CLIENT_NAME_RE, "1-8 characters of A-Z, 0-9, @, # and $")
+_client_name = _name(CLIENT_NAME, CLIENT_NAME_RULE)  # the name register accepts
 
 
 def _sha256(value: object) -> str:
@@ -388,9 +370,15 @@ _DAEMON: dict[str, _Key] = {
     "max_connections": _Key(_integer(1), 256),
     "resync_grace": _Key(_seconds(0, inclusive=True), 0),
     "max_deliveries": _Key(_integer(1), 5),
-    "max_message": _Key(_size_between(1, MAX_MESSAGE_LIMIT), "100MiB"),
+    # 15 MiB: a recoverable message is logged in one record, and a record holds at
+    # most 16 MiB (docs/robustness.md); larger messages can only be non-recoverable.
+    "max_message": _Key(_size_between(1, MAX_MESSAGE_LIMIT), "15MiB"),
     "handshake_timeout": _Key(_seconds(0, inclusive=False), 10),
     "send_queue": _Key(_integer(MIN_SEND_QUEUE), 4096),
+    "send_queue_bytes": _Key(_size_between(MIN_SEND_QUEUE_BYTES, 64 * GiB), "64MiB"),
+    "send_timeout": _Key(_seconds(0, inclusive=False), 60),
+    "frame_timeout": _Key(_seconds(0, inclusive=False), 60),
+    "tcp_keepalive": _Key(_seconds(0, inclusive=True), 60),
     "max_wait": _Key(_seconds(0, inclusive=False), 3600),
     "log_level": _Key(_choice(LOG_LEVELS), "info"),
     "log_file": _Key(_string, ""),
@@ -671,9 +659,13 @@ max_clients = 32
 max_connections = 256
 resync_grace = 0
 max_deliveries = 5
-max_message = "100MiB"
+max_message = "15MiB"
 handshake_timeout = 10
 send_queue = 4096
+send_queue_bytes = "64MiB"
+send_timeout = 60
+frame_timeout = 60
+tcp_keepalive = 60
 max_wait = 3600
 log_level = "info"
 log_file = ""

@@ -36,7 +36,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def fsync_dir(path: str | Path, fsync: Fsync | None = None) -> None:
+def fsync_dir(path: str | os.PathLike[str], fsync: Fsync | None = None) -> None:
     """Make the entries of directory `path` (creations, renames, deletions) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

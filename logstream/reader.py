@@ -12,7 +12,6 @@ import heapq
 import os
 from collections.abc import Iterator, Mapping
 
-
 from .errors import CorruptLog, Damage, Trimmed
 from .record import Record
 from .scan import SegmentScan, scan_to_end

@@ -8,6 +8,7 @@ first, so a crash part way still leaves a series without holes.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def trim(
     an older one. Raises ValueError for a bad writer id.
     """
     segments = list_segments(directory, writer)
-    doomed = [seg for seg, after in zip(segments, segments[1:]) if after.first_lsn <= before_lsn]
+    doomed = [seg for seg, after in itertools.pairwise(segments) if after.first_lsn <= before_lsn]
     for seg in doomed:
         os.unlink(seg.path)
     if doomed:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import itertools
 import os
 import threading
 import time
@@ -390,6 +391,29 @@ class Writer:
                 failed=self._failure is not None,
             )
 
+    def bytes_after(self, lsn: int) -> int:
+        """Record bytes this series holds after `lsn`: how much log a reader starting
+        there goes through. Exact for whole segments; within the segment holding
+        record `lsn + 1` it is that segment's share pro rata by LSN, which is off by
+        at most one segment. Reads only the directory and the segments' sizes."""
+        with self._lock:
+            end, active, active_size = self._appended_lsn + 1, self._path, self._size
+        segments = list_segments(self.directory, self.writer_id)
+        ends = [*(seg.first_lsn for seg in segments[1:]), end]  # the LSN after each one's last
+        total = 0
+        for seg, after in zip(segments, ends, strict=True):
+            if after <= lsn + 1:
+                continue  # every record in it is at or before lsn
+            try:
+                size = active_size if seg.path == active else seg.path.stat().st_size
+            except FileNotFoundError:
+                continue  # trimmed meanwhile: not after lsn
+            held = max(0, size - segment.HEADER_SIZE)
+            if seg.first_lsn <= lsn:
+                held = held * (after - lsn - 1) // (after - seg.first_lsn)
+            total += held
+        return total
+
     def trim(self, before_lsn: int) -> list[Path]:
         """Delete this series' segments whose every LSN is below `before_lsn`."""
         return trim(self.directory, self.writer_id, before_lsn, fsync=self._fsync)
@@ -445,5 +469,5 @@ def _check_follows(next_lsn: int, seg: SegmentFile) -> None:
 
 def _verify_complete(segments: list[SegmentFile]) -> None:
     """Scan every segment but the last, and check they follow each other."""
-    for seg, after in zip(segments, segments[1:]):
+    for seg, after in itertools.pairwise(segments):
         _check_follows(scan_to_end(seg, last=False).next_lsn, after)

@@ -50,7 +50,9 @@ def test_embedded_default_is_the_design_default():
         "./cqsd-data", "./cqsd-data/cqsd.sock", "", "", "")
     assert (d.max_clients, d.max_connections, d.max_deliveries, d.send_queue) == (32, 256, 5, 4096)
     assert (d.resync_grace, d.handshake_timeout, d.max_wait) == (0.0, 10.0, 3600.0)
-    assert d.max_message == 100 * 1024**2
+    assert (d.send_queue_bytes, d.send_timeout, d.frame_timeout, d.tcp_keepalive) == (
+        64 * 1024**2, 60.0, 60.0, 60.0)
+    assert d.max_message == 15 * 1024**2  # what one log record holds (docs/robustness.md)
     assert d.log_level == "info"
     assert d.tcp_address is None
     assert [s.name for s in c.structures] == ["MSGQ01", "MSGQ01OV", "EMHQ01"]
@@ -133,10 +135,13 @@ def test_valid_non_default_values_are_accepted():
     d = loads(daemon(tcp='"[::1]:7410"', max_clients="1024", max_connections="1024",
                      resync_grace="2.5", max_deliveries="1", max_message="1",
                      handshake_timeout="0.5", send_queue="16", max_wait="0.01",
-                     log_level='"WARNING"') + ONE_CLIENT).daemon
+                     send_queue_bytes='"1MiB"', send_timeout="0.5", frame_timeout="0.5",
+                     tcp_keepalive="0", log_level='"WARNING"') + ONE_CLIENT).daemon
     assert d.tcp_address == ("::1", 7410)
     assert (d.max_clients, d.max_connections, d.max_deliveries, d.max_message) == (1024, 1024, 1, 1)
     assert (d.resync_grace, d.handshake_timeout, d.max_wait, d.send_queue) == (2.5, 0.5, 0.01, 16)
+    assert (d.send_queue_bytes, d.send_timeout, d.frame_timeout, d.tcp_keepalive) == (
+        1024**2, 0.5, 0.5, 0.0)
     assert d.log_level == "warning"
 
 
@@ -226,6 +231,10 @@ def test_format_size_round_trips(n, text):
     ("handshake_timeout", "0", "must be greater than 0, got 0"),
     ("handshake_timeout", "-0.5", "must be greater than 0, got -0.5"),
     ("send_queue", "15", "must be at least 16, got 15"),
+    ("send_queue_bytes", '"1000KiB"', "must be between 1MiB and 64GiB, got 1000KiB"),
+    ("send_timeout", "0", "must be greater than 0, got 0"),
+    ("frame_timeout", "-1", "must be greater than 0, got -1"),
+    ("tcp_keepalive", "-1", "must be at least 0, got -1"),
     ("max_wait", "0", "must be greater than 0, got 0"),
     ("max_wait", "[1]", "expected a number of seconds, got an array"),
     ("log_level", '"warn"', "expected one of debug, info, warning, error, got \"warn\" "
@@ -255,6 +264,7 @@ def test_long_socket_path_is_refused():
 @pytest.mark.parametrize("key", [
     "max_clients", "max_connections", "max_deliveries", "send_queue",
     "resync_grace", "handshake_timeout", "max_wait", "max_message",
+    "send_queue_bytes", "send_timeout", "frame_timeout", "tcp_keepalive",
 ])
 def test_booleans_are_not_numbers_in_daemon(key):
     """TOML true is not accepted where a number is expected."""
@@ -440,11 +450,11 @@ def test_client_secret_is_normalized_to_lowercase():
 @pytest.mark.parametrize(("keys", "message"), [
     ({"secret_sha256": f'"{SECRET_DIGEST}"'}, "client[0].name: required key is missing"),
     ({"name": '"IMS1"'}, "client[0].secret_sha256: required key is missing"),
-    ({"name": '"ims1"', "secret_sha256": f'"{SECRET_DIGEST}"'},
-     'client[0].name: "ims1" is not a valid name: 1-8 characters of A-Z, 0-9, @, # and $ '
-     '(did you mean "IMS1"?)'),
-    ({"name": '"IMSCLIENT"', "secret_sha256": f'"{SECRET_DIGEST}"'}, "is not a valid name"),
-    ({"name": '"IMS_1"', "secret_sha256": f'"{SECRET_DIGEST}"'}, "is not a valid name"),
+    ({"name": '"IMS 1"', "secret_sha256": f'"{SECRET_DIGEST}"'},
+     'client[0].name: "IMS 1" is not a valid name: 1 to 16 of A-Z a-z 0-9 @ # $ _ . -'),
+    ({"name": '"IMSCLIENT_TOO_LONG"', "secret_sha256": f'"{SECRET_DIGEST}"'},
+     "is not a valid name"),
+    ({"name": '""', "secret_sha256": f'"{SECRET_DIGEST}"'}, "is not a valid name"),
     ({"name": '"IMS1"', "secret_sha256": '"…"'},
      "client[0].secret_sha256: expected 64 hexadecimal digits"),
     ({"name": '"IMS1"', "secret_sha256": f'"{SECRET_DIGEST[:-1]}g"'}, "expected 64 hexadecimal"),
@@ -455,6 +465,12 @@ def test_client_key_is_checked(keys, message):
     lines = "".join(f"{key} = {value}\n" for key, value in keys.items())
     [problem] = problems(ONE_STRUCTURE + "[[client]]\n" + lines)
     assert message in problem
+
+
+def test_a_client_name_is_any_name_register_accepts():
+    """[[client]] names follow the protocol's client-name rule, lower case and dots included."""
+    text = ONE_STRUCTURE + ONE_CLIENT.replace('"IMS1"', '"ims.worker-1"')
+    assert loads(text).client("ims.worker-1").secret_sha256 == SECRET_DIGEST
 
 
 # --- duplicates, unknown keys, reporting ------------------------------------------------
@@ -568,7 +584,8 @@ def test_loads_names_its_source():
 
 
 def test_exit_references_must_name_a_module_and_function():
-    with pytest.raises(ConfigError, match=r'structure\[0\]\.overflow_exit: expected "module:function"'):
+    expected = r'structure\[0\]\.overflow_exit: expected "module:function"'
+    with pytest.raises(ConfigError, match=expected):
         loads(structure(name='"S"', size='"1MiB"', overflow_exit='"no colon"'))
     c = loads(structure(name='"S"', size='"1MiB"', queue_space_exit='"site.exits:space"'))
     assert c.structure("S").queue_space_exit == "site.exits:space"

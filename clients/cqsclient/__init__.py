@@ -23,8 +23,10 @@ from typing import Any
 from . import errors
 from .address import DEFAULT_ADDRESS, default_address, parse_address
 from .client import Client, StructureHandle, UnitOfWork, connect
-from .errors import CQSError, ConnectionLost
+from .errors import ConnectionLost, CQSError
 from .model import BrowsePage, HeldLock, Location, Message, Notification
+
+__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_ADDRESS",

@@ -44,7 +44,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from cqsd.protocol.codec import (
+from cqsproto import (
     CLOSED,
     DEFAULT_MAX_FRAME,
     MAX_FRAME_LIMIT,
@@ -52,11 +52,12 @@ from cqsd.protocol.codec import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    max_frame_for,
 )
 
 from . import ops
 from .address import Address, parse_address
-from .client import DEFAULT_TIMEOUT, client_name, max_frame_for, tls_context
+from .client import DEFAULT_TIMEOUT, client_name, tls_context
 from .connection import CHUNK
 from .errors import CannotConnect, ConnectionLost, CQSError, MessageTooLarge
 from .model import BrowsePage, HeldLock, Location, Message, Notification
@@ -196,7 +197,7 @@ class _Connection:
                 return False
             if frame is CLOSED:
                 return True
-            self._dispatch(frame)  # type: ignore[arg-type]
+            self._dispatch(frame)
 
     def _dispatch(self, frame: dict[str, Any]) -> None:
         rid = frame.get("id")
@@ -362,7 +363,8 @@ class Client:
             raise
         return self
 
-    async def _register(self, timeout: float) -> None:
+    # the register reply's own deadline, not the caller's: hence a parameter
+    async def _register(self, timeout: float) -> None:  # noqa: ASYNC109
         assert self._conn is not None
         try:
             with anyio.fail_after(timeout):

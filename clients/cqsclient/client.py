@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, Final
 
-from cqsd.protocol.codec import MAX_FRAME_LIMIT
+from cqsproto import max_frame_for
 
 from . import ops
 from .address import Address, parse_address
@@ -29,17 +29,6 @@ __all__ = ["Client", "StructureHandle", "UnitOfWork", "connect"]
 
 CLIENT_ENV: Final = "CQSD_CLIENT"
 DEFAULT_TIMEOUT: Final = 10.0
-
-# A frame carries a message plus the other fields of its request; the codec
-# allows 1 MiB for them on top of a maximal message (cqsd/protocol/codec.py,
-# DEFAULT_MAX_FRAME), and the daemon sizes its frame limit the same way.
-FRAME_HEADROOM: Final = 1024 * 1024
-
-
-def max_frame_for(max_message: int) -> int:
-    """The largest request frame the daemon accepts when its max_message is *max_message*."""
-    return min(max_message + FRAME_HEADROOM, MAX_FRAME_LIMIT)
-
 
 def client_name(client: str | None) -> str:
     """*client*, else ``$CQSD_CLIENT``; raises ValueError if neither is given."""

@@ -38,7 +38,7 @@ import time
 from collections import deque
 from typing import Any, Final
 
-from cqsd.protocol.codec import (
+from cqsproto import (
     CLOSED,
     DEFAULT_MAX_FRAME,
     MAX_FRAME_LIMIT,
@@ -127,8 +127,11 @@ class Connection:
 
     def __init__(self, sock: socket.socket, address: str, timeout: float | None = None) -> None:
         self.address = address
-        tls = isinstance(sock, ssl.SSLSocket)
-        self._channel = _TLSChannel(sock) if tls else _PlainChannel(sock)
+        self._channel: _TLSChannel | _PlainChannel
+        if isinstance(sock, ssl.SSLSocket):
+            self._channel = _TLSChannel(sock)
+        else:
+            self._channel = _PlainChannel(sock)
         self._sock = sock
         # The daemon is trusted to frame its replies; a batch read may exceed
         # the request limit, so only the 4-byte prefix bounds what it sends.
@@ -270,7 +273,7 @@ class Connection:
                 return None
             if frame is CLOSED:
                 return "the server closed the connection"
-            frames.append(frame)  # type: ignore[arg-type]
+            frames.append(frame)
 
     def _file(self, frame: dict[str, Any]) -> None:
         # Called with the condition lock held.

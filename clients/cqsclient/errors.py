@@ -10,13 +10,15 @@ flight, because nobody can know whether the server acted on them. Nothing is
 retried silently; that decision belongs to the caller, who knows whether the
 request was idempotent.
 
-This module is deliberately free of the engine's ``Reason`` enum: the SDK
-talks to the daemon only through the wire protocol, where a reason is a str.
+The codes are the protocol's (``cqsproto.Reason``, a str enum), the same the
+daemon sends, so the two sides cannot drift apart.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from cqsproto import Reason
 
 __all__ = [
     "REASONS",
@@ -61,91 +63,91 @@ class CQSError(Exception):
 class NoMessage(CQSError):
     """No message was available (after waiting, if the read waited)."""
 
-    reason = "NO_MESSAGE"
+    reason = Reason.NO_MESSAGE
 
 
 class StructureFull(CQSError):
     """The structure has no room: puts are refused, reads still work."""
 
-    reason = "STRUCTURE_FULL"
+    reason = Reason.STRUCTURE_FULL
 
 
 class OverflowRejected(CQSError):
     """A put to a queue in overflow whose overflow structure is full or absent."""
 
-    reason = "OVERFLOW_REJECTED"
+    reason = Reason.OVERFLOW_REJECTED
 
 
 class StructureFailed(CQSError):
     """The structure is failed and awaits recovery or rebuild."""
 
-    reason = "STRUCTURE_FAILED"
+    reason = Reason.STRUCTURE_FAILED
 
 
 class SmdsUnavailable(CQSError):
     """The shared message data set holding (or to hold) the payload is unavailable."""
 
-    reason = "SMDS_UNAVAILABLE"
+    reason = Reason.SMDS_UNAVAILABLE
 
 
 class MessageTooLarge(CQSError):
     """The message (or the request carrying it) exceeds the server's limit."""
 
-    reason = "MESSAGE_TOO_LARGE"
+    reason = Reason.MESSAGE_TOO_LARGE
 
 
 class EntryNotFound(CQSError):
     """No entry with that id exists in the structure."""
 
-    reason = "ENTRY_NOT_FOUND"
+    reason = Reason.ENTRY_NOT_FOUND
 
 
 class LockNotHeld(CQSError):
     """The entry is not locked by this client (or is locked by another one)."""
 
-    reason = "LOCK_NOT_HELD"
+    reason = Reason.LOCK_NOT_HELD
 
 
 class NotAuthorized(CQSError):
     """The client name or secret was refused."""
 
-    reason = "NOT_AUTHORIZED"
+    reason = Reason.NOT_AUTHORIZED
 
 
 class NotRegistered(CQSError):
     """The connection has not registered (or has deregistered)."""
 
-    reason = "NOT_REGISTERED"
+    reason = Reason.NOT_REGISTERED
 
 
 class ClientActive(CQSError):
     """A client of that name is already registered."""
 
-    reason = "CLIENT_ACTIVE"
+    reason = Reason.CLIENT_ACTIVE
 
 
 class ClientLimit(CQSError):
     """The daemon already has its maximum number of clients."""
 
-    reason = "CLIENT_LIMIT"
+    reason = Reason.CLIENT_LIMIT
 
 
 class UnknownStructure(CQSError):
     """No structure of that name is defined."""
 
-    reason = "UNKNOWN_STRUCTURE"
+    reason = Reason.UNKNOWN_STRUCTURE
 
 
 class InvalidRequest(CQSError):
     """The request was malformed: an unknown field, a wrong type, a bad name."""
 
-    reason = "INVALID_REQUEST"
+    reason = Reason.INVALID_REQUEST
 
 
 class ShuttingDown(CQSError):
     """The daemon is shutting down and accepts no new work."""
 
-    reason = "SHUTTING_DOWN"
+    reason = Reason.SHUTTING_DOWN
 
 
 class ConnectionLost(CQSError):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cqsd.protocol.codec import PROTOCOL_VERSION
+from cqsproto import PROTOCOL_VERSION
 
 from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
 from .model import BrowsePage, HeldLock, Location, Message, Notification
@@ -74,11 +74,11 @@ class Call:
             result = reply.get("result")
             try:
                 return self.parse(result if result is not None else {})
-            except (KeyError, TypeError, ValueError, AttributeError) as error:
+            except (KeyError, TypeError, ValueError, AttributeError) as bad:
                 op = self.request.get("op")
                 raise ProtocolViolation(
-                    f"malformed result for {op!r}: {error!r} in {_abbrev(result)}"
-                ) from error
+                    f"malformed result for {op!r}: {bad!r} in {_abbrev(result)}"
+                ) from bad
         error = error_from_reply(reply)
         if self.empty is not RAISE and isinstance(error, NoMessage):
             return self.empty

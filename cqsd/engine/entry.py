@@ -29,7 +29,8 @@ class Entry:
         "delivery_count", "owner", "where", "elements", "segments", "home",
     )
 
-    def __init__(self, entry_id, qtype, name, data, recoverable, put_time, elements_):
+    def __init__(self, entry_id: int, qtype: int, name: str, data: bytes | memoryview,
+                 recoverable: bool, put_time: int, elements_: int) -> None:
         self.entry_id: int = entry_id
         self.qtype: int = qtype
         self.name: str = name
@@ -83,6 +84,6 @@ class Queue:
         self.elements -= entry.elements
 
     def pop_first(self) -> Entry:
-        entry = self.entries.popitem(0)[1]
+        entry: Entry = self.entries.popitem(0)[1]
         self.elements -= entry.elements
         return entry

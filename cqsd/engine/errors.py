@@ -1,28 +1,13 @@
-"""Reason codes (DESIGN §4, a contract) and the one exception that carries them.
+"""The one exception that carries a reason code (DESIGN §4, a contract).
 
 Every failure a user can see has exactly one reason code; the message names the
-structure, queue or entry involved so the operator can act on it.
+structure, queue or entry involved so the operator can act on it. The codes
+themselves are the protocol's (``cqsproto.reasons``): they are what travels.
 """
 
-from enum import StrEnum
+from cqsproto.reasons import Reason
 
-
-class Reason(StrEnum):
-    NO_MESSAGE = "NO_MESSAGE"
-    STRUCTURE_FULL = "STRUCTURE_FULL"
-    OVERFLOW_REJECTED = "OVERFLOW_REJECTED"
-    STRUCTURE_FAILED = "STRUCTURE_FAILED"
-    SMDS_UNAVAILABLE = "SMDS_UNAVAILABLE"
-    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
-    ENTRY_NOT_FOUND = "ENTRY_NOT_FOUND"
-    LOCK_NOT_HELD = "LOCK_NOT_HELD"
-    NOT_AUTHORIZED = "NOT_AUTHORIZED"
-    NOT_REGISTERED = "NOT_REGISTERED"
-    CLIENT_ACTIVE = "CLIENT_ACTIVE"
-    CLIENT_LIMIT = "CLIENT_LIMIT"
-    UNKNOWN_STRUCTURE = "UNKNOWN_STRUCTURE"
-    INVALID_REQUEST = "INVALID_REQUEST"
-    SHUTTING_DOWN = "SHUTTING_DOWN"
+__all__ = ["CQSError", "Reason"]
 
 
 class CQSError(Exception):

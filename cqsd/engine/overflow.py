@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .entry import ELEMENT
 from .qtypes import QueueType, parse_qtype
+from .reports import Row
 
 DEFAULT_THRESHOLD = 70  # percent of data elements in use (seed 004); 100 turns overflow off
 RELIEF_POINTS = 20  # percentage points overflow processing aims to free (seed 004)
@@ -22,7 +23,7 @@ MAX_CANDIDATES = 512  # queue names selected at most per selection (seed 004)
 Key = tuple[int, str]
 # exit(structure name, candidates) -> the candidates it keeps (seed 004: "User exit
 # can override CQS decision to put QNAME in overflow status")
-OverflowExit = Callable[[str, list[dict]], Iterable[dict]]
+OverflowExit = Callable[[str, list[Row]], Iterable[Row]]
 
 
 @dataclass
@@ -36,8 +37,8 @@ class Relief:
     """
 
     grew: tuple[int, int] | None = None
-    selected: list[dict] = field(default_factory=list)
-    dropped: list[dict] = field(default_factory=list)
+    selected: list[Row] = field(default_factory=list)
+    dropped: list[Row] = field(default_factory=list)
     exit_error: str | None = None
 
 
@@ -60,7 +61,7 @@ def grown_size(used: int, elements_total: int, size: int) -> int:
 
 
 def select(
-    ready: Iterable[tuple[int, Key]], elements_total: int, exclude: set[Key] | dict
+    ready: Iterable[tuple[int, Key]], elements_total: int, exclude: set[Key] | dict[Key, bool]
 ) -> list[tuple[Key, int]]:
     """The biggest queues, biggest first, until they cover RELIEF_POINTS percent of
     ``elements_total``, at most MAX_CANDIDATES, leaving out those in ``exclude``.
@@ -86,7 +87,7 @@ def _elements(row: tuple[int, Key]) -> int:
     return row[0]
 
 
-def describe(key: Key, elements_: int) -> dict:
+def describe(key: Key, elements_: int) -> Row:
     return {"qtype": QueueType(key[0]).name, "queue": key[1], "elements": elements_}
 
 

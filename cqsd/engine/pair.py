@@ -29,8 +29,8 @@ message in the overflow structure leaves it there, under its new name.
 """
 
 import heapq
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from .entry import Entry
 from .errors import CQSError, Reason
@@ -46,6 +46,7 @@ from .overflow import (
     threshold_elements,
 )
 from .qtypes import QueueType, check_name, parse_qtype
+from .reports import Row, add_clients, add_headers, add_queue
 from .structure import (
     Cursor,
     Delete,
@@ -62,6 +63,10 @@ from .structure import (
 
 NEVER = 1 << 62  # a trigger no structure reaches: the threshold is not being checked
 MOVE_BATCH = 1000  # messages one move_some call moves by default: a few ms between requests
+# Payload bytes after which a move_some call stops: its O and I effects are one
+# log record, which must stay under the logstream's 16 MiB (server/limits.py);
+# the first message always moves, and a put keeps each message within a record.
+MOVE_BYTES = 4 * 1024 * 1024
 # queue_space_exit(structure, qtype name, queue, bytes) -> False to refuse (IMS DFSQSPC0)
 QueueSpaceExit = Callable[[str, str, str, int], bool]
 
@@ -318,15 +323,15 @@ class StructurePair:
         moving, primary, overflow = self._moving, self.primary, self.overflow
         if not moving or overflow is None:  # names are only moving to an overflow structure
             return 0
-        moved = 0
-        while moving and moved < limit:
+        moved = nbytes = 0
+        while moving and moved < limit and nbytes < MOVE_BYTES:
             key = next(iter(moving))
             head = primary.head_id(key)
             if head is None:
                 del moving[key]
                 continue
             try:
-                primary.transfer(head, overflow)
+                nbytes += len(primary.transfer(head, overflow).data)
             except CQSError as err:
                 if err.reason != Reason.STRUCTURE_FULL:
                     raise
@@ -359,12 +364,12 @@ class StructurePair:
     def overflow_mode(self) -> bool:
         return bool(self._status)
 
-    def overflow_names(self) -> list[dict]:
+    def overflow_names(self) -> list[Row]:
         """The names in overflow status, in list-header order."""
         return [{"qtype": QueueType(k[0]).name, "queue": k[1]}
                 for k in in_header_order(self._status)]
 
-    def take_record(self) -> dict | None:
+    def take_record(self) -> dict[str, Any] | None:
         """The log record body for what happened to recoverable messages since the
         last call (docs/recovery.md): one record for both structures, so a move to
         the overflow structure is atomic in the log. None when there is nothing."""
@@ -380,7 +385,7 @@ class StructurePair:
 
     # -- queries ---------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self) -> Row:
         """The primary's figures (``structure_stats`` gives each structure's own),
         with the overflow state."""
         row = self.primary.stats()
@@ -390,42 +395,29 @@ class StructurePair:
         row["threshold"] = self.threshold
         return row
 
-    def structure_stats(self) -> list[dict]:
+    def structure_stats(self) -> list[Row]:
         return [s.stats() for s in self.structures()]
 
-    def queue_stats(self, qtype: int | str, name: str) -> dict:
+    def queue_stats(self, qtype: int | str, name: str) -> Row:
         """One queue across both structures, and whether it is in overflow status."""
         row = self.primary.queue_stats(qtype, name)
         if self.overflow is not None:
-            theirs = self.overflow.queue_stats(qtype, name)
-            for field in ("depth", "elements", "locked"):
-                row[field] += theirs[field]
-            oldest = [row["oldest_put_time"], theirs["oldest_put_time"]]
-            row["oldest_put_time"] = min((t for t in oldest if t is not None), default=None)
+            add_queue(row, self.overflow.queue_stats(qtype, name))
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
 
-    def queues(self, also: Iterable[Key] = ()) -> list[dict]:
+    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
         keys = self.primary.queue_keys(also)
         if self.overflow is not None:
             keys |= self.overflow.queue_keys()
         return [self.queue_stats(*k) for k in in_header_order(keys)]
 
-    def header_stats(self) -> list[dict]:
+    def header_stats(self) -> list[Row]:
         """Entries and data elements per list header, both structures added up."""
-        rows: dict[int, dict] = {}
-        for s in self.structures():
-            for r in s.header_stats():
-                row = rows.setdefault(r["lh"], {"lh": r["lh"], "entries": 0, "elements": 0})
-                row["entries"] += r["entries"]
-                row["elements"] += r["elements"]
-        return [rows[lh] for lh in sorted(rows)]
+        return add_headers(s.header_stats() for s in self.structures())
 
     def client_stats(self) -> dict[str, int]:
-        total: Counter[str] = Counter()
-        for s in self.structures():
-            total.update(s.client_stats())
-        return dict(total)
+        return add_clients(s.client_stats() for s in self.structures())
 
     def take_events(self) -> list[Event]:
         """Events of both structures; a queue's new work is the primary's, the name

@@ -63,7 +63,7 @@ def parse_qtype(value: object) -> QueueType:
     """
     if type(value) is not bool:  # True == 1, but it is not a queue type
         try:
-            return _USABLE[value]
+            return _USABLE[value]  # type: ignore[index]  # anything else is a KeyError
         except (KeyError, TypeError):
             pass
     if type(value) is not bool and value in _STAGING_SPELLINGS:
@@ -91,7 +91,8 @@ def check_name(name: object) -> str:
 
 def list_header(qtype: int, name: str) -> int:
     """The list header holding queue ``name`` of type ``qtype`` (stable across runs)."""
-    return FIRST_CLIENT_LH + HEADERS_PER_TYPE * (qtype - 1) + crc32(name.encode()) % HEADERS_PER_TYPE
+    return (FIRST_CLIENT_LH + HEADERS_PER_TYPE * (qtype - 1)
+            + crc32(name.encode()) % HEADERS_PER_TYPE)
 
 
 def headers_of(qtype: int) -> range:

@@ -24,10 +24,11 @@ one id order, one message in flight if SERIAL, one empty→non-empty transition.
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sortedcontainers import SortedDict
 
+from ..records import COLD_BY, DELETE, LOCK, MOVED_IN, MOVED_OUT, PUT, READY_AT
 from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, Queue, elements
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
@@ -45,6 +46,7 @@ from .qtypes import (
     parse_qtype,
     staging_type,
 )
+from .reports import Row
 
 SERIAL = QueueType.TRAN_SERIAL
 SUSPEND = QueueType.TRAN_SUSPEND
@@ -57,8 +59,6 @@ BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
     for lh in headers_of(t)
 )
 
-# Effect kinds (docs/recovery.md)
-PUT, LOCK, DELETE, READY_AT, COLD_BY, MOVED_OUT, MOVED_IN = "P", "L", "D", "R", "C", "O", "I"
 
 Key = tuple[int, str]
 Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
@@ -132,7 +132,8 @@ class Structure:
         self._cold: dict[int, Entry] = {}
         self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
         self.events: list[Event] = []
-        self.effects: list[tuple] = []  # what happened to recoverable messages (docs/recovery.md)
+        # what happened to recoverable messages (records.py, docs/recovery.md)
+        self.effects: list[tuple[Any, ...]] = []
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
 
@@ -239,6 +240,7 @@ class Structure:
                 need_entries += entries
                 puts.append((qtype, op.name, op.data, bool(op.recoverable)))
                 continue
+            assert not isinstance(op, Put)  # for mypy: the type() test above is faster
             if op.entry_id in seen:
                 raise CQSError(
                     Reason.INVALID_REQUEST, f"entry {op.entry_id} appears twice in one commit"
@@ -303,7 +305,8 @@ class Structure:
         if name is not None and qtype is None:
             raise CQSError(Reason.INVALID_REQUEST, "browse of a queue name needs its queue type")
         if type(limit) is not int or limit < 1:
-            raise CQSError(Reason.INVALID_REQUEST, f"browse limit must be a positive integer, got {limit!r}")
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"browse limit must be a positive integer, got {limit!r}")
         if qtype is None:
             lhs: Iterable[int] = BROWSE_ALL_LHS
         else:
@@ -373,7 +376,7 @@ class Structure:
         self.events.append(event)
         return event
 
-    def load(self, rows: Iterable[list]) -> int:
+    def load(self, rows: Iterable[list[Any]]) -> int:
         """Bulk restore of image rows (docs/recovery.md) into an empty structure.
 
         The restart path: a million messages must load in seconds, so ready messages
@@ -446,6 +449,7 @@ class Structure:
         entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time)
         entry.home = (QueueType(home[0]), home[1]) if home else None
         if where == LOCKED:
+            assert owner is not None, f"entry {entry_id} locked by nobody"
             self._unplace(entry)
             self._lock(entry, owner)
         elif where == COLD:
@@ -567,7 +571,7 @@ class Structure:
 
     # -- queries ---------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self) -> Row:
         """Structure totals as ``cqsctl display structures`` shows them."""
         return {
             "name": self.name,
@@ -585,7 +589,7 @@ class Structure:
             "cold": len(self._cold),
         }
 
-    def queue_stats(self, qtype: int | str, name: str) -> dict:
+    def queue_stats(self, qtype: int | str, name: str) -> Row:
         """Depth, data elements, oldest put time and locked count of one queue."""
         key = (parse_qtype(qtype), check_name(name))
         queue = self._queues.get(key)
@@ -598,7 +602,7 @@ class Structure:
             "locked": self._locked_per_key.get(key, 0),
         }
 
-    def queues(self, also: Iterable[Key] = ()) -> list[dict]:
+    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
         """Every queue that holds or has lent out a message (and those in ``also``),
         in list-header order."""
         return [self.queue_stats(*k) for k in in_header_order(self.queue_keys(also))]
@@ -608,12 +612,13 @@ class Structure:
         keys = set(self._queues) | set(self._locked_per_key) | set(also)
         return {k for k in keys if k[0] not in STAGING_TYPES}
 
-    def header_stats(self) -> list[dict]:
+    def header_stats(self) -> list[Row]:
         """Entries and data elements on each list header that holds any."""
         rows = []
         for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked()))):
             if pool:  # heads only: a long message's segments stay on its staging queue
-                rows.append({"lh": lh, "entries": len(pool), "elements": sum(e.elements for e in pool)})
+                rows.append({"lh": lh, "entries": len(pool),
+                             "elements": sum(e.elements for e in pool)})
         for lh in range(FIRST_CLIENT_LH, LIST_HEADERS):
             header = self._headers[lh]
             if header:
@@ -670,10 +675,11 @@ class Structure:
         if entry.where == LOCKED and entry.owner != client:
             self._check_held(client or "the operator", entry)
 
-    def _target(self, entry: Entry, qtype, name) -> Key | None:
+    def _target(self, entry: Entry, qtype: int | str | None, name: str | None) -> Key | None:
         if qtype is None and name is None:
             return None
-        return (parse_qtype(qtype if qtype is not None else entry.qtype), check_name(name or entry.name))
+        return (parse_qtype(qtype if qtype is not None else entry.qtype),
+                check_name(name or entry.name))
 
     def _check_fits(self, need_elements: int, need_entries: int, what: str) -> None:
         if (
@@ -708,7 +714,8 @@ class Structure:
         ids.last = now if now > ids.last else ids.last + 1
         return ids.last
 
-    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool) -> Entry:
+    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes,
+                         recoverable: bool) -> Entry:
         self._reserve(*self.cost(len(data)), "commit")
         return self._put_effect(self._insert(qtype, name, data, recoverable))
 
@@ -723,7 +730,8 @@ class Structure:
     def _ready_effect(self, e: Entry) -> None:
         if e.recoverable:
             home = (int(e.home[0]), e.home[1]) if e.home else None
-            self.effects.append((READY_AT, e.entry_id, int(e.qtype), e.name, home, e.delivery_count))
+            self.effects.append((READY_AT, e.entry_id, int(e.qtype), e.name, home,
+                                 e.delivery_count))
 
     def _insert(
         self,
@@ -757,7 +765,8 @@ class Structure:
         else:
             self.last_id = max(self.last_id, entry_id)
         entry = Entry(
-            entry_id, qtype, name, data, recoverable, put_time or now, elements(min(len(data), step))
+            entry_id, qtype, name, data, recoverable, put_time or now,
+            elements(min(len(data), step)),
         )
         entry.segments = segments
         self._entries[entry_id] = entry
@@ -821,10 +830,12 @@ class Structure:
 
     def _release(self, entry: Entry) -> None:
         """Take an entry off the lock queue; it is nowhere until placed again."""
-        locks = self._locks[entry.owner]
+        owner = entry.owner
+        assert owner is not None, f"entry {entry.entry_id} is on the lock queue without an owner"
+        locks = self._locks[owner]
         del locks[entry.entry_id]
         if not locks:
-            del self._locks[entry.owner]
+            del self._locks[owner]
         entry.owner = None
         key = (entry.qtype, entry.name)
         left = self._locked_per_key[key] - 1

@@ -11,16 +11,18 @@ from logstream.durable import fsync_dir
 from logstream.series import list_segments
 
 from ..engine import Structure
+from ..records import OWNER, RECOVERABLE, WHERE
 from ..srds import slots
 from ..storage import image
-from .fold import RECOVERABLE, WHERE, OWNER, fold
+from .fold import fold
 
 
 @dataclass
 class Rebuilt:
     structure: str
     clean: bool  # from a clean-shutdown image
-    source: str = "empty"  # image, base, srds (a checkpoint folded here) or spark (the recovery job)
+    # image, base, srds (a checkpoint folded here) or spark (the recovery job)
+    source: str = "empty"
     messages: int = 0
     replayed: int = 0  # records of this structure folded
     image_seconds: float = 0.0

@@ -11,22 +11,34 @@ records logged after the cut are simply the next checkpoint's tail. One job
 per structure at a time; an operator asking while one runs joins it.
 """
 
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import structlog
 import trio
 
+import logstream
 from logstream.series import list_segments
 
-from ..engine import CQSError, Reason
+from ..config import Config
+from ..engine import CQSError, Reason, Structure
 from ..srds import slots
-from .journal import WRITER
+from ..srds.manifest import ManifestError
+from ..srds.slots import SlotError
+from ..storage import image, repository
+from ..storage.datadir import DataDir
+from ..storage.image import ImageError
+from ..storage.repository import RepositoryError
+from .journal import WRITER, Journal
 
 log = structlog.get_logger()
 TRIGGER_POLL = 5.0  # seconds between checks of the automatic triggers
+RETRY_MAX = 300.0  # seconds: a failing automatic checkpoint is retried after 5, 10, ... 300
+NEVER = 1 << 62  # a byte count the log never reaches
 NICE = 10  # the job's CPU priority below the daemon's
 
 
@@ -36,10 +48,11 @@ class JobFailed(CQSError):
 
 
 def job_command(config, args: list[str]) -> list[str]:
-    """``python -m cqsd.srds ARGS`` on this daemon's data directory and Spark master."""
+    """``python -m cqsd.srds ARGS`` on this daemon's data directory and Spark master,
+    ending if the daemon does."""
     d = config.daemon
     return [sys.executable, "-m", "cqsd.srds", *args, "--data-dir", d.data_dir,
-            "--master", d.spark_master]
+            "--master", d.spark_master, "--parent", str(os.getpid())]
 
 
 def job_outcome(args: list[str], done) -> dict:
@@ -96,17 +109,107 @@ def _last_error(stderr: bytes) -> str:
 
 
 class Checkpoints:
-    """Automatic and operator checkpoints of the daemon's structures, and log trimming."""
+    """Automatic and operator checkpoints of the daemon's structures, and log trimming.
 
-    def __init__(self, daemon) -> None:
-        self.daemon = daemon
-        self.config = daemon.config
-        self.srds = daemon.datadir.srds
+    The volume trigger counts, per structure, the log a crash restart of it would
+    read and that it keeps from being trimmed: every record after the cut of its
+    newest checkpoint, whoever's it is. That is known at start from the log on
+    disk and the slots' manifests, so a daemon restarted often still checkpoints
+    (and a checkpoint a crash interrupted starts again at once), and a structure
+    with little traffic of its own cannot hold the log back for ever."""
+
+    def __init__(self, config: Config, datadir: DataDir, journal: Journal,
+                 physical: Callable[[str], Structure | None],
+                 spawn: Callable[..., None]) -> None:
+        """``physical(name)`` is the live structure of that name (None while it is
+        failed); ``spawn`` starts a supervised task in the daemon's nursery."""
+        self.config = config
+        self.datadir = datadir
+        self.journal = journal
+        self.physical = physical
+        self.spawn = spawn
+        self.srds = datadir.srds
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
-        self.log_bytes = dict.fromkeys(self.names, 0)  # logged since the last checkpoint
-        self.last_time = dict.fromkeys(self.names, time.time())
+        self.logged = 0  # log bytes appended in this run
+        # what a structure is owed is ``logged - mark``: the log after its newest cut
+        self.mark: dict[str, int] = {}
+        self.last_time: dict[str, float] = {}  # when its newest cut was taken
+        self._folded: dict[str, int] = {}  # log bytes a crash restart now folds for it
+        writer = journal.writer
+        for name in self.names:
+            position, self.last_time[name] = self._newest(name)
+            self.mark[name] = -writer.bytes_after(position)
+            self._folded[name] = writer.bytes_after(max(position, self._imaged(name)))
+        self._retry: dict[str, tuple[float, float]] = {}  # failed: (retry from, next delay)
         self._running: dict[str, _Run] = {}
         self._one_job = trio.Lock()  # one JVM at a time: the daemon keeps the other core
+        self._over = trio.Event()  # set when a structure may owe a checkpoint by volume
+        self._next_due = NEVER  # ``logged`` at which the next structure reaches the volume
+        for name, why in self._due():
+            log.info("checkpoint_due", structure=name, why=why, log_bytes=self.owed(name),
+                     since=round(self.last_time[name], 3))
+        for name in self._bases_due():
+            log.info("base_image_due", structure=name, folded_bytes=self._folded[name])
+
+    def owed(self, name: str) -> int:
+        """Log bytes after the cut of ``name``'s newest checkpoint."""
+        return self.logged - self.mark[name]
+
+    def _newest(self, name: str) -> tuple[int, float]:
+        """The log position and time of ``name``'s newest checkpoint; with none, the
+        whole log is owed, since its oldest record."""
+        recorded = None
+        try:
+            recorded = slots.newest_recorded(self.srds, name)
+        except ManifestError as err:  # the restart refuses it if it needs it
+            log.warning("srds_manifest_unreadable", structure=name, error=str(err))
+        if recorded is not None:
+            return recorded[0].get(WRITER, 0), recorded[1]
+        journal = self.journal
+        try:
+            first = next(logstream.read(journal.directory, cut={WRITER: journal.position}), None)
+        except logstream.LogstreamError:  # the restart reports it
+            first = None
+        return 0, first.timestamp / 1e9 if first is not None else time.time()
+
+    def _imaged(self, name: str) -> int:
+        """The log position of ``name``'s clean-stop image or crash-recovery base
+        image, whichever is newer (0 if none)."""
+        images, covered = self.datadir.images, 0
+        for path in (image.path_for(images, name), images / f"{name}.base"):
+            try:
+                covered = max(covered, image.read_header(path, name)["lsn"].get(WRITER, 0))
+            except ImageError:
+                pass  # none, or damaged: the restart refuses it if it needs it
+        return covered
+
+    async def _save_bases(self) -> None:
+        """A crash restart that folded checkpoint_log_volume bytes of log or more for a
+        structure saves it at once as its crash-recovery base image: a daemon killed
+        again before a checkpoint job can finish (a JVM takes ten seconds or more)
+        then folds only what was logged after this start."""
+        journal = self.journal
+        position = journal.position
+        taken = {name: (image.snapshot(s), s.last_id) for name in self._bases_due()
+                 if (s := self.physical(name)) is not None}
+        if not taken or not await journal.wait_durable(position):
+            return
+        for name, (rows, last_id) in taken.items():
+            started = time.monotonic()
+            path = self.datadir.images / f"{name}.base"
+            try:
+                await trio.to_thread.run_sync(image.write_rows, path, name, rows, len(rows),
+                                              {WRITER: position}, last_id)
+            except (OSError, ImageError) as err:
+                log.error("base_image_failed", structure=name, error=str(err))
+                continue
+            log.info("base_image_saved", structure=name, messages=len(rows), lsn=position,
+                     folded_bytes=self._folded[name],
+                     seconds=round(time.monotonic() - started, 3))
+
+    def _bases_due(self) -> list[str]:
+        volume = self.config.daemon.checkpoint_log_volume
+        return [name for name in self.names if volume and self._folded[name] >= volume]
 
     async def take(self, name: str, why: str) -> dict:
         """Checkpoint structure ``name`` (or join the one running) and return the job's
@@ -115,7 +218,7 @@ class Checkpoints:
         run = self._running.get(name)
         if run is None:
             run = self._running[name] = _Run()
-            self.daemon.nursery.start_soon(self._take, name, why, run)
+            self.spawn(f"checkpoint of {name}", self._take, name, why, run)
         await run.done.wait()
         if isinstance(run.result, JobFailed):
             raise run.result
@@ -138,20 +241,20 @@ class Checkpoints:
             run.done.set()
 
     async def _checkpoint(self, name: str, why: str) -> dict:
-        journal = self.daemon.journal
-        cut = journal.durable
-        logged, self.log_bytes[name] = self.log_bytes[name], 0
+        cut, started = self.journal.durable, time.time()
+        mark, self.mark[name] = self.mark[name], self.logged
         log.info("checkpoint_started", structure=name, why=why, cut=cut)
         try:
-            async with self._one_job:
-                result = await run_job(self.config, ["checkpoint", "--structure", name,
-                                                     "--cut", f"{WRITER}={cut}"],
-                                       background=True)
+            result = await self._make_slot(name, cut)
         except JobFailed as err:
-            self.log_bytes[name] += logged  # still owed a checkpoint
-            log.error("checkpoint_failed", structure=name, error=err.message)
+            self.mark[name] = mark  # still owed a checkpoint
+            clock, delay = time.monotonic(), self._retry.get(name, (0.0, TRIGGER_POLL))[1]
+            self._retry[name] = (clock + delay, min(2 * delay, RETRY_MAX))
+            log.error("checkpoint_failed", structure=name, error=err.message,
+                      retry_in=round(delay, 1))
             raise
-        self.last_time[name] = time.time()
+        self._retry.pop(name, None)
+        self.last_time[name] = started
         log.info("checkpoint_taken", structure=name, slot=result.get("slot"),
                  rows=result.get("rows"), records=result.get("records"),
                  seconds=result.get("seconds"), lsn=result.get("lsn"))
@@ -159,74 +262,127 @@ class Checkpoints:
         self.trim()
         return result
 
+    async def _make_slot(self, name: str, cut: int) -> dict:
+        """The checkpoint itself: an empty slot, at once, for a structure holding no
+        message (every record of it so far folds to nothing), else the Spark job."""
+        s = self.physical(name)
+        if s is not None and not s.stats()["messages"]:
+            return await self._empty(name, self.journal.position, s.last_id)
+        async with self._one_job:
+            return await run_job(self.config, ["checkpoint", "--structure", name,
+                                               "--cut", f"{WRITER}={cut}"], background=True)
+
+    async def _empty(self, name: str, position: int, last_id: int) -> dict:
+        """An empty slot at ``position``, where ``name`` held no message: exact once
+        ``position`` is durable. Recorded in the repository as a job's would be."""
+        started = time.time()
+        if not await self.journal.wait_durable(position):
+            raise JobFailed("the log failed")
+        lsn = {WRITER: position}
+        try:
+            base = slots.newest_recorded(self.srds, name)
+            slot = slots.empty_checkpoint(self.srds, name, lsn, last_id)
+            await trio.to_thread.run_sync(functools.partial(
+                repository.record_backup, self.datadir.repository, structure=name,
+                slot=slot.name, lsn_from=base[0] if base else {}, lsn_to=lsn, started=started,
+                finished=time.time(), rows=0, records=0, status="ok"))
+        except (SlotError, ManifestError, RepositoryError, OSError) as err:
+            raise JobFailed(f"empty checkpoint of {name}: {err}") from err
+        return {"structure": name, "slot": slot.name, "lsn": slot.lsn, "rows": 0,
+                "last_id": slot.last_id, "records": 0, "seconds": round(time.time() - started, 3)}
+
     async def _cover_the_rest(self) -> None:
         """The log is trimmed only behind every structure's checkpoints, so give each
-        structure that has none one: an empty slot at once for a structure holding no
-        message (every record of it so far folds to nothing), a real checkpoint for
-        the others."""
+        structure that has none one: an empty slot at once (before the trim that
+        follows) for a structure holding no message, a job for the others."""
         for name in self.names:
-            if name in self._running or slots.recorded_positions(self.srds, name):
-                continue
-            s = self.daemon.physical(name)
-            if s is None:
-                continue  # failed: its recovery decides
-            if s.stats()["messages"]:  # a job folds it (to nothing, if none is recoverable)
-                self.daemon.nursery.start_soon(self._quietly, name, "first")
-                continue
-            # empty as of this position: once it is durable, an empty slot there is exact
-            position = self.daemon.journal.position
-            if await self.daemon.journal.wait_durable(position):
-                slots.purge(self.srds, name, {WRITER: position}, s.last_id)
-                log.info("checkpoint_taken", structure=name, slot="empty", rows=0, records=0)
+            s = self.physical(name)
+            if name in self._running or s is None or self._positions(name) != []:
+                continue  # running, failed (its recovery decides), or covered
+            if s.stats()["messages"]:
+                self.spawn(f"checkpoint of {name}", self._quietly, name, "first")
+            else:
+                await self._quietly(name, "first")
 
     def trim(self) -> None:
-        """Delete log segments that neither slot of any structure, nor a crash-recovery
-        base image, still needs, once they are older than ``log_retention``."""
+        """Delete log segments that no slot of any structure still needs, once they are
+        older than ``log_retention``. (A crash restart starts from a base image only
+        when it is newer than the slots.) A failure to delete one is logged, and the
+        next checkpoint tries again."""
         keep_from = min((self._needed_from(name) for name in self.names), default=0)
         if keep_from <= 1:
             return
         cutoff = time.time() - self.config.daemon.log_retention
-        directory = self.daemon.datadir.logstream
-        for seg in list_segments(directory, WRITER):
-            if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
-                keep_from = min(keep_from, seg.first_lsn)
-                break
-        gone = self.daemon.journal.writer.trim(keep_from)
+        try:
+            for seg in list_segments(self.datadir.logstream, WRITER):
+                if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
+                    keep_from = min(keep_from, seg.first_lsn)
+                    break
+            gone = self.journal.writer.trim(keep_from)
+        except OSError as err:
+            log.error("log_trim_failed", before_lsn=keep_from, error=str(err))
+            return
         if gone:
             log.info("log_trimmed", before_lsn=keep_from, segments=len(gone))
 
     def _needed_from(self, name: str) -> int:
         """The first LSN a recovery of ``name`` may need: the one after its older valid
-        slot; 1 (the whole log) while it has no checkpoint."""
-        positions = [lsn.get(WRITER, 0) for lsn in slots.recorded_positions(self.srds, name)]
+        slot; 1 (the whole log) while it has no checkpoint, or its manifest is unreadable."""
+        positions = [lsn.get(WRITER, 0) for lsn in self._positions(name) or ()]
         if not positions:
             return 1
         return min(positions) + 1
 
+    def _positions(self, name: str) -> list[dict[str, int]] | None:
+        """The log positions of ``name``'s slots; None if its manifest is unreadable."""
+        try:
+            return slots.recorded_positions(self.srds, name)
+        except ManifestError as err:
+            log.warning("srds_manifest_unreadable", structure=name, error=str(err))
+            return None
+
     def note_logged(self, record: dict, nbytes: int) -> None:
-        """Count a record's bytes against each structure it holds effects of."""
-        self.log_bytes[record["s"]] += nbytes
-        for name in record.get("x", ()):
-            self.log_bytes[name] += nbytes
+        """Count a record's bytes: against every structure, whichever ``record`` is
+        about, since a crash restart of any of them reads it."""
+        self.logged += nbytes
+        if self.logged >= self._next_due:
+            self._over.set()
 
     async def run(self) -> None:
-        """The automatic triggers: time since the last checkpoint, and log volume."""
+        """The automatic triggers: log volume, and time since the last checkpoint. They
+        are checked at once (a checkpoint a crash interrupted is owed again), whenever
+        a structure reaches the volume, and every TRIGGER_POLL seconds."""
+        self.trim()  # behind checkpoints taken before the restart
+        await self._save_bases()
         d = self.config.daemon
         if not (d.checkpoint_interval or d.checkpoint_log_volume):
             return
         while True:
-            await trio.sleep(TRIGGER_POLL)
-            now = time.time()
-            for name in self.names:
-                if name in self._running or self.daemon.physical(name) is None:
-                    continue
-                if d.checkpoint_log_volume and self.log_bytes[name] >= d.checkpoint_log_volume:
-                    why = "log_volume"
-                elif d.checkpoint_interval and now - self.last_time[name] >= d.checkpoint_interval:
-                    why = "interval"
-                else:
-                    continue
-                self.daemon.nursery.start_soon(self._quietly, name, why)
+            for name, why in list(self._due()):
+                self.spawn(f"checkpoint of {name}", self._quietly, name, why)
+            volume = d.checkpoint_log_volume
+            self._next_due = min((self.mark[name] + volume for name in self._waiting()),
+                                 default=NEVER) if volume else NEVER
+            with trio.move_on_after(TRIGGER_POLL):
+                await self._over.wait()
+            self._over = trio.Event()
+
+    def _waiting(self) -> list[str]:
+        """The structures a trigger may start a checkpoint of now: available, none of
+        theirs running, and not waiting to retry a failed one."""
+        clock = time.monotonic()
+        return [name for name in self.names
+                if name not in self._running and self.physical(name) is not None
+                and self._retry.get(name, (0.0,))[0] <= clock]
+
+    def _due(self) -> Iterator[tuple[str, str]]:
+        """The structures owed a checkpoint now, and why."""
+        d, now = self.config.daemon, time.time()
+        for name in self._waiting():
+            if d.checkpoint_log_volume and self.owed(name) >= d.checkpoint_log_volume:
+                yield name, "log_volume"
+            elif d.checkpoint_interval and now - self.last_time[name] >= d.checkpoint_interval:
+                yield name, "interval"
 
     async def _quietly(self, name: str, why: str) -> None:
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import structlog
 import trio
+import trio.lowlevel
 
 import logstream
 
@@ -58,7 +59,10 @@ class Journal:
         try:
             lsn = self.writer.append(body)
         except logstream.LogstreamError as err:
-            self._fail(err)
+            self.fail(err)
+            return 0
+        except ValueError as err:  # refused unwritten, but memory already holds its effects
+            self.fail(err, "log_record_refused")
             return 0
         if urgent:
             self._work.set()
@@ -91,10 +95,10 @@ class Journal:
                 else:
                     self.durable = await trio.to_thread.run_sync(self.writer.flush, target)
             except logstream.LogstreamError as err:
-                self._fail(err)
+                self.fail(err)
             self._fsync_average = 0.8 * self._fsync_average + 0.2 * (time.perf_counter() - started)
             self._wake()
-            await trio.sleep(0)  # let the requests that arrived meanwhile append first
+            await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 
     def _wake(self) -> None:
         held, self._held = self._held, set()
@@ -104,15 +108,18 @@ class Journal:
         flushed, self._flushed = self._flushed, trio.Event()
         flushed.set()
 
-    def _fail(self, err: BaseException) -> None:
+    def fail(self, err: BaseException, event: str | None = "log_write_failed") -> None:
+        """Acknowledge nothing more: the log no longer says what memory holds (or
+        cannot be written), so the daemon stops and a restart recovers from it."""
         if self.failed is None:
             self.failed = err
-            log.critical("log_write_failed", error=str(err),
-                         action="no more acknowledgements; stopping for restart and recovery")
+            if event is not None:
+                log.critical(event, error=str(err),
+                             action="no more acknowledgements; stopping for restart and recovery")
             self._wake()
             if self.on_failure is not None:
                 self.on_failure(err)
 
     def close(self) -> None:
-        if self.failed is None:
-            self.writer.close()
+        """Seal the log and release its lock (the writer skips the seal if it failed)."""
+        self.writer.close()

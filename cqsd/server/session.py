@@ -1,9 +1,19 @@
 """One client connection: who registered on it, and the bounded queue of frames
 waiting to be sent to it.
 
-The queue bound is what stops a client that no longer reads from growing the
-daemon's memory: when it is full the client is cut off, never waited for,
-because waiting would stall every other client served by the same loop.
+The queue is bounded twice over. A connection whose replies are not being
+read is paced: once its unsent frames pass a quarter of ``send_queue`` (or
+their bytes a quarter of ``send_queue_bytes``), or as many of its requests
+wait to reply later (waiting reads, jobs), its reader stops taking requests
+from it, and starts again when the queue is down to an eighth. Reading a
+request is what makes a reply, so a client that sends without reading blocks
+only itself, and never waits for the daemon's memory. What still arrives
+while reading is paused, notifications and the replies of waiting reads, is
+bounded by the hard limits, ``send_queue`` frames and ``send_queue_bytes``
+bytes: past them the client is cut off, never waited for, because waiting
+would stall every other client served by the same loop. Only a client that
+reads nothing at all gets there. The checks are a few integer comparisons,
+and only when a frame has to be queued: the fast path does none of them.
 
 Design note. A frame goes out on the spot when nothing is queued ahead of it
 and what it acknowledges is durable: a non-blocking send on a duplicate of the
@@ -22,19 +32,21 @@ from collections import deque
 import structlog
 import trio
 
+from cqsproto import ProtocolError, encode_frame
+
 from ..engine import Reason
-from ..protocol.codec import encode_frame
 
 log = structlog.get_logger()
 _ids = itertools.count(1)
 SEND_BATCH = 256 * 1024  # bytes of small frames joined into one send
+PAUSE_SHARE = 4  # reading pauses at a quarter of either send queue limit, resumes at an eighth
 
 Frame = bytes | memoryview
 
 
 class Session:
     def __init__(self, peer: str, over_tcp: bool, send_queue: int, max_frame: int,
-                 journal) -> None:
+                 journal, send_queue_bytes: int) -> None:
         self.id = next(_ids)
         self.peer = peer
         self.over_tcp = over_tcp
@@ -46,6 +58,15 @@ class Session:
         # frames not yet sent, in order: (LSN that must be durable first, request id, frame)
         self.queue: deque[tuple[int, int | None, Frame]] = deque()
         self.send_queue = send_queue
+        self.send_queue_bytes = send_queue_bytes
+        self.unsent = 0  # bytes of the frames in the queue
+        self.deferred = 0  # requests whose reply comes later (waiting reads, jobs)
+        self.pause_frames = send_queue // PAUSE_SHARE
+        self.pause_bytes = send_queue_bytes // PAUSE_SHARE
+        self.paused = False  # the reader takes no requests from this connection
+        self._congested = False  # the queue passed a pause mark and is not yet down to half of it
+        self._resumed = trio.Event()
+        self.partial_since: float | None = None  # trio time the request frame arriving began
         self.need = 0  # the highest LSN a queued frame waits for
         self.sending = False  # the writer task is sending frames it took from the queue
         self.closing = False  # no more frames: the writer sends what is queued, then ends
@@ -71,15 +92,14 @@ class Session:
             if rest is None:
                 return
             frame, lsn = rest, 0
-        if len(self.queue) >= self.send_queue:
-            self.cut_off = True
-            self.queue.clear()
-            log.warning("client_cut_off", client=self.client, peer=self.peer,
-                        why="too many replies and notifications waiting to be sent")
-            if self.scope is not None:
-                self.scope.cancel()
+        if len(self.queue) >= self.send_queue or self.unsent >= self.send_queue_bytes:
+            self.cut("too many replies and notifications waiting to be sent")
             return
         self.queue.append((lsn, request_id, frame))
+        self.unsent += len(frame)
+        if not self._congested and (len(self.queue) >= self.pause_frames
+                                    or self.unsent >= self.pause_bytes):
+            self._flow()
         if lsn > durable:
             self.need = max(self.need, lsn)
             self.journal.hold(self)
@@ -87,7 +107,13 @@ class Session:
             self._work.set()
 
     def send(self, frame: dict, lsn: int = 0) -> None:
-        self.send_bytes(encode_frame(frame, self.max_frame), lsn, frame.get("id"))
+        try:
+            data = encode_frame(frame, self.max_frame)
+        except ProtocolError as err:  # a reply larger than a frame may be: its request fails
+            log.warning("reply_too_large", client=self.client, message=err.message)
+            data = encode_frame({"id": frame.get("id"), "ok": False, "reason": str(err.reason),
+                                 "message": f"the reply is too large: {err.message}"})
+        self.send_bytes(data, lsn, frame.get("id"))
 
     def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
         self.send({"id": request_id, "ok": True, "result": result}, lsn)
@@ -106,6 +132,7 @@ class Session:
             for i, (lsn, rid, frame) in enumerate(q):
                 if lsn > durable:
                     q[i] = (0, rid, self._unacknowledged(rid))
+                    self.unsent += len(q[i][2]) - len(frame)
             self.need = 0
         if q and q[0][0] <= durable:
             if self.raw is None or self.sending:
@@ -115,8 +142,11 @@ class Session:
                 rest = self._send_now(batch)
                 if rest is not None:
                     q.appendleft((0, None, rest))
+                    self.unsent += len(rest)
                 if q and q[0][0] <= durable:
                     self._work.set()  # a slow reader, or more than a batch
+                if self.paused:
+                    self._flow()
         return self.need > durable
 
     def take(self, durable: int) -> Frame:
@@ -124,13 +154,77 @@ class Session:
         q = self.queue
         first = q.popleft()[2]
         if not q or q[0][0] > durable:
+            self.unsent -= len(first)
             return first
         parts, size = [first], len(first)
         while q and q[0][0] <= durable and size < SEND_BATCH:
             frame = q.popleft()[2]
             parts.append(frame)
             size += len(frame)
+        self.unsent -= size
         return b"".join(parts)
+
+    def sent(self) -> None:
+        """The writer task has sent what it took: reading may resume."""
+        self.sending = False
+        if self.paused:
+            self._flow()
+
+    def defer(self, async_fn, *args) -> None:
+        """Run a request whose reply comes later (a waiting read, a job) in the
+        connection's nursery. Each counts towards pausing as a queued frame would:
+        its reply may come when the client is reading nothing."""
+        self.deferred += 1
+        if self.deferred >= self.pause_frames:
+            self._flow()
+        self.waits.start_soon(self._deferred, async_fn, args)
+
+    async def _deferred(self, async_fn, args) -> None:
+        try:
+            await async_fn(*args)
+        finally:
+            self.deferred -= 1
+            if self.paused:
+                self._flow()
+
+    def _flow(self) -> None:
+        """Pause reading this connection when its queue reaches a pause mark or
+        as many requests wait to reply, resume it when the queue is down to half
+        the marks (so that a paced client is not paused on every reply)."""
+        if self.cut_off:
+            return
+        frames, size = len(self.queue), self.unsent
+        if self._congested:
+            self._congested = frames > self.pause_frames // 2 or size > self.pause_bytes // 2
+        else:
+            self._congested = frames >= self.pause_frames or size >= self.pause_bytes
+        paused = self._congested or self.deferred >= self.pause_frames
+        if paused == self.paused:
+            return
+        self.paused = paused
+        if paused:
+            self._resumed = trio.Event()
+            self.partial_since = None  # the frame clock stops while the daemon does not read
+            log.debug("reading_paused", client=self.client, peer=self.peer, unsent_frames=frames,
+                      unsent_bytes=size, deferred=self.deferred)
+        else:
+            self._resumed.set()
+            log.debug("reading_resumed", client=self.client, peer=self.peer)
+
+    async def resumed(self) -> None:
+        """Wait until reading this connection may go on."""
+        while self.paused:
+            await self._resumed.wait()
+
+    def cut(self, why: str) -> None:
+        """Give up on this client: drop what is queued for it, take no more of its
+        requests (their replies could not reach it), and end its connection."""
+        self.cut_off = self.paused = True
+        self.queue.clear()
+        self.unsent = 0
+        log.warning("client_cut_off", client=self.client, peer=self.peer, why=why)
+        if self.scope is not None:
+            self.scope.cancel()
 
     async def wait_for_work(self) -> None:
         await self._work.wait()

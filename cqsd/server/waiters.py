@@ -27,7 +27,8 @@ class Waiter:
 
 
 class ReadWaiters:
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget  # payload bytes one reply may carry (read_up_to)
         self._queues: dict[tuple[str, Key], deque[Waiter]] = {}
 
     def add(self, structure: Structure, key: Key, waiter: Waiter) -> None:
@@ -51,7 +52,7 @@ class ReadWaiters:
             queue = self._queues.get((structure.name, key))
             while queue:
                 waiter = queue[0]
-                got = read_up_to(structure, waiter.client, key, waiter.n)
+                got = read_up_to(structure, waiter.client, key, waiter.n, self.budget)
                 if not got:
                     break
                 queue.popleft()
@@ -73,11 +74,15 @@ class ReadWaiters:
         structure.watched.discard(key)
 
 
-def read_up_to(structure: Structure, client: str, key: Key, n: int) -> list[Entry]:
-    got = []
+def read_up_to(structure: Structure, client: str, key: Key, n: int, budget: int) -> list[Entry]:
+    """Lock up to ``n`` messages for ``client``, stopping once their payloads pass
+    ``budget`` bytes, so that a reply holds at most one message more than that."""
+    got, size = [], 0
     try:
-        while len(got) < n:
-            got.append(structure.read(client, *key))
+        while len(got) < n and size < budget:
+            entry = structure.read(client, *key)
+            got.append(entry)
+            size += len(entry.data)
     except CQSError as err:
         if err.reason != Reason.NO_MESSAGE:
             raise

@@ -2,7 +2,6 @@
 
 from ..engine import Entry, QueueType
 
-
 TYPE_NAMES = [None] + [t.name for t in QueueType]  # by number, without an enum lookup
 
 

@@ -9,7 +9,10 @@ in ``error``; 2: the command line is wrong.
 
 import argparse
 import json
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import structlog
@@ -20,11 +23,15 @@ from cqsd.srds import jobs, slots
 from logstream.segment import check_writer_id
 
 log = structlog.get_logger()
+JVM_CAUSE = "Caused by: "  # how a Java stack trace starts the part of an exception's cause
+PARENT_POLL = 0.5  # seconds between checks that the daemon that started the job is alive
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.configure("info")
+    if args.parent is not None:
+        _exit_with_parent(args.parent)
     try:
         slots.check_structure_name(args.structure)
         result = _run(args)
@@ -55,12 +62,37 @@ def _run(args: argparse.Namespace) -> dict:
         spark.stop()
 
 
+def _exit_with_parent(parent: int) -> None:
+    """End the job as soon as ``parent``, the process that started it, is no longer
+    its parent (it was gone even before we looked, if it is not). The daemon reads
+    the result from a pipe, so a job that outlives it works for nobody, and holds
+    the structure's lock that the next daemon's checkpoint needs. (Not
+    PR_SET_PDEATHSIG: that fires when the parent's *thread* ends, and trio starts
+    processes from worker threads that end when idle.) The JVM exits with us: it
+    stops when its standard input, a pipe from this process, closes."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _first_line(err: Exception) -> str:
-    """What went wrong, in one line: Spark errors carry a JVM stack trace after
-    their first line, and an error in a Python worker its traceback, whose last
-    line is the error itself."""
+    """What went wrong, in one line. An error in a Python worker carries its
+    traceback, whose last line is the error itself. A JVM error carries its stack
+    trace: its first line says only which call failed ("An error occurred while
+    calling o304.parquet."), so take the exception on the line after it, and the
+    root cause, the last "Caused by:" (say, "No space left on device")."""
     lines = (str(err).strip() or type(err).__name__).splitlines()
-    return lines[-1] if type(err).__name__ == "PythonException" else lines[0]
+    if type(err).__name__ == "PythonException":
+        return lines[-1]
+    causes = [line.removeprefix(JVM_CAUSE) for line in lines if line.startswith(JVM_CAUSE)]
+    if not causes:
+        return lines[0]
+    what = lines[1].removeprefix(": ") if len(lines) > 1 and lines[1].startswith(": ") else lines[0]
+    return f"{what}; caused by {causes[-1]}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="a Spark setting (repeatable)")
     common.add_argument("--progress", action="store_true",
                         help="a progress bar on stderr when it is a terminal")
+    common.add_argument("--parent", type=int, metavar="PID",
+                        help="end the job once process PID (the daemon that started it) "
+                             "is no longer its parent")
     parser = argparse.ArgumentParser(prog="python -m cqsd.srds",
                                      description="structure checkpoints (SRDS) and recovery")
     jobs_ = parser.add_subparsers(dest="job", required=True)

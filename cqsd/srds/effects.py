@@ -15,7 +15,27 @@ from collections.abc import Collection, Iterator
 
 import pyarrow as pa
 
-from ..recovery.fold import FoldError
+from ..records import (
+    ARITY,
+    COLD_BY,
+    E_DATA,
+    E_NAME,
+    E_OWNER,
+    E_PUT_TIME,
+    E_QTYPE,
+    EFFECTS,
+    I_COUNT,
+    I_HOME,
+    LOCK,
+    MOVED_IN,
+    OTHERS,
+    PUT,
+    R_COUNT,
+    R_HOME,
+    READY_AT,
+    STRUCTURE,
+    FoldError,
+)
 
 SCHEMA = pa.schema([
     ("structure", pa.string()),
@@ -38,7 +58,7 @@ SCHEMA = pa.schema([
 ])
 BASE = "B"  # a slot's message, before every record
 BATCH_ROWS = 4096  # rows per Arrow batch: a few MiB of 1 KiB messages
-ARITY = {"P": 6, "L": 3, "D": 2, "R": 6, "C": 3, "O": 2, "I": 8}
+KIND_COLUMN = SCHEMA.get_field_index("kind")
 
 
 def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int) -> list[tuple]:
@@ -50,10 +70,10 @@ def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int) -
     if not isinstance(body, dict):
         return []
     rows: list[tuple] = []
-    s = body.get("s")
+    s = body.get(STRUCTURE)
     if s in structures:
-        _add(rows, s, body.get("e") or [], ts, writer, lsn, 0)
-    other = body.get("x")
+        _add(rows, s, body.get(EFFECTS) or [], ts, writer, lsn, 0)
+    other = body.get(OTHERS)
     if other:
         for t, effects in other.items():
             if t in structures:
@@ -75,17 +95,19 @@ def _add(rows: list, s: str, effects: list, ts: int, writer: str, lsn: int, part
 
 def _row(s, kind, e, ts, writer, lsn, part, idx) -> tuple:
     key = (s, e[1], ts, writer, lsn, part, idx, kind)
-    if kind == "P":
-        return (*key, e[2], e[3], e[4], e[5], 0, "ready", None, None, None)
-    if kind == "L":
-        return (*key, None, None, None, None, None, "locked", e[2], None, None)
-    if kind == "R":
-        home = e[4]
-        return (*key, e[2], e[3], None, None, e[5], "ready", None, *_home(home))
-    if kind == "C":
-        return (*key, None, None, None, None, None, "cold", e[2], None, None)
-    if kind == "I":
-        return (*key, e[2], e[3], e[4], e[5], e[6], "ready", None, *_home(e[7]))
+    if kind == PUT:
+        return (*key, e[E_QTYPE], e[E_NAME], e[E_DATA], e[E_PUT_TIME], 0, "ready", None, None,
+                None)
+    if kind == LOCK:
+        return (*key, None, None, None, None, None, "locked", e[E_OWNER], None, None)
+    if kind == READY_AT:
+        return (*key, e[E_QTYPE], e[E_NAME], None, None, e[R_COUNT], "ready", None,
+                *_home(e[R_HOME]))
+    if kind == COLD_BY:
+        return (*key, None, None, None, None, None, "cold", e[E_OWNER], None, None)
+    if kind == MOVED_IN:
+        return (*key, e[E_QTYPE], e[E_NAME], e[E_DATA], e[E_PUT_TIME], e[I_COUNT], "ready",
+                None, *_home(e[I_HOME]))
     return (*key, None, None, None, None, None, None, None, None, None)  # D, O
 
 

@@ -31,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ..recovery.fold import FoldError
+from ..records import ADDS, COLD_BY, LOCK, READY_AT, REMOVES, FoldError
 from . import effects, segments, slots
 
 EVENTS = from_arrow_schema(effects.SCHEMA)
@@ -108,8 +108,8 @@ def fold(events: DataFrame) -> DataFrame:
     names an entry that is not there.
     """
     kind = F.col("kind")
-    added, removed = kind.isin("B", "P", "I"), kind.isin("D", "O")
-    reset, placed = added | (kind == "R"), added | kind.isin("R", "L", "C")
+    added, removed = kind.isin(effects.BASE, *ADDS), kind.isin(*REMOVES)
+    reset, placed = added | (kind == READY_AT), added | kind.isin(READY_AT, LOCK, COLD_BY)
     entry = Window.partitionBy("structure", "id").orderBy(*ORDER)
     upto = entry.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = entry.rowsBetween(Window.unboundedPreceding, -1)
@@ -128,11 +128,11 @@ def fold(events: DataFrame) -> DataFrame:
         F.last(F.when(placed, F.struct("where", "owner")), True).over(upto).alias("_place"),
         F.last(F.when(added, F.struct("data", "put_time")), True).over(upto).alias("_add"),
     )
-    orphan = ~added & (F.col("_before").isNull() | F.col("_before").isin("D", "O"))
+    orphan = ~added & (F.col("_before").isNull() | F.col("_before").isin(*REMOVES))
     # One expression, so no optimiser can test the last-row condition first and
     # skip the check on the rows it would drop.
     keep = F.when(orphan, F.raise_error(_orphan_message())).otherwise(
-        F.col("_last") & F.col("_now").isin("B", "P", "I"))
+        F.col("_last") & F.col("_now").isin(effects.BASE, *ADDS))
     return folded.filter(keep).select(
         "structure", "id",
         F.col("_reset.qtype").alias("qtype"), F.col("_reset.name").alias("name"),

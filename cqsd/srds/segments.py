@@ -23,7 +23,7 @@ from logstream import CorruptLog, Damage, LogstreamError, Trimmed
 from logstream.scan import SegmentScan
 from logstream.series import SegmentFile, list_series
 
-from ..recovery.fold import FoldError
+from ..records import ADDS, FoldError
 from . import effects
 
 
@@ -119,7 +119,7 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
 
 def _note_ids(last_ids: dict[str, int], rows: list[tuple]) -> None:
     for row in rows:
-        if row[7] in ("P", "I"):
+        if row[effects.KIND_COLUMN] in ADDS:
             s = row[0]
             last_ids[s] = max(last_ids.get(s, 0), row[1])
 

@@ -159,8 +159,22 @@ def recorded_positions(srds_dir: Path, structure: str) -> list[dict[str, int]]:
     """The log positions of the slots the manifest lists with a sound entry, without
     reading their files: enough to decide what log is still needed (a damaged slot
     only makes recovery fall back to the other, older one). Raises ManifestError."""
+    return [dict(entry["lsn"]) for entry in _sound_entries(srds_dir, structure)]
+
+
+def newest_recorded(srds_dir: Path, structure: str) -> tuple[dict[str, int], float] | None:
+    """The log position and time of the newest checkpoint the manifest lists with a
+    sound entry (None if there is none), without reading its files: what the
+    daemon's checkpoint triggers count from at start. Raises ManifestError."""
+    entry = next(iter(_sound_entries(srds_dir, structure)), None)
+    return None if entry is None else (dict(entry["lsn"]), float(entry["time"]))
+
+
+def _sound_entries(srds_dir: Path, structure: str) -> list[dict]:
+    """The manifest's slot entries that pass their checksum, current first."""
     m = manifest.load(structure_dir(srds_dir, structure), structure)
-    return [dict(entry["lsn"]) for entry in m["slots"].values()
+    names = sorted(m["slots"], key=lambda n: n != m["current"])
+    return [entry for entry in (m["slots"][n] for n in names)
             if isinstance(entry, dict) and entry.get("checksum") == manifest.checksum(entry)]
 
 
@@ -363,10 +377,26 @@ def purge(srds_dir: Path, structure: str, lsn: dict[str, int], last_id: int) -> 
     Raises SlotsBusy if a checkpoint job is running (it would install older
     content after the purge).
     """
+    return _install_empty(srds_dir, structure, lsn, last_id, keep_other=False)
+
+
+def empty_checkpoint(srds_dir: Path, structure: str, lsn: dict[str, int], last_id: int) -> Slot:
+    """The checkpoint of a structure that holds no message at log position ``lsn``:
+    an empty slot there, made current as a job's would be (the other slot stays).
+    It is exact, and needs no Spark job. Raises SlotsBusy if a job is running."""
+    return _install_empty(srds_dir, structure, lsn, last_id, keep_other=True)
+
+
+def _install_empty(srds_dir: Path, structure: str, lsn: dict[str, int], last_id: int, *,
+                   keep_other: bool) -> Slot:
     with locked(srds_dir, structure) as directory:
         clear_leftovers(directory)
         target = other(manifest.load(directory, structure)["current"])
-        staged = staging_dir(directory, "purge")
-        staged.mkdir()
-        pq.write_table(table_of([]), staged / "part-00000.parquet")
-        return install(directory, staged, target, lsn, last_id, time.time(), keep_other=False)
+        staged = staging_dir(directory, "empty")
+        try:
+            staged.mkdir()
+            pq.write_table(table_of([]), staged / "part-00000.parquet")
+            return install(directory, staged, target, lsn, last_id, time.time(),
+                           keep_other=keep_other)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)  # gone already, unless it failed

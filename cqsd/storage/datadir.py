@@ -29,7 +29,10 @@ class DataDir:
             self.logstream.mkdir(exist_ok=True)
             for d in (self.root, self.images, self.logstream):
                 os.listdir(d)  # unreadable is refused now, not half-way through a restart
-            fd = os.open(self.root / "cqsd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            # held read-only: a daemon holding no file of the directory open for writing
+            # does not keep it from being remounted read-only (a checkpoint then fails
+            # cleanly; the log, on its own mount, goes on)
+            fd = os.open(self.root / "cqsd.lock", os.O_RDONLY | os.O_CREAT, 0o600)
         except OSError as err:
             raise DataDirError(f"data directory {self.root}: {err.strerror}") from err
         try:
@@ -40,8 +43,12 @@ class DataDir:
             raise DataDirError(
                 f"data directory {self.root} is in use by a live daemon (pid {holder})"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            with open(self.root / "cqsd.lock", "w") as f:
+                f.write(str(os.getpid()))
+        except OSError as err:
+            os.close(fd)
+            raise DataDirError(f"data directory {self.root}: {err.strerror}") from err
         self._lock_fd = fd
 
     def close(self) -> None:

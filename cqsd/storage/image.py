@@ -9,7 +9,7 @@ Format: ``u32`` big-endian length of the header, the header (a msgpack map
 "created", "lsn"}``, ``lsn`` being the log position the image covers,
 ``{writer: last LSN}``), then the rows as ONE msgpack array of arrays
 ``[entry_id, qtype, name, data, recoverable, put_time, delivery_count, where,
-owner, home]`` in entry-id order, then a 24-byte footer: ``u64`` length of the
+owner, home]`` (``records.py``) in entry-id order, then a 24-byte footer: ``u64`` length of the
 rows array, ``u64`` row count, ``u32`` CRC32C of the rows array, ``b"CQIE"``.
 One array lets a restart decode a million rows in a single C call over a
 memory map, with no copy of the file. The file is written to a temporary name,
@@ -31,6 +31,7 @@ from crc32c import crc32c
 from logstream.durable import fsync_dir
 
 from ..engine import Structure
+from ..records import ROW_FIELDS, row_of
 
 FORMAT = "cqsd-image"
 VERSION = 2
@@ -51,10 +52,14 @@ MAGIC = b"CQIE"
 def save(path: Path, structure: Structure, lsn: dict[str, int]) -> int:
     """Write ``structure`` to ``path`` durably; returns the number of messages."""
     entries = list(structure)
-    rows = ([e.entry_id, int(e.qtype), e.name, e.data, e.recoverable, e.put_time,
-             e.delivery_count, e.where, e.owner, [int(e.home[0]), e.home[1]] if e.home else None]
-            for e in entries)
+    rows = (row_of(e) for e in entries)
     return write_rows(path, structure.name, rows, len(entries), lsn, structure.last_id)
+
+
+def snapshot(structure: Structure) -> list[list]:
+    """Every message of ``structure`` as image rows, taken now: for ``write_rows`` to
+    write later (from a thread, say) while the structure changes."""
+    return [row_of(e) for e in structure]
 
 
 def write_rows(path: Path, structure: str, rows: Iterable[list], count: int,
@@ -161,7 +166,7 @@ def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, 
             raise ImageError(f"{path}: damaged image ({type(err).__name__}: {err})") from err
         if not isinstance(rows, list) or len(rows) != count:
             raise ImageError(f"{path}: holds {len(rows)} rows, its footer says {count}")
-        if any(not isinstance(r, list) or len(r) != 10 for r in rows):
+        if any(not isinstance(r, list) or len(r) != ROW_FIELDS for r in rows):
             raise ImageError(f"{path}: a message row is malformed")
         return header, {r[0]: r for r in rows}
     finally:

@@ -1,70 +1,82 @@
-"""A small fake cqsd for the SDK tests: a real Unix socket speaking the real codec.
+"""A fake cqsd for the SDK tests: the real engine and request table behind a
+small threaded server on a real socket, speaking the real codec.
 
-It keeps a dumb in-memory model (a dict of message maps by entry id) and
-answers the ops of docs/protocol.md well enough for the SDK and cqsctl to be
-exercised end to end without the daemon. It is not the daemon: no list
-headers, no capacity, no logging, no timeouts for waiting reads (a parked read
-is served by a put or ended by a drop). Each connection has its own thread;
-the model is guarded by one lock. It listens on a Unix socket, or on TCP
-127.0.0.1 (with TLS if given a context) for the TLS tests.
+The queue rules are the daemon's own, not a copy: each structure is a
+``cqsd.engine.StructurePair``, every request is checked by
+``cqsproto.requests.parse`` (so a client sending a wrong field or type is
+refused as the daemon would refuse it), sizes by the daemon's ``Limits``, and
+messages, locks and notifications travel as ``cqsd.server`` writes them. What
+the fake adds is what the SDK tests need and a daemon cannot give: knobs to
+inject faults and reorder replies. What it leaves out: no log (no reply waits
+for an fsync), no waiting-read timeouts (a waiting read is served by a request
+that makes its queue readable, or ended by a drop), a dropped client's locks
+are released at once (peer recovery with ``resync_grace = 0``), no overflow
+processing, and no Spark jobs (checkpoint, recover, rebuild, delete_structure
+are refused). Each connection has its own thread; the engine is guarded by
+one lock. It listens on a Unix socket, or on TCP 127.0.0.1 (with TLS if given
+a context) for the TLS tests.
 
 Knobs for tests: ``handlers[op]`` overrides an op (a function of the
 connection and the request returning the reply map, or None to send none);
 ``shuffle`` replies to the requests of one read in random order;
 ``notify_before_reply`` sends a notification before every reply;
 ``drop_all()`` cuts every connection; ``wait_parked(n)`` blocks until n reads
-wait for messages; ``requests`` records every request received.
+wait for messages; ``requests`` records every request received. Tests set up
+or inspect the structures through ``engine()`` (the lock held) and
+``messages()``.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import os
 import random
 import socket
 import ssl
+import tempfile
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cqsd.protocol.codec import (
+from cqsd.engine import (
+    CQSError,
+    Entry,
+    Put,
+    QueueType,
+    QueueWork,
+    Reason,
+    Structure,
+    StructurePair,
+    parse_qtype,
+)
+from cqsd.engine.qtypes import check_name
+from cqsd.server import wire
+from cqsd.server.clients import notification
+from cqsd.server.handlers import _commit_op
+from cqsd.server.limits import Limits
+from cqsd.server.waiters import read_up_to
+from cqsproto import (
     CLOSED,
     NEED_DATA,
     PROTOCOL_VERSION,
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    max_frame_for,
+    requests,
 )
 
-QTYPES = {
-    1: "TRAN",
-    3: "TRAN_SUSPEND",
-    4: "TRAN_SERIAL",
-    5: "LTERM",
-    7: "APPC",
-    8: "REMOTE",
-    9: "OTMA",
-    10: "USER1",
-    11: "USER2",
-}
-QTYPE_NAMES = set(QTYPES.values())
-
-
-class Refused(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+STRUCTURE_SIZE = 64 * 1024 * 1024  # room for the largest message a test puts (8 MiB)
+Key = tuple[int, str]
 
 
 @dataclass(eq=False)
 class Conn:
     sock: socket.socket
     client: str | None = None
+    deregistered: bool = False
     send_lock: threading.Lock = field(default_factory=threading.Lock)
-    requests: list[dict[str, Any]] = field(default_factory=list)
 
     def send(self, frame: dict[str, Any]) -> None:
         try:
@@ -74,8 +86,19 @@ class Conn:
             pass
 
 
+@dataclass(eq=False)
+class Parked:
+    """A read waiting server-side for a message."""
+
+    conn: Conn
+    rid: int
+    pair: StructurePair
+    key: Key
+    n: int
+
+
 def error(rid: Any, reason: str, message: str) -> dict[str, Any]:
-    return {"id": rid, "ok": False, "reason": reason, "message": message}
+    return {"id": rid, "ok": False, "reason": str(reason), "message": message}
 
 
 def ok(rid: Any, **result: Any) -> dict[str, Any]:
@@ -94,18 +117,16 @@ class FakeServer:
         self.path = path
         self.tls = tls
         self.max_message = max_message
-        self.structures = list(structures)
-        self.resync_locks: list[dict[str, Any]] = []
+        self.pairs = {name: StructurePair(Structure(name, STRUCTURE_SIZE), None)
+                      for name in structures}
         self.handlers: dict[str, Callable[[Conn, dict[str, Any]], dict[str, Any] | None]] = {}
         self.shuffle = False
         self.notify_before_reply = False
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Condition()
         self.conns: list[Conn] = []
-        self.entries: dict[int, dict[str, Any]] = {}  # entry_id -> message map + bookkeeping
-        self.parked: list[tuple[Conn, dict[str, Any]]] = []
-        self.interest: dict[tuple[str, str, str], set[Conn]] = {}
-        self._ids = itertools.count(1_000)
+        self.parked: list[Parked] = []
+        self.interest: dict[tuple[str, int, str], set[Conn]] = {}
         if path is None:
             self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._listener.bind(("127.0.0.1", 0))
@@ -154,6 +175,17 @@ class FakeServer:
         with self.lock:
             return [r for r in self.requests if r.get("op") == op]
 
+    @contextlib.contextmanager
+    def engine(self, structure: str = "MSGQ01") -> Iterator[StructurePair]:
+        """The structure itself, for a test to set up or look at, the lock held."""
+        with self.lock:
+            yield self.pairs[structure]
+
+    def messages(self, structure: str = "MSGQ01") -> list[Entry]:
+        """Every message the structure holds, in entry-id order."""
+        with self.engine(structure) as pair:
+            return list(pair)
+
     # --- serving ---
 
     def _accept_loop(self) -> None:
@@ -172,7 +204,7 @@ class FakeServer:
             self._threads.append(thread)
 
     def _serve(self, conn: Conn) -> None:
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(max_frame_for(self.max_message))
         try:
             if self.tls is not None:
                 try:
@@ -198,18 +230,19 @@ class FakeServer:
                         return
                     batch.append(frame)
                 self._answer(conn, batch)
-                if conn.client == "":  # deregistered
+                if conn.deregistered:
                     return
         finally:
             self._forget(conn)
 
     def _answer(self, conn: Conn, batch: list[dict[str, Any]]) -> None:
+        """Reply to one read's requests; what they caused for others (notifications,
+        waiting reads served) goes after the replies."""
         replies: list[dict[str, Any]] = []
         afters: list[Callable[[], None]] = []
         for frame in batch:
             with self.lock:
                 self.requests.append(frame)
-                conn.requests.append(frame)
             reply = self._handle(conn, frame, afters)
             if reply is not None:
                 replies.append(reply)
@@ -223,17 +256,20 @@ class FakeServer:
             after()
 
     def _forget(self, conn: Conn) -> None:
+        afters: list[Callable[[], None]] = []
         with self.lock:
             if conn in self.conns:
                 self.conns.remove(conn)
-            self.parked = [(c, f) for c, f in self.parked if c is not conn]
+            for parked in [p for p in self.parked if p.conn is conn]:
+                self._unpark(parked)
             for conns in self.interest.values():
                 conns.discard(conn)
-            # Peer recovery, roughly: a dropped client's locks are released.
-            if conn.client:
-                for entry in self.entries.values():
-                    if entry["owner"] == conn.client:
-                        entry["owner"] = None
+            if conn.client is not None and not conn.deregistered:
+                for pair in self.pairs.values():  # peer recovery, with no grace
+                    pair.release_client(conn.client)
+                self._settle(afters)
+        for after in afters:
+            after()
         try:
             conn.sock.close()
         except OSError:
@@ -242,289 +278,176 @@ class FakeServer:
     def _handle(
         self, conn: Conn, frame: dict[str, Any], afters: list[Callable[[], None]]
     ) -> dict[str, Any] | None:
-        rid = frame.get("id")
-        op = frame.get("op")
-        if op in self.handlers:
-            return self.handlers[op](conn, frame)
-        if op != "register" and not conn.client:
-            return error(rid, "NOT_REGISTERED", f"{op} before register")
+        if frame.get("op") in self.handlers:
+            return self.handlers[frame["op"]](conn, frame)
+        try:
+            rid, op, args = requests.parse(frame)
+        except ProtocolError as err:
+            rid = frame.get("id")
+            return error(rid if type(rid) is int else None, err.reason, err.message)
+        if conn.client is None and op != "register":
+            return error(rid, Reason.NOT_REGISTERED, f"{op}: register first")
         method = getattr(self, f"op_{op}", None)
         if method is None:
-            return error(rid, "INVALID_REQUEST", f"unknown op {op!r}")
-        try:
-            with self.lock:
-                result = method(conn, frame, afters)
-        except Refused as refused:
-            return error(rid, refused.reason, refused.message)
-        if result is PARKED:
-            return None
-        return {"id": rid, "ok": True, "result": result}
-
-    # --- the model (called with the lock held) ---
-
-    def _structure(self, frame: dict[str, Any]) -> str:
-        name = frame.get("structure")
-        if name not in self.structures:
-            raise Refused("UNKNOWN_STRUCTURE", f"no structure named {name!r}")
-        return name
-
-    @staticmethod
-    def _qtype(value: Any) -> str:
-        if value in QTYPE_NAMES:
-            return value
-        if value in QTYPES:
-            return QTYPES[value]
-        raise Refused("INVALID_REQUEST", f"unknown queue type {value!r}")
-
-    def _ready(self, structure: str, qtype: str, queue: str) -> list[dict[str, Any]]:
-        return sorted(
-            (
-                e
-                for e in self.entries.values()
-                if e["structure"] == structure
-                and e["qtype"] == qtype
-                and e["queue"] == queue
-                and e["owner"] is None
-                and e["where"] == "ready"
-            ),
-            key=lambda e: e["entry_id"],
-        )
-
-    def _entry(self, structure: str, entry_id: Any) -> dict[str, Any]:
-        entry = self.entries.get(entry_id)
-        if entry is None or entry["structure"] != structure:
-            raise Refused("ENTRY_NOT_FOUND", f"no entry {entry_id} in {structure}")
-        return entry
-
-    @staticmethod
-    def wire(entry: dict[str, Any], browse: bool = False) -> dict[str, Any]:
-        keys = ["entry_id", "queue", "qtype", "data", "recoverable", "put_time", "delivery_count"]
-        message = {k: entry[k] for k in keys}
-        if browse:
-            message["where"] = "locked" if entry["owner"] else entry["where"]
-            message["owner"] = entry["owner"]
-            if entry.get("home"):
-                message["home"] = list(entry["home"])
-        return message
-
-    def _add(
-        self, structure: str, queue: str, qtype: str, data: bytes, recoverable: bool,
-        afters: list[Callable[[], None]],
-    ) -> int:
-        key = (structure, qtype, queue)
-        was_empty = not self._ready(*key)
-        entry_id = next(self._ids)
-        self.entries[entry_id] = {
-            "structure": structure, "entry_id": entry_id, "queue": queue, "qtype": qtype,
-            "data": data, "recoverable": recoverable, "put_time": time.time_ns(),
-            "delivery_count": 0, "owner": None, "where": "ready", "home": None,
-        }
-        if was_empty:
-            for conn in self.interest.get(key, ()):
-                note = {"notify": "work", "structure": structure, "qtype": qtype, "queue": queue}
-                afters.append(lambda c=conn, n=note: c.send(n))
-        afters.append(lambda: self._serve_parked(key))
-        return entry_id
-
-    def _serve_parked(self, key: tuple[str, str, str]) -> None:
+            return error(rid, Reason.INVALID_REQUEST, f"{op}: the fake server runs no jobs")
         with self.lock:
-            for conn, frame in list(self.parked):
-                qtype = self._qtype(frame.get("qtype", "TRAN"))
-                if (frame["structure"], qtype, frame["queue"]) != key:
-                    continue
-                messages = self._lock_some(conn, key, frame.get("n", 1))
-                if not messages:
-                    break
-                self.parked.remove((conn, frame))
-                conn.send(ok(frame["id"], messages=messages))
+            try:
+                result = method(conn, rid, **args)
+            except CQSError as err:
+                return error(rid, err.reason, err.message)
+            finally:
+                self._settle(afters)
+        return None if result is PARKED else ok(rid, **result)
 
-    def _lock_some(self, conn: Conn, key: tuple[str, str, str], n: int) -> list[dict[str, Any]]:
-        taken = self._ready(*key)[:n]
-        for entry in taken:
-            entry["owner"] = conn.client
-            entry["delivery_count"] += 1
-        return [self.wire(e) for e in taken]
+    # --- after each request, as the daemon's settle (called with the lock held) ---
 
-    def op_register(self, conn, frame, afters):
-        if frame.get("version") != PROTOCOL_VERSION:
-            raise Refused("INVALID_REQUEST", f"protocol version {frame.get('version')}")
-        name = frame["client"]
-        if any(c.client == name for c in self.conns if c is not conn):
-            raise Refused("CLIENT_ACTIVE", f"client {name} is already registered")
-        conn.client = name
-        return {
-            "version": PROTOCOL_VERSION, "server": "fake 0", "max_message": self.max_message,
-            "structures": self.structures, "locks": self.resync_locks,
-        }
+    def _settle(self, afters: list[Callable[[], None]]) -> None:
+        """Notify interest in queues that got work, and serve the waiting reads of
+        queues that became readable; there is no log to write."""
+        for pair in self.pairs.values():
+            for event in pair.take_events():
+                if type(event) is QueueWork:
+                    note = notification(pair.name, event.qtype, event.name)
+                    for conn in self.interest.get((pair.name, event.qtype, event.name), ()):
+                        afters.append(lambda c=conn, n=note: c.send(n))
+            while pair.readable:
+                self._serve_parked(pair, pair.readable.pop(), afters)
+            pair.take_record()
 
-    def op_deregister(self, conn, frame, afters):
-        conn.client = ""  # before the reply: its name is free to register again at once
+    def _serve_parked(self, pair: StructurePair, key: Key,
+                      afters: list[Callable[[], None]]) -> None:
+        for parked in [p for p in self.parked if p.pair is pair and p.key == key]:
+            got = read_up_to(pair, parked.conn.client, key, parked.n, self.max_message)
+            if not got:
+                break
+            self._unpark(parked)
+            reply = ok(parked.rid, messages=[wire.message(e) for e in got])
+            afters.append(lambda c=parked.conn, r=reply: c.send(r))
+
+    def _unpark(self, parked: Parked) -> None:
+        self.parked.remove(parked)
+        if not any(p.pair is parked.pair and p.key == parked.key for p in self.parked):
+            parked.pair.watched.discard(parked.key)
+
+    # --- the ops: the engine's calls, as the daemon's handlers make them ---
+
+    def _pair(self, name: str) -> StructurePair:
+        if name not in self.pairs:
+            raise CQSError(Reason.UNKNOWN_STRUCTURE, f"no structure named {name!r}")
+        return self.pairs[name]
+
+    def op_register(self, conn, rid, client, secret, cold, version):
+        if version != PROTOCOL_VERSION:
+            raise CQSError(Reason.INVALID_REQUEST, f"protocol version {version}")
+        if any(c.client == client and not c.deregistered for c in self.conns if c is not conn):
+            raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+        conn.client = client
+        locks = []
+        for pair in self.pairs.values():
+            if cold:
+                pair.cold_client(client)
+            else:
+                locks += [wire.lock(pair.name, e) for e in pair.client_locks(client)]
+        return {"version": PROTOCOL_VERSION, "server": "fake 0", "max_message": self.max_message,
+                "structures": list(self.pairs), "locks": locks}
+
+    def op_deregister(self, conn, rid):
+        conn.deregistered = True  # before the reply: its name may register again at once
+        for pair in self.pairs.values():
+            pair.release_client(conn.client, failed=False)
         return {}
 
-    def op_connect(self, conn, frame, afters):
-        name = self._structure(frame)
-        count = sum(1 for e in self.entries.values() if e["structure"] == name)
-        return {"name": name, "entries": count}
+    def op_connect(self, conn, rid, structure):
+        return self._pair(structure).stats()
 
-    def op_put(self, conn, frame, afters):
-        structure = self._structure(frame)
-        data = frame["data"]
-        if len(data) > self.max_message:
-            raise Refused("MESSAGE_TOO_LARGE", f"{len(data)} bytes")
-        qtype = self._qtype(frame.get("qtype", "TRAN"))
-        entry_id = self._add(
-            structure, frame["queue"], qtype, data, frame.get("recoverable", True), afters
-        )
-        return {"entry_id": entry_id}
+    def op_put(self, conn, rid, structure, queue, qtype, data, recoverable):
+        Limits(self.max_message).check_message(data, recoverable)
+        return {"entry_id": self._pair(structure).put(qtype, queue, data, recoverable).entry_id}
 
-    def op_read(self, conn, frame, afters):
-        structure = self._structure(frame)
-        key = (structure, self._qtype(frame.get("qtype", "TRAN")), frame["queue"])
-        messages = self._lock_some(conn, key, frame.get("n", 1))
-        if messages:
-            return {"messages": messages}
-        if frame.get("wait") is not None:
-            self.parked.append((conn, frame))
-            self.lock.notify_all()
-            return PARKED
-        raise Refused("NO_MESSAGE", f"queue {frame['queue']} is empty")
+    def op_read(self, conn, rid, structure, queue, qtype, n, wait):
+        pair = self._pair(structure)
+        key = (parse_qtype(qtype), check_name(queue))
+        got = read_up_to(pair, conn.client, key, n, self.max_message)
+        if got:
+            return {"messages": [wire.message(e) for e in got]}
+        if not wait:
+            raise CQSError(Reason.NO_MESSAGE, f"no readable message on {queue}")
+        self.parked.append(Parked(conn, rid, pair, key, n))
+        pair.watched.add(key)
+        self.lock.notify_all()
+        return PARKED
 
-    def op_browse(self, conn, frame, afters):
-        structure = self._structure(frame)
-        queue, qtype = frame.get("queue"), frame.get("qtype")
-        if qtype is not None:
-            qtype = self._qtype(qtype)
-        chosen = [
-            e
-            for _, e in sorted(self.entries.items())
-            if e["structure"] == structure
-            and (queue is None or e["queue"] == queue)
-            and (qtype is None or e["qtype"] == qtype)
-        ]
-        start = frame.get("cursor") or 0
-        limit = frame.get("limit", 100)
-        page = chosen[start : start + limit]
-        cursor = start + limit if start + limit < len(chosen) else None
-        return {"messages": [self.wire(e, browse=True) for e in page], "cursor": cursor}
+    def op_browse(self, conn, rid, structure, queue, qtype, cursor, limit):
+        found, after = self._pair(structure).browse(qtype, queue, after=cursor, limit=limit)
+        return {"messages": [wire.browsed(e) for e in found],
+                "cursor": list(after) if after else None}
 
-    def op_delete(self, conn, frame, afters):
-        structure = self._structure(frame)
-        entry = self._entry(structure, frame["entry_id"])
-        self._check_lock(conn, entry, frame.get("operator", False))
-        del self.entries[entry["entry_id"]]
+    def op_delete(self, conn, rid, structure, entry_id, operator):
+        self._pair(structure).delete(None if operator else conn.client, entry_id)
         return {}
 
-    def _check_lock(self, conn: Conn, entry: dict[str, Any], operator: bool) -> None:
-        owner = entry["owner"]
-        if operator and owner not in (None, conn.client):
-            raise Refused("LOCK_NOT_HELD", f"entry {entry['entry_id']} is locked by {owner}")
-        if not operator and owner != conn.client:
-            raise Refused("LOCK_NOT_HELD", f"entry {entry['entry_id']} is not locked by you")
-
-    def op_move(self, conn, frame, afters):
-        structure = self._structure(frame)
-        entry = self._entry(structure, frame["entry_id"])
-        self._check_lock(conn, entry, operator=True)
-        qtype = self._qtype(frame.get("qtype", "TRAN"))
-        entry.update(queue=frame["queue"], qtype=qtype, owner=None)
+    def op_move(self, conn, rid, structure, entry_id, queue, qtype):
+        self._pair(structure).move(conn.client, entry_id, qtype, queue)
         return {}
 
-    def op_unlock(self, conn, frame, afters):
-        structure = self._structure(frame)
-        entry = self._entry(structure, frame["entry_id"])
-        self._check_lock(conn, entry, operator=False)
-        entry["owner"] = None
-        if frame.get("queue") is not None:
-            entry.update(queue=frame["queue"], qtype=self._qtype(frame.get("qtype") or "TRAN"))
-        key = (structure, entry["qtype"], entry["queue"])
-        afters.append(lambda: self._serve_parked(key))
-        return {"qtype": entry["qtype"], "queue": entry["queue"]}
+    def op_unlock(self, conn, rid, structure, entry_id, failed, queue, qtype):
+        e = self._pair(structure).unlock(conn.client, entry_id, failed=failed, qtype=qtype,
+                                         name=queue)
+        return {"qtype": QueueType(e.qtype).name, "queue": e.name}
 
-    def op_commit(self, conn, frame, afters):
-        structure = self._structure(frame)
-        for op in frame["ops"]:  # validate everything first: all or nothing
-            if op["op"] != "put":
-                self._check_lock(conn, self._entry(structure, op["entry_id"]), op["op"] == "move")
-        entry_ids = []
-        for op in frame["ops"]:
-            kind = op["op"]
-            if kind == "put":
-                entry_ids.append(self._add(
-                    structure, op["queue"], self._qtype(op["qtype"]), op["data"],
-                    op["recoverable"], afters,
-                ))
-            elif kind == "delete":
-                del self.entries[op["entry_id"]]
-            elif kind == "move":
-                qtype = self._qtype(op["qtype"])
-                self.entries[op["entry_id"]].update(queue=op["queue"], qtype=qtype, owner=None)
-            elif kind == "unlock":
-                self.entries[op["entry_id"]]["owner"] = None
-        return {"entry_ids": entry_ids}
+    def op_commit(self, conn, rid, structure, ops):
+        batch = [_commit_op(kind, f) for kind, f in requests.commit_ops(ops)]
+        Limits(self.max_message).check_commit(batch)
+        done = self._pair(structure).commit(conn.client, batch)
+        return {"entry_ids": [e.entry_id for op, e in zip(batch, done, strict=True)
+                              if type(op) is Put]}
 
-    def op_register_interest(self, conn, frame, afters):
-        structure = self._structure(frame)
-        key = (structure, self._qtype(frame.get("qtype", "TRAN")), frame["queue"])
+    def op_register_interest(self, conn, rid, structure, queue, qtype):
+        pair = self._pair(structure)
+        key = (pair.name, parse_qtype(qtype), check_name(queue))
         self.interest.setdefault(key, set()).add(conn)
-        if self._ready(*key):
-            note = {"notify": "work", "structure": key[0], "qtype": key[1], "queue": key[2]}
-            afters.append(lambda: conn.send(note))
+        if pair.queue_stats(key[1], queue)["depth"]:
+            conn.send(notification(*key))  # as the daemon does, before the reply
         return {}
 
-    def op_deregister_interest(self, conn, frame, afters):
-        structure = self._structure(frame)
-        key = (structure, self._qtype(frame.get("qtype", "TRAN")), frame["queue"])
+    def op_deregister_interest(self, conn, rid, structure, queue, qtype):
+        key = (self._pair(structure).name, parse_qtype(qtype), check_name(queue))
         self.interest.get(key, set()).discard(conn)
         return {}
 
-    def op_query(self, conn, frame, afters):
-        kind = frame["kind"]
-        wanted = frame.get("structure")
-        if wanted is not None:
-            self._structure(frame)
-        names = [s for s in self.structures if wanted in (None, s)]
+    def op_query(self, conn, rid, kind, structure):
+        chosen = [self._pair(structure)] if structure is not None else list(self.pairs.values())
         if kind == "structures":
-            rows = [
-                {"name": s, "entries": sum(e["structure"] == s for e in self.entries.values()),
-                 "status": "ACTIVE"}
-                for s in names
-            ]
+            rows = [{**s.stats(), "status": "available"} for s in chosen]
         elif kind == "queues":
-            depth: dict[tuple[str, str, str], int] = {}
-            for e in self.entries.values():
-                if e["structure"] in names:
-                    key = (e["structure"], e["qtype"], e["queue"])
-                    depth[key] = depth.get(key, 0) + 1
-            rows = [{"structure": s, "qtype": t, "queue": q, "depth": d}
-                    for (s, t, q), d in sorted(depth.items())]
-        elif kind == "clients":
-            rows = [{"client": c.client, "connected": True} for c in self.conns if c.client]
-        elif kind == "locks":
-            rows = [{"structure": e["structure"], "entry_id": e["entry_id"], "owner": e["owner"],
-                     "qtype": e["qtype"], "queue": e["queue"]}
-                    for e in self.entries.values() if e["owner"] and e["structure"] in names]
+            rows = [{"structure": s.name, **q,
+                     "waiting": sum(p.pair is s and p.key == (QueueType[q["qtype"]], q["queue"])
+                                    for p in self.parked)}
+                    for s in chosen for q in s.queues(also=s.watched)]
         elif kind == "headers":
-            rows = [{"structure": s, "lh": 71, "entries": 0} for s in names]
+            rows = [{"structure": s.name, **h} for s in chosen for h in s.header_stats()]
+        elif kind == "locks":
+            rows = [{**wire.lock(s.name, e), "owner": e.owner}
+                    for s in chosen for client in sorted(s.client_stats())
+                    for e in s.client_locks(client)]
+        elif kind == "clients":
+            rows = [{"client": c.client, "peer": "fake", "tcp": self.path is None}
+                    for c in self.conns if c.client and not c.deregistered]
         else:
-            raise Refused("INVALID_REQUEST", f"unknown query kind {kind!r}")
+            raise CQSError(Reason.INVALID_REQUEST, f"query: unknown kind {kind!r}")
         return {"rows": rows}
 
-    def op_requeue(self, conn, frame, afters):
-        structure = self._structure(frame)
-        entry = self._entry(structure, frame["entry_id"])
-        if not entry.get("home"):
-            raise Refused("INVALID_REQUEST", f"entry {entry['entry_id']} has no home to go back to")
-        qtype, queue = entry["home"]
-        entry.update(qtype=qtype, queue=queue, home=None, where="ready", owner=None)
-        return {"qtype": qtype, "queue": queue}
+    def op_requeue(self, conn, rid, structure, entry_id):
+        e = self._pair(structure).requeue(entry_id)
+        return {"qtype": QueueType(e.qtype).name, "queue": e.name}
 
-    def op_dequeue(self, conn, frame, afters):
-        structure = self._structure(frame)
-        key = (structure, self._qtype(frame.get("qtype", "TRAN")), frame["queue"])
-        ready = self._ready(*key)
-        for entry in ready:
-            del self.entries[entry["entry_id"]]
-        return {"count": len(ready)}
+    def op_dequeue(self, conn, rid, structure, queue, qtype):
+        return {"count": len(self._pair(structure).dequeue(qtype, queue))}
+
+    def op_alter(self, conn, rid, structure, size):
+        pair = self._pair(structure)
+        pair.alter(size)
+        return pair.stats()
 
 
 PARKED = object()
@@ -536,6 +459,4 @@ def short_socket_path(tmp_path: Any) -> str:
     path = os.path.join(str(tmp_path), "s.sock")
     if len(path) < 100:
         return path
-    import tempfile
-
     return os.path.join(tempfile.mkdtemp(prefix="cqs"), "s.sock")

@@ -11,7 +11,7 @@ import pytest
 import cqsclient
 from cqsclient import errors
 from cqsclient.model import HeldLock, Notification
-from cqsd.protocol.codec import PROTOCOL_VERSION
+from cqsproto import PROTOCOL_VERSION
 
 from .fakeserver import error, ok
 
@@ -25,11 +25,13 @@ def client(address):
 
 def test_register_then_round_trips(server, address):
     """connect registers (with the protocol version), and put/read/delete round trip."""
-    server.resync_locks = [{"structure": "MSGQ01", "entry_id": 9, "queue": "Q", "qtype": "TRAN"}]
+    with server.engine() as held:  # what IMS1 still holds from an earlier connection
+        eid = held.put("TRAN", "Q", b"held").entry_id
+        held.read("IMS1", "TRAN", "Q")
     with cqsclient.connect(address, client="IMS1", secret="s3", cold=False) as c:
         assert c.max_message == server.max_message
         assert c.structures == ["MSGQ01", "MSGQ01OV"]
-        assert c.resync_locks == [HeldLock("MSGQ01", 9, "Q", "TRAN")]
+        assert c.resync_locks == [HeldLock("MSGQ01", eid, "Q", "TRAN")]
         s = c.structure("MSGQ01")
         eid = s.put("TRANX", b"hello")
         m = s.read("TRANX")
@@ -287,7 +289,8 @@ def test_operator_helpers(server, client):
     assert s.unlock(m.entry_id, queue="Q3").queue == "Q3"
     assert s.dequeue("Q3") == 1
     rows = s.query("queues")
-    assert rows == [{"structure": "MSGQ01", "qtype": "LTERM", "queue": "Q2", "depth": 1}]
+    assert [(r["structure"], r["qtype"], r["queue"], r["depth"]) for r in rows] == [
+        ("MSGQ01", "LTERM", "Q2", 1)]
 
 
 def test_cannot_connect_names_the_address(tmp_path):

@@ -26,9 +26,9 @@ def test_every_design_reason_has_its_own_class():
         assert cls.reason == reason
 
 
-def test_the_engines_reason_enum_agrees():
-    """The SDK's reason codes are the engine's, so the two cannot drift apart."""
-    from cqsd.engine.errors import Reason
+def test_the_protocols_reason_enum_agrees():
+    """The SDK's reason codes are the protocol's, which the daemon sends, so none can drift."""
+    from cqsproto import Reason
 
     assert [r.value for r in Reason] == DESIGN_REASONS
 

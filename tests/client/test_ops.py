@@ -6,7 +6,7 @@ import pytest
 
 from cqsclient import errors, ops
 from cqsclient.model import BrowsePage, HeldLock, Location, Message
-from cqsd.protocol.codec import PROTOCOL_VERSION
+from cqsproto import PROTOCOL_VERSION
 
 WIRE = {
     "entry_id": 7, "queue": "TRANX", "qtype": "TRAN", "data": b"abc", "recoverable": True,

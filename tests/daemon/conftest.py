@@ -1,6 +1,6 @@
 import pytest
 
-from .harness import Daemon
+from .harness import Daemon, MountNamespace
 
 
 @pytest.fixture
@@ -22,3 +22,11 @@ def make_daemon():
     yield make
     for d in made:
         d.cleanup()
+
+
+@pytest.fixture
+def namespace():
+    """A mount namespace of its own, for small and read-only filesystems."""
+    ns = MountNamespace()
+    yield ns
+    ns.close()

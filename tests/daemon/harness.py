@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from cqsd.protocol.codec import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, encode_frame
+from cqsproto import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, encode_frame
 
 STRUCTURES = """
 [[structure]]
@@ -76,15 +76,25 @@ class Daemon:
             if event.get("event") == "ready":
                 self._ready.set()
 
-    def events(self, name: str) -> list[dict]:
-        return [e for e in self.lines if e.get("event") == name]
+    def events(self, name: str, after: int = 0, **fields) -> list[dict]:
+        """The events called ``name`` with these ``fields``, of those logged after the
+        first ``after`` lines (``len(d.lines)`` before a restart: that run's only)."""
+        return [e for e in self.lines[after:] if e.get("event") == name
+                and all(e.get(k) == v for k, v in fields.items())]
 
-    def wait_for(self, name: str, count: int = 1, timeout: float = 20) -> list[dict]:
-        """Block until the daemon has logged ``count`` events called ``name``."""
+    def wait_for(self, name: str, count: int = 1, timeout: float = 20, after: int = 0,
+                 **fields) -> list[dict]:
+        """Block until the daemon has logged ``count`` events called ``name`` with these
+        ``fields`` (after the first ``after`` lines)."""
+        self.wait_until(lambda: len(self.events(name, after, **fields)) >= count,
+                        f"{count} {name!r}", timeout)
+        return self.events(name, after, **fields)
+
+    def wait_until(self, logged, what: str, timeout: float = 20) -> None:
+        """Block until ``logged()`` is true of what the daemon has logged."""
         with self._logged:
-            if not self._logged.wait_for(lambda: len(self.events(name)) >= count, timeout):
-                raise AssertionError(f"daemon did not log {count} {name!r}: {self.lines[-5:]}")
-        return self.events(name)
+            if not self._logged.wait_for(logged, timeout):
+                raise AssertionError(f"daemon did not log {what}: {self.lines[-5:]}")
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM and wait: a graceful stop."""
@@ -97,12 +107,59 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
 
+    def use_data_dir(self, path: Path) -> None:
+        """Keep the data in ``path`` (say on a small filesystem) from the next start."""
+        self.config.write_text(self.config.read_text().replace(
+            f'data_dir = "{self.data}"', f'data_dir = "{path}"'))
+        self.data = path
+
     def restart(self) -> "Daemon":
         return self.start()
 
     def cleanup(self) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class MountNamespace:
+    """A private mount namespace (``unshare -rm``: no root needed, and root inside it
+    still cannot write to a read-only mount) for the disk tests: small filesystems
+    and read-only ones that only processes run with ``prefix`` (nsenter) see."""
+
+    def __init__(self) -> None:
+        if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+            raise RuntimeError("util-linux unshare and nsenter are needed for the disk tests")
+        self.holder = subprocess.Popen(["unshare", "-rm", "sh", "-c", "echo in && exec sleep 600"],
+                                       stdout=subprocess.PIPE, text=True)
+        assert self.holder.stdout.readline().strip() == "in"
+        self.prefix = ("nsenter", "-t", str(self.holder.pid), "-U", "-m",
+                       "--preserve-credentials")
+
+    def run(self, *command: str) -> str:
+        """Run ``command`` in the namespace; its standard output."""
+        return subprocess.run([*self.prefix, *command], check=True, capture_output=True,
+                              text=True).stdout
+
+    def small_disk(self, path: Path, size: str) -> Path:
+        """A tmpfs of ``size`` (e.g. "6m") mounted at ``path``, created if need be."""
+        self.run("mkdir", "-p", str(path))  # in here: ``path`` may be on one of our mounts
+        self.run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
+        return path
+
+    def writable(self, path: Path, on: bool) -> None:
+        """Remount the filesystem mounted at ``path`` read-write or read-only; a path
+        that is no mount point is bound onto itself first."""
+        if subprocess.run([*self.prefix, "mountpoint", "-q", str(path)], check=False).returncode:
+            self.run("mount", "--bind", str(path), str(path))
+        self.run("mount", "-o", f"remount,bind,{'rw' if on else 'ro'}", str(path))
+
+    def fill(self, path: Path, megabytes: int) -> None:
+        """Take ``megabytes`` of the filesystem holding ``path`` (a file at it)."""
+        self.run("dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={megabytes}")
+
+    def close(self) -> None:
+        self.holder.kill()
+        self.holder.wait()
 
 
 class Raw:

@@ -1,6 +1,7 @@
 """The async SDK against a real daemon, under Trio and under asyncio."""
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import cqsclient.aio
@@ -23,7 +24,7 @@ def test_async_client_pipelines_and_is_notified(daemon, backend):
                 tg.start_soon(reader)
                 while not [r for r in await c.query("queues", "MSGQ01")
                            if r["queue"] == "ASYNC" and r["waiting"]]:
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
                 ids = [await s.put("ASYNC", b"%d" % i) for i in range(50)]
             assert got[0].entry_id == ids[0]
             notes = [n async for n in c.notifications(timeout=0.5)]

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -25,14 +26,15 @@ def contents(address, queue="Q", structure="MSGQ01"):
 
 
 def ctl(d, *args):
-    return subprocess.run([sys.executable, "-m", "cqsd.ctl", "--address", d.address, "--json",
+    return subprocess.run([sys.executable, "-m", "cqsclient.ctl", "--address", d.address, "--json",
                            *args], capture_output=True, text=True, timeout=300)
 
 
 def test_checkpoint_is_recorded_and_a_crash_restarts_from_it(make_daemon):
-    """cqsctl checkpoint waits for the job; display backups shows it; after more work
-    and a SIGKILL the restart folds the checkpoint and the tail (plain-Python path),
-    and the log behind the checkpoint has been trimmed."""
+    """cqsctl checkpoint waits for the job; display backups shows it (and the empty
+    slots the empty structures got at once); after more work and a SIGKILL the
+    restart folds the checkpoint and the tail (plain-Python path), and the log
+    behind the checkpoint has been trimmed."""
     d = make_daemon(JOBS).start()
     with cqsclient.connect(d.address, client="A") as c:
         s = c.structure("MSGQ01")
@@ -43,7 +45,9 @@ def test_checkpoint_is_recorded_and_a_crash_restarts_from_it(make_daemon):
     report = json.loads(done.stdout)
     assert report["rows"] == 300 and report["slot"] in ("SRDS1", "SRDS2")
     backups = json.loads(ctl(d, "display", "backups").stdout)
-    assert [b["structure"] for b in backups] == ["MSGQ01"] and backups[0]["rows"] == 300
+    # the empty structures were given empty slots at once, to let the log be trimmed
+    assert {b["structure"]: b["rows"] for b in backups} == {"MSGQ01": 300, "MSGQ01OV": 0,
+                                                            "SMALL": 0}
     assert d.events("log_trimmed"), "segments wholly behind the checkpoint were not trimmed"
     c = cqsclient.connect(d.address, client="A")
     s = c.structure("MSGQ01")
@@ -133,8 +137,7 @@ def test_checkpoint_under_live_load_loses_nothing(make_daemon):
     d = make_daemon(JOBS + 'checkpoint_log_volume = "256KiB"\n').start()
     procs, journals, stop = start_workers(d, 3, seed=7)
     try:
-        taken = d.wait_for("checkpoint_taken", timeout=120)  # the volume trigger fired
-        assert taken[0]["structure"] == "MSGQ01"
+        d.wait_for("checkpoint_taken", timeout=120, structure="MSGQ01")  # the volume trigger
         with cqsclient.connect(d.address, client="OPER") as c:
             c.checkpoint("MSGQ01")  # and one by hand, still under load
     finally:
@@ -146,3 +149,60 @@ def test_checkpoint_under_live_load_loses_nothing(make_daemon):
     puts, _, _ = check(journals, survivors(d))
     assert puts > 50
     assert any(e["why"] == "log_volume" for e in d.events("checkpoint_started"))
+
+
+PAYLOAD = 1000  # bytes a put carries; its log record is a few dozen bytes more
+PUTS = 32  # a run's puts: an eighth of the volume, so no run logs it alone
+VOLUME, SEGMENT = 240_000, 64 * 1024
+OFTEN = (f'spark_master = "local[2]"\nlog_segment = {SEGMENT}\n'
+         f"checkpoint_log_volume = {VOLUME}\ncheckpoint_interval = 0\n")
+
+
+def put_some(d, n: int) -> list[int]:
+    with cqsclient.connect(d.address, client="A") as c:
+        s = c.structure("MSGQ01")
+        return [s.put("Q", b"%06d" % i + b"x" * PAYLOAD) for i in range(n)]
+
+
+def test_restart_replay_stays_bounded_when_the_daemon_is_killed_often(make_daemon):
+    """A daemon SIGKILLed after every few dozen puts, long before a checkpoint job could
+    finish, replays at each restart no more than the volume plus one run's records
+    and a segment, however many times it restarts: a restart that folded the volume
+    saves the structure as its crash-recovery base at once."""
+    d = make_daemon(OFTEN, structures=ONE)
+    replayed, seconds, acked = [], [], []
+    for _ in range(20):
+        run = len(d.lines)
+        began = time.monotonic()
+        d.start()
+        seconds.append(round(time.monotonic() - began, 2))
+        (rebuilt,) = d.events("structure_rebuilt", after=run)
+        replayed.append(rebuilt["records_replayed"])
+        acked += put_some(d, PUTS)
+        if d.events("base_image_due", after=run):
+            d.wait_for("base_image_saved", after=run)
+        d.kill()
+    print(f"records replayed per restart {replayed}\nseconds to ready {seconds}")
+    bound = (VOLUME + SEGMENT) // PAYLOAD + PUTS
+    assert max(replayed) <= bound, f"a restart replayed more than {bound} records"
+    assert len(d.events("base_image_saved")) >= 2
+    d.start()
+    assert [eid for eid, _, _ in contents(d.address)] == acked
+
+
+def test_a_checkpoint_a_crash_interrupted_starts_again_at_the_next_start(make_daemon):
+    """The volume is reached, its checkpoint starts, and the daemon is SIGKILLed while
+    the job runs: the job ends with it, and the next start owes the checkpoint from
+    the log and the slots on disk, so it takes it at once and trims the log."""
+    d = make_daemon(OFTEN, structures=ONE).start()
+    acked = put_some(d, VOLUME // PAYLOAD + 10)
+    d.wait_for("checkpoint_started", why="log_volume")
+    d.kill()
+    run = len(d.lines)
+    d.start()
+    assert d.events("checkpoint_due", after=run, why="log_volume")
+    taken = d.wait_for("checkpoint_taken", after=run, timeout=120)
+    assert taken[0]["rows"] == len(acked)
+    d.wait_for("log_trimmed", after=run)
+    assert not d.events("checkpoint_failed")  # the interrupted job left no lock behind
+    assert [eid for eid, _, _ in contents(d.address)] == acked

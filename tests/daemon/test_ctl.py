@@ -7,7 +7,7 @@ import sys
 
 def ctl(daemon, *args, input=None):
     return subprocess.run(
-        [sys.executable, "-m", "cqsd.ctl", "--address", daemon.address, *args],
+        [sys.executable, "-m", "cqsclient.ctl", "--address", daemon.address, *args],
         capture_output=True, text=True, timeout=60, input=input)
 
 
@@ -48,6 +48,6 @@ def test_dequeue_requeue_delete_and_failures(daemon):
 
 def test_unreachable_daemon_exits_3(tmp_path):
     """A daemon that is not there is named, with exit status 3."""
-    r = subprocess.run([sys.executable, "-m", "cqsd.ctl", "--address", f"unix://{tmp_path}/none",
+    r = subprocess.run([sys.executable, "-m", "cqsclient.ctl", "--address", f"unix://{tmp_path}/none",
                         "display", "structures"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and "none" in r.stderr

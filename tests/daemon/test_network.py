@@ -15,7 +15,8 @@ from cqsclient.errors import CQSError
 from .harness import free_port
 
 SECRET = "s3cret"
-CLIENT = f'[[client]]\nname = "IMS1"\nsecret_sha256 = "{hashlib.sha256(SECRET.encode()).hexdigest()}"\n'
+DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
+CLIENT = f'[[client]]\nname = "IMS1"\nsecret_sha256 = "{DIGEST}"\n'
 
 
 def test_tcp_needs_the_secret(make_daemon):
@@ -32,14 +33,20 @@ def test_tcp_needs_the_secret(make_daemon):
     assert d.events("register")
 
 
-def test_tls(make_daemon, tmp_path):
-    """With a certificate and key, the TCP listener speaks TLS."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+def tls_files(directory):
+    """A self-signed certificate for 127.0.0.1 and its key, made in ``directory``."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
          "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls(make_daemon, tmp_path):
+    """With a certificate and key, the TCP listener speaks TLS."""
+    cert, key = tls_files(tmp_path)
     port = free_port()
     d = make_daemon(f'tcp = "127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"',
                     extra=CLIENT).start()
@@ -66,7 +73,8 @@ def test_sighup_reopens_the_log_file(make_daemon):
     """After logrotate moves the file away, SIGHUP makes the daemon write a new one."""
     d = make_daemon()
     log = d.dir / "cqsd.log"
-    d.config.write_text(d.config.read_text().replace("[daemon]\n", f'[daemon]\nlog_file = "{log}"\n', 1))
+    text = d.config.read_text().replace("[daemon]\n", f'[daemon]\nlog_file = "{log}"\n', 1)
+    d.config.write_text(text)
     proc = subprocess.Popen([sys.executable, "-m", "cqsd", "run", "--config", str(d.config)])
     try:
         wait_for_line(log, "ready")

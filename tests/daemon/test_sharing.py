@@ -75,6 +75,24 @@ def test_clients_share_a_queue_and_no_message_goes_to_two(daemon):
     assert len(per_client) >= 2, per_client
 
 
+def test_an_operator_delete_takes_any_message_not_locked_by_another(daemon):
+    """DESIGN §6: an operator delete takes a ready message and one the caller holds
+    locked, and refuses one another client holds."""
+    with connect(daemon, "OPA") as a, connect(daemon, "OPB") as b:
+        sa, sb = a.structure("MSGQ01"), b.structure("MSGQ01")
+        ready, mine, theirs = (sa.put("OPQ", bytes([i])) for i in range(3))
+        assert sa.read("OPQ").entry_id == ready
+        assert sa.read("OPQ").entry_id == mine
+        assert sb.read("OPQ").entry_id == theirs
+        sa.unlock(ready)
+        sa.operator_delete(ready)
+        sa.operator_delete(mine)
+        with pytest.raises(CQSError) as err:
+            sa.operator_delete(theirs)
+        assert err.value.reason == "LOCK_NOT_HELD"
+        assert [m.entry_id for m in sa.browse(None, None) if m.queue == "OPQ"] == [theirs]
+
+
 def test_32_clients_register_and_the_33rd_is_refused(daemon):
     """The default max_clients is 32; a 33rd registration gets CLIENT_LIMIT."""
     clients = [connect(daemon, f"IMS{i}") for i in range(32)]
@@ -203,7 +221,8 @@ def test_waiting_readers_are_woken_in_order(daemon):
         threads = []
         for i, c in enumerate(clients):
             t = threading.Thread(
-                target=lambda i=i, c=c: results.__setitem__(i, c.structure("MSGQ01").read("WQ", wait=30))
+                target=lambda i=i, c=c: results.__setitem__(
+                    i, c.structure("MSGQ01").read("WQ", wait=30))
             )
             t.start()
             threads.append(t)

@@ -90,7 +90,8 @@ def test_wrong_field_types_name_the_field(daemon):
         ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "recoverable": 1}, "'recoverable'"),
         ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "qtype": "NOPE"}, "queue type"),
         ({"structure": "MSGQ01", "queue": "Q" * 16, "data": b"x"}, "queue name"),
-        ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "colour": 1}, "unknown field 'colour'"),
+        ({"structure": "MSGQ01", "queue": "Q", "data": b"x", "colour": 1},
+         "unknown field 'colour'"),
         ({"queue": "Q", "data": b"x"}, "'structure' is required"),
     ]
     for fields, words in cases:
@@ -106,6 +107,22 @@ def test_wrong_field_types_name_the_field(daemon):
 def msgpack_frame(obj) -> bytes:
     body = msgpack.packb(obj)
     return struct.pack(">I", len(body)) + body
+
+
+def test_a_deeply_nested_op_or_a_huge_id_costs_one_request(make_daemon):
+    """An op nested a thousand deep, or a 300 KB id, gets INVALID_REQUEST quoting it
+    briefly (both once stopped the daemon), and the daemon serves on."""
+    d = make_daemon('max_message = "1KiB"').start()
+    raw = Raw(d.socket)
+    assert raw.register("NEST")["ok"]
+    body = b"\x82\xa2id\x01\xa2op" + b"\x91" * 1000 + b"\xc0"
+    raw.send(struct.pack(">I", len(body)) + body)
+    reply = raw.receive()
+    assert reply["reason"] == "INVALID_REQUEST" and len(reply["message"]) < 100
+    raw.send(msgpack_frame({"id": b"\x00" * 300_000, "op": "put"}))
+    reply = raw.receive()
+    assert reply["reason"] == "INVALID_REQUEST" and len(reply["message"]) < 100
+    healthy(d)
 
 
 def test_pipelined_replies_keep_request_order(daemon):
@@ -130,7 +147,8 @@ def test_pipelined_replies_keep_request_order(daemon):
     replies = [raw.receive() for _ in frames]
     assert [r["id"] for r in replies] == [1000 + i for i in range(300)]
     assert [r["ok"] for r in replies] == [k != "error" for k in kinds]
-    put_ids = [r["result"]["entry_id"] for r, k in zip(replies, kinds) if k in ("logged", "plain")]
+    put_ids = [r["result"]["entry_id"] for r, k in zip(replies, kinds, strict=True)
+               if k in ("logged", "plain")]
     assert put_ids == sorted(put_ids) and len(set(put_ids)) == 150
 
 
@@ -156,7 +174,8 @@ def test_a_flooding_client_does_not_hold_others_back(make_daemon):
     rest = [flood.receive() for _ in range(n - 1)]
     sender.join()
     assert [r["id"] for r in (first, *rest)] == [10 + i for i in range(n)]
-    assert first["result"]["entry_id"] < reply["result"]["entry_id"] < rest[-1]["result"]["entry_id"]
+    ids = [r["result"]["entry_id"] for r in (first, reply, rest[-1])]
+    assert ids == sorted(ids) and len(set(ids)) == 3
 
 
 def test_requests_before_register_are_refused(daemon):
@@ -177,20 +196,24 @@ def test_unregistered_connection_is_closed_after_handshake_timeout(make_daemon):
     d.wait_for("handshake_timeout")
 
 
-def test_client_that_stops_reading_is_cut_off(make_daemon):
-    """Replies piling up past send_queue cut that client off; others carry on."""
-    d = make_daemon("send_queue = 16").start()
-    raw = Raw(d.socket)
+def test_client_that_reads_nothing_is_cut_off(make_daemon):
+    """A client that stops reading is paused, not cut off; notifications piling up
+    for it past send_queue cut it off; others carry on."""
+    d = make_daemon('send_queue = 16\nlog_level = "debug"').start()
+    raw, other = Raw(d.socket), Raw(d.socket)
     raw.register("SLOW")
+    other.register("BUSY")
+    for i in range(20):
+        assert raw.request("register_interest", structure="MSGQ01", queue=f"N{i}")["ok"]
     raw.request("put", structure="MSGQ01", queue="BIG", data=b"x" * 60000)
     frame = msgpack_frame({"id": 1, "op": "browse", "structure": "MSGQ01", "queue": "BIG",
                            "qtype": "TRAN"})
-    try:
-        for _ in range(2000):
-            raw.send(frame)
-    except OSError:
-        pass  # the daemon hung up on us, as it should
-    d.wait_for("client_cut_off")
+    raw.send(frame * 10)  # more replies than the socket buffer holds: reading pauses
+    d.wait_for("reading_paused")
+    for i in range(20):
+        assert other.request("put", structure="MSGQ01", queue=f"N{i}", data=b"n")["ok"]
+    [cut] = d.wait_for("client_cut_off")
+    assert cut["client"] == "SLOW" and "too many replies" in cut["why"]
     healthy(d)
 
 

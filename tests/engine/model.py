@@ -23,7 +23,7 @@ from hypothesis.stateful import (
 )
 
 from cqsd.engine import CQSError, Delete, Move, Put, QueueType, Unlock
-from cqsd.recovery.fold import RECOVERABLE, rows_of
+from cqsd.records import RECOVERABLE, rows_of
 
 ENTRY_MAX = 700
 MAX_DELIVERIES = 3

@@ -18,7 +18,8 @@ from cqsd.engine import (
 from cqsd.engine.events import Altered, ExitFailed, OverflowMode, OverflowStatus
 from cqsd.engine.overflow import MAX_CANDIDATES, grown_size, select
 from cqsd.engine.pair import StructurePair
-from cqsd.recovery.fold import RECOVERABLE, fold, rows_of
+from cqsd.records import RECOVERABLE, rows_of
+from cqsd.recovery.fold import fold
 
 EL = 512
 TRAN, SERIAL = QueueType.TRAN, QueueType.TRAN_SERIAL
@@ -560,3 +561,20 @@ def test_a_structure_restored_over_full_grows_to_hold_its_content():
     assert pair.pressure
     assert pair.relieve().grew == (100 * EL, 375 * EL)
     assert pair.primary.stats()["elements_total"] == 375
+
+
+def test_an_overflow_move_batch_stops_at_move_bytes():
+    """One move_some logs at most MOVE_BYTES of payload (and one message more), so
+    its record stays within what the log takes whatever the message sizes."""
+    from cqsd.engine import pair as pair_module
+
+    MiB = 1024 * 1024
+    primary = Structure("P", 64 * MiB, entry_max=2 * MiB)
+    p = StructurePair(primary, Structure("OV", 64 * MiB, entry_max=2 * MiB), threshold=1)
+    for _ in range(10):
+        p.put("TRAN", "BIG", b"m" * MiB)
+    p.relieve()
+    moved = p.move_some()
+    record = p.take_record()
+    assert moved == pair_module.MOVE_BYTES // MiB
+    assert sum(len(e[4]) for e in record["x"]["OV"]) == moved * MiB

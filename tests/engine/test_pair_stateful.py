@@ -20,7 +20,15 @@ from cqsd.engine.structure import position
 from cqsd.recovery.fold import fold
 
 from .model import (
-    ENTRY_MAX, MAX_DELIVERIES, TYPES, ModelMachine, Msg, as_logged, cost, recoverable_rows, run,
+    ENTRY_MAX,
+    MAX_DELIVERIES,
+    TYPES,
+    ModelMachine,
+    Msg,
+    as_logged,
+    cost,
+    recoverable_rows,
+    run,
 )
 from .test_stateful import EngineVersusModel
 

@@ -14,7 +14,15 @@ from cqsd.engine import Put, Structure
 from cqsd.recovery.fold import fold
 
 from .model import (
-    ENTRY_MAX, MAX_DELIVERIES, TYPES, ModelMachine, Msg, as_logged, cost, recoverable_rows, run,
+    ENTRY_MAX,
+    MAX_DELIVERIES,
+    TYPES,
+    ModelMachine,
+    Msg,
+    as_logged,
+    cost,
+    recoverable_rows,
+    run,
 )
 
 SIZE = 40 * 512  # 40 data elements: small enough to fill often

@@ -35,7 +35,7 @@ def test_two_writers_merge_by_timestamp_writer_lsn(two_writers: Path) -> None:
     records = list(read(two_writers))
     assert len(records) == 350
     assert records == sorted(records, key=order)
-    assert any(a.timestamp == b.timestamp for a, b in zip(records, records[1:]))
+    assert any(a.timestamp == b.timestamp for a, b in zip(records, records[1:], strict=False))
     assert all(r.body == body_for(r.writer, r.lsn) for r in records)
 
 
@@ -154,7 +154,8 @@ def test_any_bodies_round_trip_through_real_files(body_list: list[object], size:
 def test_a_record_finished_while_the_reader_looks_is_not_damage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """If a live writer completes a record just as the reader hits end of file, the read just ends."""
+    """If a live writer completes a record just as the reader hits end of file, the read
+    just ends."""
     write_series(tmp_path, "alpha", 3)
     [path] = segments(tmp_path, "alpha")
     whole = path.read_bytes()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -237,3 +238,26 @@ def test_stats_count_what_happened(tmp_path: Path) -> None:
     assert s.bytes_written == 28 + 12 and s.segments_created == 1 and not s.failed
     # The new segment file, its directory entry, its preallocation, the flush.
     assert s.fsyncs == 4
+
+
+def test_bytes_after_counts_the_records_a_reader_from_there_goes_through(tmp_path: Path) -> None:
+    """bytes_after is exact at segment boundaries, within a segment of the truth
+    elsewhere, and counts the records of the active, preallocated segment, not its
+    zeros; a writer reopened after a crash (its last segment still preallocated)
+    counts the same."""
+    sizes = [0]
+    with Writer.open(tmp_path / "live", "alpha", segment_size=4096) as w:
+        for i in range(200):
+            w.append("x" * (i % 50))
+            sizes.append(w.stats().bytes_written)
+        total = sizes[-1]
+        assert w.bytes_after(0) == total and w.bytes_after(200) == 0
+        firsts = [int(p.name.split(".")[1]) for p in segments(tmp_path / "live", "alpha")]
+        for first in firsts:
+            assert w.bytes_after(first - 1) == total - sizes[first - 1]
+        for lsn in range(0, 201, 7):
+            assert abs(w.bytes_after(lsn) - (total - sizes[lsn])) <= 4096
+        w.flush()
+        shutil.copytree(tmp_path / "live", tmp_path / "crashed")
+    with Writer.open(tmp_path / "crashed", "alpha", segment_size=4096) as again:
+        assert again.bytes_after(firsts[-1] - 1) == total - sizes[firsts[-1] - 1]

@@ -1,4 +1,4 @@
-"""Tests for cqsd.protocol.codec: framing, limits, damage and import isolation."""
+"""Tests for cqsproto.codec: framing, limits, damage and import isolation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cqsd.protocol import (
+from cqsproto import (
     CLOSED,
     DEFAULT_MAX_FRAME,
     INVALID_REQUEST,
@@ -80,7 +80,7 @@ def feed(decoder: FrameDecoder, stream: bytes, cuts: list[int]) -> list[dict[str
     """Feed *stream* split at *cuts*, draining after each piece, then EOF."""
     got = []
     bounds = [0, *sorted(set(cuts)), len(stream)]
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
         if hi > lo:
             decoder.receive_data(stream[lo:hi])
             more, stop = drain(decoder)
@@ -438,7 +438,7 @@ def survive(stream: bytes, cuts: list[int], max_frame: int = DEFAULT_MAX_FRAME) 
     # Every frame returned consumes at least five bytes, which bounds the calls.
     budget = len(stream) // 5 + 2 * (len(cuts) + 2)
     bounds = [0, *sorted(set(cuts)), len(stream)]
-    pieces = [stream[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo] + [b""]
+    pieces = [stream[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo] + [b""]
     try:
         for piece in pieces:
             decoder.receive_data(piece)
@@ -496,21 +496,24 @@ def test_damaged_valid_frames_raise_nothing_but_protocol_error(
 # --- isolation --------------------------------------------------------------
 
 
-def test_importing_the_protocol_pulls_in_no_event_loop_or_engine() -> None:
-    """Importing cqsd.protocol afresh loads no trio, anyio, asyncio, socket or engine."""
-    forbidden = ["trio", "anyio", "asyncio", "socket", "cqsd.engine"]
+def test_importing_the_protocol_pulls_in_no_event_loop_or_package_of_ours() -> None:
+    """Importing every cqsproto module afresh loads no trio, anyio, asyncio, socket, cqsd,
+    cqsclient or logstream."""
+    forbidden = ["trio", "anyio", "asyncio", "socket", "cqsd", "cqsclient", "logstream"]
     script = (
-        "import sys, cqsd.protocol\n"
+        "import sys, pkgutil, importlib, cqsproto\n"
+        "for m in pkgutil.iter_modules(cqsproto.__path__):\n"
+        "    importlib.import_module('cqsproto.' + m.name)\n"
         f"print(','.join(m for m in {forbidden!r} if m in sys.modules))\n"
     )
-    path = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(REPO_ROOT / "clients"), os.environ.get("PYTHONPATH", "")])
     result = subprocess.run(
         [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
+        cwd=REPO_ROOT / "clients",
         env=dict(os.environ, PYTHONPATH=path),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"cqsd.protocol imported: {result.stdout.strip()}"
+    assert result.stdout.strip() == "", f"cqsproto imported: {result.stdout.strip()}"

@@ -17,7 +17,7 @@ import msgpack
 from hypothesis import strategies as st
 
 from cqsd.engine import CQSError, Delete, Move, Put, QueueType, Structure, Unlock
-from cqsd.recovery.fold import RECOVERABLE, rows_of
+from cqsd.records import RECOVERABLE, rows_of
 
 WRITERS = ["IMSA", "cqsd", "w.3"]  # in sort order; ties in time are broken by writer
 CLIENTS = ["IMS1", "IMS2"]

@@ -7,6 +7,7 @@ others fail, or report, before any Spark is needed.
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -109,3 +110,40 @@ def test_spark_submit_runs_the_same_job(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["slot"], result["rows"], result["lsn"]) == ("SRDS1", 7, {"cqsd": 7})
     assert {"session", "plan", "read", "fold", "commit"} <= set(result["stages"])
+
+
+def test_a_job_given_its_parent_ends_when_the_parent_is_killed(tmp_path):
+    """With --parent (as the daemon runs it) a job whose parent is SIGKILLed ends
+    within a second or so, releasing the structure's lock for the next job."""
+    fill(tmp_path, 1, 3)
+    parent = subprocess.Popen(
+        ["sh", "-c", (f'"{sys.executable}" -m cqsd.srds checkpoint --structure {S} '
+                      f"--data-dir {tmp_path} --parent $$ & echo $!; wait")],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    job = int(parent.stdout.readline())
+    exited = os.pidfd_open(job)
+    try:
+        parent.kill()
+        parent.wait()
+        assert select.select([exited], [], [], 10)[0], "the job outlived its parent"
+    finally:
+        os.close(exited)
+    with slots.locked(tmp_path / "srds", S):
+        pass  # free
+
+
+def test_a_jvm_error_is_named_by_its_exception_and_root_cause():
+    """A Py4J error's first line only names the failing call: the event gives the Java
+    exception under it and the last "Caused by:" of its trace."""
+    from cqsd.srds.__main__ import _first_line
+
+    trace = ("An error occurred while calling o304.parquet.\n"
+             ": org.apache.spark.SparkException: Task failed while writing rows to file:/x\n"
+             "\tat org.apache.spark.A.b(A.scala:1)\n"
+             "Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left\n"
+             "\tat org.apache.hadoop.C.d(C.java:2)\n"
+             "Caused by: java.io.IOException: No space left on device\n")
+    assert _first_line(Exception(trace)) == (
+        "org.apache.spark.SparkException: Task failed while writing rows to file:/x; "
+        "caused by java.io.IOException: No space left on device")
+    assert _first_line(ValueError("one line\nand more")) == "one line"

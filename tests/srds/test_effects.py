@@ -2,7 +2,7 @@
 
 import pytest
 
-from cqsd.recovery.fold import FoldError
+from cqsd.records import FoldError
 from cqsd.srds import effects
 
 

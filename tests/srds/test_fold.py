@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cqsd.recovery.fold import FoldError
+from cqsd.records import FoldError
 
 from .folds import log_order, python_fold, spark_fold
 from .histories import Drawn, History

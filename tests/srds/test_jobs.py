@@ -9,7 +9,8 @@ import pytest
 
 import logstream
 from cqsd.engine import Structure
-from cqsd.recovery.fold import FoldError, fold
+from cqsd.records import FoldError
+from cqsd.recovery.fold import fold
 from cqsd.srds import jobs, manifest, slots
 from cqsd.storage import image, repository
 

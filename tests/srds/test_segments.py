@@ -3,7 +3,7 @@
 import pytest
 
 import logstream
-from cqsd.recovery.fold import FoldError
+from cqsd.records import FoldError
 from cqsd.srds import segments
 
 S = "MSGQ01"

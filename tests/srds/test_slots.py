@@ -133,6 +133,31 @@ def test_purge_leaves_one_empty_slot_at_the_given_position(tmp_path):
     assert set(json.loads((tmp_path / S / manifest.NAME).read_text())["slots"]) == {"SRDS1"}
 
 
+def test_an_empty_checkpoint_becomes_current_and_keeps_the_other_slot(tmp_path):
+    """empty_checkpoint: an empty slot at ``lsn`` is current, as a job's would be, and
+    the slot it did not replace is still there to fall back on."""
+    before = checkpoint(tmp_path, [row(1)], {"cqsd": 1}, 1)
+    empty = slots.empty_checkpoint(tmp_path, S, {"cqsd": 7}, 99)
+    assert slots.valid_slots(tmp_path, S) == [empty, before]
+    assert (empty.name, empty.rows, empty.last_id) == ("SRDS2", 0, 99)
+    assert not [p for p in (tmp_path / S).iterdir() if p.name.startswith(".staging")]
+
+
+def test_newest_recorded_reads_the_manifest_only(tmp_path):
+    """The position and time of the current slot, or of the other one when the
+    current entry fails its checksum; None before the first checkpoint."""
+    assert slots.newest_recorded(tmp_path, S) is None
+    checkpoint(tmp_path, [row(1)], {"cqsd": 5})
+    checkpoint(tmp_path, [row(2)], {"cqsd": 9})
+    (tmp_path / S / "SRDS2" / "part-00000.parquet").write_bytes(b"damaged: not read")
+    assert slots.newest_recorded(tmp_path, S) == ({"cqsd": 9}, 1.0)
+    path = tmp_path / S / manifest.NAME
+    m = json.loads(path.read_text())
+    m["slots"]["SRDS2"]["rows"] += 1
+    path.write_text(json.dumps(m))
+    assert slots.newest_recorded(tmp_path, S) == ({"cqsd": 5}, 1.0)
+
+
 def test_a_purge_is_refused_while_another_process_holds_the_lock(tmp_path):
     """A checkpoint running elsewhere would install older content after the purge."""
     holder = subprocess.Popen(

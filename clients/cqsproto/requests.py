@@ -9,15 +9,21 @@ name valid) belong to the engine; this module only knows wire types.
 from typing import Any
 
 from .codec import INVALID_REQUEST, ProtocolError
+from .quote import quote
 
 REQUIRED = object()
+# The largest frame a client may send before its register reply: a register request
+# is a name, a secret and a version, well under 1 KiB. Without it an unregistered
+# peer could make the daemon buffer a frame of max_message bytes.
+MAX_REGISTER_FRAME = 64 * 1024
 _NUMBER = (int, float)
 
 # op -> field -> (accepted types, default)
 _QTYPE = ((str, int), "TRAN")
 _STRUCTURE = ((str,), REQUIRED)
 _ENTRY = ((int,), REQUIRED)
-OPS: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
+Spec = dict[str, tuple[tuple[type, ...], Any]]  # field -> (accepted types, default)
+OPS: dict[str, Spec] = {
     "register": {
         "client": ((str,), REQUIRED),
         "secret": ((str, type(None)), None),
@@ -75,7 +81,7 @@ OPS: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).
-COMMIT_OPS = {
+COMMIT_OPS: dict[str, Spec] = {
     "put": {k: v for k, v in OPS["put"].items() if k != "structure"},
     "delete": {"entry_id": _ENTRY},
     "move": {k: v for k, v in OPS["move"].items() if k != "structure"},
@@ -84,26 +90,28 @@ COMMIT_OPS = {
 MAX_COMMIT_OPS = 100_000  # a bound on one atomic batch, so one request cannot stall the daemon
 
 
-def parse(frame: dict) -> tuple[int, str, dict[str, Any]]:
+def parse(frame: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     """(request id, op, fields with defaults filled in) of a request frame.
 
     Raises ProtocolError(INVALID_REQUEST) naming the op and field at fault.
     """
     request_id = frame.get("id")
     if type(request_id) is not int:
-        raise ProtocolError(INVALID_REQUEST, f"request id must be an integer, got {request_id!r}")
+        message = f"request id must be an integer, got {quote(request_id)}"
+        raise ProtocolError(INVALID_REQUEST, message)
     op = frame.get("op")
-    spec = OPS.get(op) if type(op) is str else None
-    if spec is None:
-        raise ProtocolError(INVALID_REQUEST, f"unknown op {op!r}")
+    spec = OPS.get(op) if isinstance(op, str) else None
+    if spec is None or not isinstance(op, str):
+        raise ProtocolError(INVALID_REQUEST, f"unknown op {quote(op)}")
     return request_id, op, fields(op, spec, frame, skip=("id", "op"))
 
 
-def fields(where: str, spec: dict, frame: dict, skip: tuple[str, ...] = ("op",)) -> dict[str, Any]:
+def fields(where: str, spec: Spec, frame: dict[str, Any],
+           skip: tuple[str, ...] = ("op",)) -> dict[str, Any]:
     """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen."""
     for name in frame:
         if name not in spec and name not in skip:
-            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {name!r}")
+            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {quote(name)}")
     out = {}
     for name, (types, default) in spec.items():
         value = frame.get(name, default)
@@ -120,7 +128,7 @@ def fields(where: str, spec: dict, frame: dict, skip: tuple[str, ...] = ("op",))
     return out
 
 
-def commit_ops(ops: list) -> list[tuple[str, dict[str, Any]]]:
+def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     """The operations of a commit request, each checked like a request of its own."""
     if len(ops) > MAX_COMMIT_OPS:
         raise ProtocolError(
@@ -134,10 +142,11 @@ def commit_ops(ops: list) -> list[tuple[str, dict[str, Any]]]:
                                 "data": op["data"], "recoverable": op.get("recoverable", True)}))
             continue
         kind = op.get("op") if isinstance(op, dict) else None
-        spec = COMMIT_OPS.get(kind) if type(kind) is str else None
-        if spec is None:
+        spec = COMMIT_OPS.get(kind) if isinstance(kind, str) else None
+        if spec is None or not isinstance(kind, str):
             raise ProtocolError(
-                INVALID_REQUEST, f"commit: ops[{i}] must be a map with op put, delete, move or unlock"
+                INVALID_REQUEST,
+                f"commit: ops[{i}] must be a map with op put, delete, move or unlock"
             )
         out.append((kind, fields(f"commit ops[{i}] ({kind})", spec, op)))
     return out
@@ -146,7 +155,7 @@ def commit_ops(ops: list) -> list[tuple[str, dict[str, Any]]]:
 _PUT_KEYS = frozenset(("op", *COMMIT_OPS["put"]))
 
 
-def _plain_put(op: dict) -> bool:
+def _plain_put(op: dict[str, Any]) -> bool:
     return (
         op.keys() <= _PUT_KEYS
         and type(op.get("queue")) is str

@@ -48,9 +48,13 @@ from typing import Any, Final
 
 import msgpack
 
+from .quote import quote
+from .reasons import Reason
+
 __all__ = [
     "CLOSED",
     "DEFAULT_MAX_FRAME",
+    "FRAME_HEADROOM",
     "HEADER_SIZE",
     "INVALID_REQUEST",
     "MAX_FRAME_LIMIT",
@@ -60,6 +64,7 @@ __all__ = [
     "FrameDecoder",
     "ProtocolError",
     "encode_frame",
+    "max_frame_for",
 ]
 
 # Bumped whenever a peer of the previous version could misread a frame or a
@@ -68,10 +73,12 @@ PROTOCOL_VERSION: Final = 1
 
 _MiB: Final = 1024 * 1024
 
-# The largest message cqsd accepts by default is 100 MiB, MQ's MAXMSGL; the
-# extra 1 MiB is headroom for the other fields of the request that carries it
-# (id, op, queue name, options), so a maximal message still fits in a frame.
-DEFAULT_MAX_FRAME: Final = 100 * _MiB + 1 * _MiB
+# A frame carries a message plus the other fields of its request (id, op,
+# queue name, options): 1 MiB of headroom lets a maximal message still fit.
+FRAME_HEADROOM: Final = 1 * _MiB
+
+# The largest message cqsd accepts by default is 100 MiB, MQ's MAXMSGL.
+DEFAULT_MAX_FRAME: Final = 100 * _MiB + FRAME_HEADROOM
 
 # The length prefix is a 4-byte big-endian unsigned integer, so no frame can
 # be longer than this however a limit is configured.
@@ -81,12 +88,8 @@ MAX_FRAME_LIMIT: Final = 2**32 - 1
 
 # Reason codes carried by ProtocolError; the daemon puts them in its error
 # reply (where it can still send one) before closing the connection.
-INVALID_REQUEST: Final = "INVALID_REQUEST"
-MESSAGE_TOO_LARGE: Final = "MESSAGE_TOO_LARGE"
-
-# How much of an offending map key an error message quotes: enough to
-# recognise it, while a bin key of many megabytes cannot bloat a log line.
-_KEY_QUOTE_LIMIT: Final = 40
+INVALID_REQUEST: Final = Reason.INVALID_REQUEST.value
+MESSAGE_TOO_LARGE: Final = Reason.MESSAGE_TOO_LARGE.value
 
 
 class ProtocolError(Exception):
@@ -124,6 +127,11 @@ CLOSED: Final = _Signal.CLOSED
 """Returned by :meth:`FrameDecoder.next_frame` once the peer closed cleanly."""
 
 
+def max_frame_for(max_message: int) -> int:
+    """The largest request frame a daemon whose max_message is *max_message* accepts."""
+    return min(max_message + FRAME_HEADROOM, MAX_FRAME_LIMIT)
+
+
 def _check_max_frame(max_frame: int) -> None:
     if not 1 <= max_frame <= MAX_FRAME_LIMIT:
         raise ValueError(
@@ -152,8 +160,8 @@ def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> byt
         raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
     for key in obj:
         if not isinstance(key, str):
-            raise TypeError(f"frame map key {_quote(key)} is not a string")
-    body = msgpack.packb(obj, use_bin_type=True)
+            raise TypeError(f"frame map key {quote(key)} is not a string")
+    body: bytes = msgpack.packb(obj, use_bin_type=True)
     if len(body) > max_frame:
         raise _too_large(len(body), max_frame)
     # One copy of the body; a 100 MiB frame costs a few tens of milliseconds,
@@ -307,7 +315,7 @@ def _decode_body(body: memoryview) -> dict[str, Any]:
         )
     for key in obj:
         if not isinstance(key, str):
-            raise ProtocolError(INVALID_REQUEST, f"frame map key {_quote(key)} is not a string")
+            raise ProtocolError(INVALID_REQUEST, f"frame map key {quote(key)} is not a string")
     return obj
 
 
@@ -316,12 +324,3 @@ def _ext_refused(code: int | None) -> ProtocolError:
     return ProtocolError(
         INVALID_REQUEST, f"frame body contains msgpack {what}, which the protocol does not use"
     )
-
-
-def _quote(key: object) -> str:
-    if isinstance(key, (bytes, bytearray)):
-        key = bytes(key[:_KEY_QUOTE_LIMIT])
-    text = repr(key)
-    if len(text) > _KEY_QUOTE_LIMIT:
-        text = text[: _KEY_QUOTE_LIMIT - 3] + "..."
-    return text

@@ -22,7 +22,6 @@ import base64
 import datetime
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
@@ -31,8 +30,8 @@ from typing import Any, Final, TextIO
 import cqsclient
 from cqsclient.errors import ConnectionLost, CQSError
 from cqsclient.model import Message
-
-from .config import ConfigError, parse_size
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
+from cqsproto.sizes import parse_size
 
 __all__ = ["build_parser", "format_table", "main", "show_data", "to_json"]
 
@@ -41,8 +40,6 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNREACHABLE: Final = 3
 
-# The characters and length the daemon allows in a client name (docs/protocol.md).
-CLIENT_NAME: Final = re.compile(r"[A-Za-z0-9@#$_.\-]{1,16}")
 # Table cells holding data are cut here, so one message cannot blow up a table.
 DATA_WIDTH: Final = 60
 
@@ -125,7 +122,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
     def line(values: list[str]) -> str:
         parts = [
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
         ]
         return "  ".join(parts).rstrip()
 
@@ -161,7 +159,7 @@ def format_messages(messages: Sequence[Message]) -> str:
     # The recoverable and home columns appear only when they say something.
     if any(not m.recoverable for m in messages):
         columns.insert(-2, "recoverable")
-        for row, m in zip(rows, messages):
+        for row, m in zip(rows, messages, strict=True):
             row["recoverable"] = m.recoverable
     if any(m.home is not None for m in messages):
         columns.insert(-2, "home")
@@ -196,7 +194,7 @@ def _json_default(value: Any) -> Any:
 def to_json(value: Any) -> str:
     """*value* as indented JSON; bytes become ``{"base64": ...}``, dataclasses objects."""
     if is_dataclass(value) and not isinstance(value, type):
-        value = asdict(value)  # type: ignore[arg-type]
+        value = asdict(value)
     return json.dumps(value, indent=2, default=_json_default, ensure_ascii=False)
 
 
@@ -210,9 +208,7 @@ def default_client_name() -> str:
 
 def _client_name(text: str) -> str:
     if not CLIENT_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a client name: 1 to 16 of A-Z a-z 0-9 @ # $ _ . -"
-        )
+        raise argparse.ArgumentTypeError(f"{text!r} is not a client name: {CLIENT_NAME_RULE}")
     return text
 
 
@@ -238,9 +234,9 @@ def _seconds(text: str) -> float:
 
 def _size(text: str) -> int:
     try:
-        return parse_size(text, "--size")
-    except ConfigError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--size: {error}") from None
 
 
 def _entry_id(text: str) -> int:
@@ -299,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "checkpoint, recover, alter, rebuild, delete-structure.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
+    parser.add_argument("--version", action="version", version=f"cqsctl {cqsclient.__version__}")
     _global_options(parser, suppress=False)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, suppress=True)

@@ -1,0 +1,46 @@
+"""The cqsd wire protocol, sans I/O: the leaf the daemon and the client SDK both import.
+
+It holds what the two sides must agree on: the frame codec and protocol
+version (``codec``), the request table (``requests``), the reason codes
+(``reasons``), the client-name rule (``names``) and the spelling of sizes
+(``sizes``). It imports nothing of cqsd's and never trio, anyio, asyncio or
+socket; the blocking client uses it on plain sockets (tests/protocol and
+tests/test_imports.py check).
+"""
+
+from .codec import (
+    CLOSED,
+    DEFAULT_MAX_FRAME,
+    FRAME_HEADROOM,
+    HEADER_SIZE,
+    INVALID_REQUEST,
+    MAX_FRAME_LIMIT,
+    MESSAGE_TOO_LARGE,
+    NEED_DATA,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    ProtocolError,
+    encode_frame,
+    max_frame_for,
+)
+from .names import CLIENT_NAME, CLIENT_NAME_RULE
+from .reasons import Reason
+
+__all__ = [
+    "CLIENT_NAME",
+    "CLIENT_NAME_RULE",
+    "CLOSED",
+    "DEFAULT_MAX_FRAME",
+    "FRAME_HEADROOM",
+    "HEADER_SIZE",
+    "INVALID_REQUEST",
+    "MAX_FRAME_LIMIT",
+    "MESSAGE_TOO_LARGE",
+    "NEED_DATA",
+    "PROTOCOL_VERSION",
+    "FrameDecoder",
+    "ProtocolError",
+    "Reason",
+    "encode_frame",
+    "max_frame_for",
+]

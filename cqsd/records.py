@@ -1,0 +1,101 @@
+"""The two formats recovery rests on: the log record and the image row
+(docs/recovery.md). Everything that writes or reads them — the engine's
+effects, the daemon's journal, the reference fold, the Spark fold, images and
+SRDS slots — takes their names and field positions from here, and nothing
+else spells them out.
+
+A record body is a msgpack map::
+
+    {"s": structure, "e": [effect, ...], "x": {overflow structure: [effect, ...]}}
+
+``x`` is present only when one operation touched both structures of a pair
+(an overflow move, a put routed to the overflow structure), so that the two
+halves are one record: atomic in the log as in memory. An effect is a list
+whose first field is its kind and second the entry id it concerns.
+
+Effects and rows are plain tuples and lists, not objects: the engine makes
+one per recoverable change on its hottest path, and an image holds a million
+rows that must load in one C call. The names below are positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+Body = dict[str, Any]
+Effect = list[Any] | tuple[Any, ...]
+
+# -- the record ------------------------------------------------------------------
+
+STRUCTURE, EFFECTS, OTHERS = "s", "e", "x"
+
+# Effect kinds, each with its fields after the kind:
+PUT = "P"  # entry_id, qtype, name, data, put_time: a new recoverable message
+LOCK = "L"  # entry_id, owner: read with a lock (counts a delivery)
+DELETE = "D"  # entry_id
+READY_AT = "R"  # entry_id, qtype, name, home, delivery_count: back on a ready queue
+COLD_BY = "C"  # entry_id, owner: to the cold queue (its owner cold-started)
+MOVED_OUT = "O"  # entry_id: left for the overflow structure (its I is in the same record)
+MOVED_IN = "I"  # entry_id, qtype, name, data, put_time, delivery_count, home
+ARITY = {PUT: 6, LOCK: 3, DELETE: 2, READY_AT: 6, COLD_BY: 3, MOVED_OUT: 2, MOVED_IN: 8}
+ADDS = (PUT, MOVED_IN)  # an entry appears
+REMOVES = (DELETE, MOVED_OUT)  # an entry goes
+
+# Field positions within an effect.
+KIND, ENTRY = 0, 1
+E_QTYPE, E_NAME = 2, 3  # P, R, I
+E_DATA, E_PUT_TIME = 4, 5  # P, I
+E_OWNER = 2  # L, C
+R_HOME, R_COUNT = 4, 5  # R
+I_COUNT, I_HOME = 6, 7  # I
+
+
+def effect_lists(body: Body) -> list[tuple[str, list[Effect]]]:
+    """(structure, effects) for each structure a record holds effects of."""
+    return [(body[STRUCTURE], body[EFFECTS]), *body.get(OTHERS, {}).items()]
+
+
+def waits_for_log(body: Body) -> bool:
+    """Whether a reply to the request that made this record waits until it is
+    durable: anything but locks does. A lock lost in a crash only means the
+    message is read again, as if its reader had died."""
+    return any(e[KIND] != LOCK for _, effects in effect_lists(body) for e in effects)
+
+
+# -- the image row -----------------------------------------------------------------
+
+# A message as an image, a slot and both folds hold it.
+ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME = range(10)
+ROW_FIELDS = 10
+
+
+class Entry(Protocol):
+    """The fields of an engine entry a row is made of."""
+
+    entry_id: int
+    qtype: int
+    name: str
+    data: bytes | memoryview
+    recoverable: bool
+    put_time: int
+    delivery_count: int
+    where: str
+    owner: str | None
+    home: tuple[int, str] | None
+
+
+def row_of(entry: Entry) -> list[Any]:
+    """An engine entry as an image row."""
+    home = [int(entry.home[0]), entry.home[1]] if entry.home else None
+    return [entry.entry_id, int(entry.qtype), entry.name, bytes(entry.data), entry.recoverable,
+            entry.put_time, entry.delivery_count, entry.where, entry.owner, home]
+
+
+def rows_of(entries: Iterable[Entry]) -> dict[int, list[Any]]:
+    """Engine entries (a structure iterates its own) as image rows by entry id."""
+    return {e.entry_id: row_of(e) for e in entries}
+
+
+class FoldError(Exception):
+    """A record that does not fit the image it is applied to."""

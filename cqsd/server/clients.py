@@ -1,0 +1,176 @@
+"""Registered clients: who may register, the interests they registered, and
+peer recovery of the locks of a client that drops without deregistering.
+
+A client is a name held by one connection at a time (an IMS subsystem, an MQ
+queue manager). When its connection drops, its locked messages wait
+``resync_grace`` seconds for it to come back and resync them; then they go
+back to their queues as failed deliveries, as CQS returns a failed member's
+work. A cold start instead moves them to the cold queue for the operator.
+"""
+
+import hashlib
+import hmac
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, encode_frame
+
+from ..config import Config
+from ..engine import CQSError, QueueType, Reason, StructurePair
+from . import wire
+from .registry import Registry
+from .session import Session
+
+log = structlog.get_logger()
+Interest = tuple[str, int, str]  # (structure, queue type, queue name)
+
+
+class Clients:
+    def __init__(self, config: Config, registry: Registry, settle: Callable[[], int],
+                 spawn: Callable[..., None]) -> None:
+        self.config = config
+        self.registry = registry
+        self.settle = settle
+        self.spawn = spawn
+        self.sessions: dict[str, Session] = {}  # the connection each registered name holds
+        self.pending: dict[str, trio.CancelScope] = {}  # grace timers of dropped clients
+        self.interest: dict[Interest, set[Session]] = {}
+
+    # -- registration ------------------------------------------------------------
+
+    def register(self, session: Session, client: str, secret: str | None,
+                 cold: bool) -> list[dict]:
+        """Give ``client`` to ``session``; returns the locks it resyncs (none if
+        ``cold``: they go to the cold queue)."""
+        if session.client is not None:
+            raise _bad(f"this connection is already registered as {session.client}")
+        if not CLIENT_NAME.fullmatch(client):
+            raise _bad(f"client name {client!r} must be {CLIENT_NAME_RULE}")
+        self._authorize(session, client, secret)
+        if client in self.sessions:
+            raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+        if len(self.sessions) >= self.config.daemon.max_clients:
+            raise CQSError(Reason.CLIENT_LIMIT,
+                           f"{len(self.sessions)} clients are registered, the maximum")
+        session.client = client
+        self.sessions[client] = session
+        pending = self.pending.pop(client, None)
+        if pending is not None:
+            pending.cancel()
+        locks = []
+        for s in self.registry.pairs.values():
+            if cold:
+                moved = s.cold_client(client)
+                if moved:
+                    log.info("cold_start_locks", client=client, structure=s.name,
+                             messages=len(moved))
+            else:
+                locks += [wire.lock(s.name, e) for e in s.client_locks(client)]
+        log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks))
+        return locks
+
+    def _authorize(self, session: Session, client: str, secret: str | None) -> None:
+        known = {c.name: c.secret_sha256 for c in self.config.clients}
+        if not known:
+            if session.over_tcp:
+                raise CQSError(Reason.NOT_AUTHORIZED,
+                               "registration over TCP needs a configured client")
+            return
+        digest = hashlib.sha256(secret.encode()).hexdigest() if secret is not None else ""
+        if client not in known or not hmac.compare_digest(digest, known[client]):
+            raise CQSError(Reason.NOT_AUTHORIZED,
+                           f"client {client} is not authorized with that secret")
+
+    def deregister(self, session: Session) -> None:
+        """A normal end: the name is free at once, and its locks go back unfailed."""
+        client = session.client
+        assert client is not None
+        session.deregistered = True
+        del self.sessions[client]  # before the reply: its name may register again at once
+        for s in self.registry.pairs.values():
+            s.release_client(client, failed=False)
+        log.info("deregister", client=client)
+
+    def connection_lost(self, session: Session, shutting_down: bool) -> None:
+        """``session`` has ended; if it held a client that did not deregister, that
+        client's locks go to peer recovery (at a shutdown they stay, for the image)."""
+        for key in list(session.interests):
+            self.drop_interest(session, key)
+        client = session.client
+        if client is None or self.sessions.get(client) is not session:
+            return
+        del self.sessions[client]
+        if shutting_down:
+            return
+        log.info("connection_lost", client=client, peer=session.peer, cut_off=session.cut_off)
+        self.schedule_peer_recovery(client)
+
+    # -- peer recovery -------------------------------------------------------------
+
+    def schedule_peer_recovery(self, client: str) -> None:
+        """Release a dropped client's locks after ``resync_grace`` unless it comes back."""
+        grace = self.config.daemon.resync_grace
+        if grace == 0:
+            self.recover_peer(client)
+            return
+        scope = trio.CancelScope()
+        self.pending[client] = scope
+        self.spawn(f"resync grace of {client}", self._grace, client, scope, grace)
+
+    async def _grace(self, client: str, scope: trio.CancelScope, grace: float) -> None:
+        with scope:
+            await trio.sleep(grace)
+            if self.pending.get(client) is scope:
+                del self.pending[client]
+                self.recover_peer(client)
+
+    def recover_peer(self, client: str) -> None:
+        """Its locks go back as failed deliveries (suspended past max_deliveries)."""
+        for s in self.registry.pairs.values():
+            released = s.release_client(client)
+            if released:
+                suspended = sum(1 for e in released if e.qtype == QueueType.TRAN_SUSPEND)
+                log.info("peer_recovery", client=client, structure=s.name,
+                         returned=len(released) - suspended, suspended=suspended)
+        self.settle()
+
+    # -- interests and notifications -------------------------------------------------
+
+    def add_interest(self, session: Session, key: Interest, has_work: bool) -> None:
+        self.interest.setdefault(key, set()).add(session)
+        session.interests.add(key)
+        if has_work:
+            session.send(notification(*key))
+
+    def drop_interest(self, session: Session, key: Interest) -> None:
+        session.interests.discard(key)
+        sessions = self.interest.get(key)
+        if sessions is not None:
+            sessions.discard(session)
+            if not sessions:
+                del self.interest[key]
+
+    def notify(self, key: Interest) -> None:
+        """Tell every session interested in ``key`` that it has work."""
+        sessions = self.interest.get(key)
+        if sessions:
+            frame = encode_frame(notification(*key))
+            for session in list(sessions):
+                session.send_bytes(frame)
+
+    def announce(self, pair: StructurePair) -> None:
+        """After a pair is rebuilt or recovered: notify the interests it has work for."""
+        for key in [k for k in self.interest if k[0] == pair.name]:
+            if pair.queue_stats(key[1], key[2])["depth"]:
+                self.notify(key)
+
+
+def notification(structure: str, qtype: int, queue: str) -> dict:
+    return {"notify": "work", "structure": structure, "qtype": QueueType(qtype).name,
+            "queue": queue}
+
+
+def _bad(message: str) -> CQSError:
+    return CQSError(Reason.INVALID_REQUEST, message)

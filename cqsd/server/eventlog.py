@@ -1,0 +1,34 @@
+"""The engine's events that operators care about, as structured log events
+(DESIGN §10: every state change an operator acts on is one event)."""
+
+import structlog
+
+from ..engine import (
+    Altered,
+    ExitFailed,
+    FullnessChanged,
+    OverflowMode,
+    OverflowStatus,
+    QueueType,
+)
+from ..engine.events import Event
+
+log = structlog.get_logger()
+
+
+def log_event(event: Event) -> None:
+    kind = type(event)
+    if kind is FullnessChanged:
+        log.warning("structure_full" if event.full else "structure_not_full",
+                    structure=event.structure, elements_used=event.elements_used,
+                    elements_total=event.elements_total)
+    elif kind is Altered:
+        log.info("structure_altered", structure=event.structure, old_size=event.old_size,
+                 new_size=event.new_size, reason=event.reason)
+    elif kind is OverflowStatus:
+        log.info("overflow_status", structure=event.structure, qtype=QueueType(event.qtype).name,
+                 queue=event.name, on=event.on)
+    elif kind is OverflowMode:
+        log.warning("overflow_mode", structure=event.structure, on=event.on)
+    elif kind is ExitFailed:
+        log.error("exit_failed", structure=event.structure, exit=event.exit, error=event.error)

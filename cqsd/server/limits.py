@@ -1,0 +1,109 @@
+"""Every size limit a request can hit, checked before the engine applies anything,
+and the log record's own.
+
+Design note. The frame limit is the decoder's (a request frame over
+``max_message`` plus ``FRAME_HEADROOM`` never reaches a handler);
+``max_message`` is the operator's. The logstream refuses a record body over
+16 MiB (``MAX_BODY``, docs/logstream.md), and a record is the daemon's unit
+of atomicity: a commit, or an overflow move's ``O`` with its ``I``, is one
+record or nothing. So that limit is kept where a record's size is decided,
+not where it is written:
+
+- a request whose recoverable payloads could not fit one record is refused
+  before the engine applies it (``Limits``), naming the limit so the caller
+  can act: put the message non-recoverable, or split the unit of work;
+- overflow moves are batched by bytes (``engine/pair.py`` ``MOVE_BYTES``);
+- what is left can only grow by count: an operator's dequeue, or a peer
+  recovery or cold start of a client with a million locks, logs a million
+  small effects. Each of those stands alone (a delete, a lock, a return, a
+  move to the cold queue), so such a record is split into several
+  (``split``) and the reply waits for the last. A crash between them leaves
+  part of the operation done, which is what a crash during it means anyway.
+
+A record that holds payloads or move pairs and is still too large is a bug
+upstream: ``split`` raises RecordTooLarge and the daemon stops. The
+structure's space, staging segments included, is the engine's to check
+(STRUCTURE_FULL), as is a commit's op count (``protocol/requests.py``).
+"""
+
+from cqsproto import FRAME_HEADROOM, MAX_FRAME_LIMIT, max_frame_for
+from logstream.record import MAX_BODY
+
+from ..engine import CQSError, Put, Reason
+from ..records import E_DATA, EFFECTS, MOVED_IN, MOVED_OUT, PUT, STRUCTURE, effect_lists
+
+# Room for the record's own map keys, structure names and msgpack headers.
+RECORD_HEADROOM = 64 * 1024
+RECORD_BUDGET = MAX_BODY - RECORD_HEADROOM
+# The most one effect packs to apart from its payload: a kind, an entry id,
+# a queue type, a 15-byte name, a home (type and name), a client name, a time
+# and a count, each with its msgpack header, is under 80 bytes.
+EFFECT_BOUND = 96
+_LINKED = (PUT, MOVED_IN, MOVED_OUT)  # effects that must stay in their record
+# A reply's share of its frame beyond the payloads: ids, names, times per message.
+REPLY_HEADROOM = 2 * FRAME_HEADROOM
+
+
+class Limits:
+    def __init__(self, max_message: int) -> None:
+        self.max_message = max_message
+        self.max_frame = max_frame_for(max_message)
+        # Replies carry up to ``reply_bytes`` of payload plus one more message
+        # (read and browse stop once past it), and their per-message fields.
+        self.reply_bytes = max_message
+        self.max_reply = min(2 * max_message + REPLY_HEADROOM, MAX_FRAME_LIMIT)
+        self.recoverable = RECORD_BUDGET - EFFECT_BOUND  # one put's record
+
+    def check_message(self, data: bytes, recoverable: bool) -> None:
+        """Raises MESSAGE_TOO_LARGE past max_message, or past one log record if
+        ``recoverable``."""
+        if len(data) > self.max_message:
+            raise CQSError(Reason.MESSAGE_TOO_LARGE,
+                           f"message of {len(data)} bytes exceeds max_message {self.max_message}")
+        if recoverable and len(data) > self.recoverable:
+            raise CQSError(Reason.MESSAGE_TOO_LARGE,
+                           f"recoverable message of {len(data)} bytes exceeds {self.recoverable}, "
+                           "the most one log record holds; put it non-recoverable or smaller")
+
+    def check_commit(self, batch: list) -> None:
+        """Raises MESSAGE_TOO_LARGE if a commit's log record could not hold it."""
+        logged = EFFECT_BOUND * len(batch)
+        for op in batch:
+            if type(op) is Put:
+                self.check_message(op.data, op.recoverable)
+                if op.recoverable:
+                    logged += len(op.data)
+        if logged > RECORD_BUDGET:
+            raise CQSError(Reason.MESSAGE_TOO_LARGE,
+                           f"commit of {len(batch)} operations would log {logged} bytes; one "
+                           f"commit is one log record of at most {RECORD_BUDGET}: split the unit "
+                           "of work")
+
+
+class RecordTooLarge(Exception):
+    """A record that cannot be written whole and must not be split."""
+
+
+def bound(record: dict) -> int:
+    """An upper bound of the record's packed size."""
+    total = 0
+    for _, effects in effect_lists(record):
+        total += EFFECT_BOUND * len(effects)
+        for effect in effects:
+            if effect[0] == PUT or effect[0] == MOVED_IN:
+                total += len(effect[E_DATA])
+    return total
+
+
+def split(record: dict, budget: int = RECORD_BUDGET) -> list[dict]:
+    """``record`` as one or more records that each fit ``budget``; raises
+    RecordTooLarge for a record too large whose effects must stay together."""
+    size = bound(record)
+    if size <= budget:
+        return [record]
+    if any(e[0] in _LINKED for _, effects in effect_lists(record) for e in effects):
+        raise RecordTooLarge(f"a record of {size} bytes for structure {record[STRUCTURE]} "
+                             f"holds payloads or overflow moves over the {budget}-byte budget")
+    step = max(1, budget // EFFECT_BOUND)
+    return [{STRUCTURE: name, EFFECTS: effects[i:i + step]}
+            for name, effects in effect_lists(record) for i in range(0, len(effects), step)]

@@ -1,0 +1,215 @@
+"""What operators do to whole structures, and the rebuild at start.
+
+RECOVER CFSTRUCT (``recover``), structure copy (``rebuild``, SETXCF
+START,REBUILD), ALTER (``alter``) and, at start, the rebuild of every
+structure from its image, its checkpoint and the log (``restart``). A
+recovery runs Spark jobs for seconds or minutes; it belongs to the daemon,
+not to the operator's connection (``detached``), so that a dropped
+connection does not leave a structure half-recovered.
+"""
+
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from ..config import Config
+from ..engine import CQSError, Reason, StructurePair
+from ..engine.entry import ELEMENT
+from ..records import rows_of
+from ..recovery.restart import load_recovered, rebuild_all
+from ..srds import slots
+from ..storage import image
+from ..storage.datadir import DataDir
+from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
+from .clients import Clients
+from .journal import WRITER, Journal
+from .registry import Registry
+from .waiters import ReadWaiters
+
+log = structlog.get_logger()
+
+
+class Operations:
+    def __init__(self, config: Config, datadir: DataDir, registry: Registry, clients: Clients,
+                 journal: Journal, checkpoints: Checkpoints, waiters: ReadWaiters,
+                 settle: Callable[[], int], spawn: Callable[..., None]) -> None:
+        self.config = config
+        self.datadir = datadir
+        self.registry = registry
+        self.clients = clients
+        self.journal = journal
+        self.checkpoints = checkpoints
+        self.waiters = waiters
+        self.settle = settle
+        self.spawn = spawn
+        self._recovering: set[str] = set()
+
+    def restart(self) -> tuple[set[str], set[str]]:
+        """Rebuild every structure from its image and the log; returns the clients whose
+        locks survived a clean stop, and those whose locks a crash left behind."""
+        held, crashed = set(), set()
+        for r in rebuild_all(self.registry.structures(), self.datadir.images,
+                             self.datadir.logstream, WRITER, self.journal.position,
+                             self.datadir.srds, self._spark_recover,
+                             self.config.daemon.spark_recovery_records):
+            log.info("structure_rebuilt", structure=r.structure, clean=r.clean, source=r.source,
+                     messages=r.messages, records_replayed=r.replayed,
+                     image_seconds=round(r.image_seconds, 3),
+                     replay_seconds=round(r.replay_seconds, 3))
+            if r.clean and r.replayed:
+                log.warning("image_behind_log", structure=r.structure, records=r.replayed,
+                            action="folded the records logged after the clean-stop image")
+            (held if r.clean else crashed).update(r.lock_owners)
+        for pair in self.registry.pairs.values():
+            pair.derive_status()
+        return held, crashed - held
+
+    def _spark_recover(self, name: str) -> Path | None:
+        """At start, before serving: the Spark recovery job folds a long log tail. On
+        failure the daemon folds it itself (slower, but it starts)."""
+        path = self.datadir.images / f"{name}.recovered"
+        args = ["recover", "--structure", name, "--to-image", str(path)]
+        log.info("spark_recovery_started", structure=name)
+        try:
+            done = subprocess.run(job_command(self.config, args), capture_output=True,
+                                  timeout=self.config.daemon.job_timeout, check=False)
+            result = job_outcome(args, done)
+        except subprocess.TimeoutExpired:
+            log.error("spark_recovery_failed", structure=name, error="job_timeout")
+            return None
+        except JobFailed as err:
+            log.error("spark_recovery_failed", structure=name, error=err.message)
+            return None
+        log.info("spark_recovery_done", structure=name, result=result)
+        return path
+
+    async def recover(self, name: str, purge: bool, why: str = "recover") -> dict[str, Any]:
+        """RECOVER CFSTRUCT: mark ``name`` failed (its requests get STRUCTURE_FAILED, the
+        others carry on), rebuild it — with its overflow structure, as IMS recovers
+        the pair — from the newest checkpoint and the log with the recovery job, or,
+        with ``purge``, empty it and make sure nothing older is ever recovered, and
+        make it available again. Locks of clients still registered stay theirs; the
+        others' go back as in peer recovery."""
+        if name in self._recovering:
+            raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
+        old = self.registry.failed.get(name)
+        if old is None:  # else a retry after a failed recovery
+            old = self.registry.fail(name)
+            self.waiters.fail(old)
+            log.warning("structure_failed", structure=name, why=why, purge=purge,
+                        messages=old.stats()["messages"])
+        self._recovering.add(name)
+        started = time.monotonic()
+        new = self.registry.new_pair(name)
+        new.last_id = old.last_id
+        try:
+            replayed = await self._rebuild(new, purge, old.last_id)
+        except Exception as err:
+            reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
+            log.error("structure_recovery_failed", structure=name, error=reason,
+                      action="the structure stays failed; retry cqsctl recover, or --purge")
+            raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
+                           f"failed: {reason}") from err
+        finally:
+            self._recovering.discard(name)
+        self._install(new)
+        for owner in sorted(set(new.client_stats()) - set(self.clients.sessions)):
+            new.release_client(owner)
+        self.settle()
+        messages = new.stats()["messages"]
+        source = "purge" if purge else "checkpoint and log"
+        seconds = round(time.monotonic() - started, 3)
+        log.info("structure_recovered", structure=name, source=source, messages=messages,
+                 records_replayed=replayed, seconds=seconds)
+        return {"structure": name, "source": source, "messages": messages,
+                "records_replayed": replayed, "seconds": seconds}
+
+    async def _rebuild(self, new: StructurePair, purge: bool, last_id: int) -> int:
+        """Fill ``new`` from the checkpoint and the log (or purge both); returns the
+        records replayed."""
+        replayed = 0
+        for s in new.structures():
+            await self.checkpoints.finished(s.name)  # none starts while it is failed
+        position = self.journal.position  # the structure is failed: none of it comes later
+        if not await self.journal.wait_durable(position):
+            raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
+        for s in new.structures():
+            if purge:
+                slots.purge(self.datadir.srds, s.name, {WRITER: position}, last_id)
+                (self.datadir.images / f"{s.name}.base").unlink(missing_ok=True)
+                continue
+            path = self.datadir.images / f"{s.name}.recovered"
+            await run_job(self.config, ["recover", "--structure", s.name, "--to-image", str(path)])
+            r = await trio.to_thread.run_sync(
+                load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable})
+            path.unlink()
+            replayed += r.replayed
+        return replayed
+
+    def _install(self, new: StructurePair) -> None:
+        self.registry.install(new)
+        self.clients.announce(new)
+
+    def rebuild(self, name: str, size: int | None) -> dict[str, Any]:
+        """Structure copy (SETXCF START,REBUILD): every message, recoverable or not,
+        locks and cold queue included, copied to a new instance — with ``size`` as
+        its new SIZE if given — while requests wait; nothing changes in the log."""
+        pair = self.registry.pair_of(name)
+        target = self.registry.physical(name)
+        assert target is not None  # its pair is available
+        if size is not None and size < target.elements_used * ELEMENT:
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"rebuild of {name}: {size} bytes is less than the "
+                           f"{target.elements_used * ELEMENT} in use")
+        started = time.perf_counter()
+        new = self.registry.new_pair(pair.name, {name: size} if size else None)
+        for old_s, new_s in zip(pair.structures(), new.structures(), strict=True):
+            image.restore(new_s, rows_of(old_s))
+        new.last_id = pair.last_id
+        new.watched.update(pair.watched)
+        self._install(new)
+        seconds = round(time.perf_counter() - started, 3)
+        row = new.primary.stats() if new.primary.name == name else new.overflow.stats()
+        log.info("structure_rebuilt_copy", structure=name, size=row["size"],
+                 messages=row["messages"], seconds=seconds)
+        return {**row, "seconds": seconds}
+
+    def alter(self, name: str, size: int) -> dict[str, Any]:
+        """SETXCF START,ALTER: change a structure's current size, up to its SIZE and
+        never below what is in use."""
+        pair = self.registry.pair_of(name)
+        target = self.registry.physical(name)
+        assert target is not None  # its pair is available
+        (pair if name == pair.name else target).alter(size)
+        self.settle()
+        return target.stats()
+
+    async def detached(self, operation: Callable[..., Awaitable[dict[str, Any]]],
+                       *args: Any) -> dict[str, Any]:
+        """Await ``operation`` run in the daemon's nursery rather than the caller's, so an
+        operator's connection dropping does not cancel a recovery half-way."""
+        done, outcome = trio.Event(), []
+
+        async def run() -> None:
+            try:
+                outcome.append(await operation(*args))
+            except CQSError as err:
+                outcome.append(err)
+            except Exception as err:  # the structure stays failed; the daemon goes on
+                log.exception("internal_error", operation=operation.__name__)
+                outcome.append(CQSError(Reason.INVALID_REQUEST, f"internal error: {err}"))
+            finally:
+                done.set()
+
+        self.spawn(operation.__name__, run)
+        await done.wait()
+        if not outcome:
+            raise CQSError(Reason.SHUTTING_DOWN, "the daemon stopped before it finished")
+        if isinstance(outcome[0], CQSError):
+            raise outcome[0]
+        return outcome[0]

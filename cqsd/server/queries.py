@@ -1,0 +1,54 @@
+"""The rows of a ``query`` (``cqsctl display``): what the daemon knows about
+its structures, queues, list headers, locks, clients and checkpoints."""
+
+from typing import TYPE_CHECKING, Any
+
+from ..engine import CQSError, QueueType, Reason, StructurePair
+from ..engine.reports import Row
+from ..storage import repository
+from . import wire
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+KINDS = ("structures", "queues", "clients", "locks", "headers", "backups")
+
+
+def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
+    """The rows of ``kind`` for one structure, or all; INVALID_REQUEST for an
+    unknown kind, UNKNOWN_STRUCTURE or STRUCTURE_FAILED for the structure."""
+    if kind == "backups":
+        return repository.backups(d.datadir.repository, structure)
+    registry = d.registry
+    if kind == "structures" and structure in registry.failed:
+        return [_failed(structure)]
+    chosen = [registry.structure(structure)] if structure is not None else list(
+        registry.pairs.values())
+    if kind == "structures":
+        return [{**row, "status": "available"} for s in chosen for row in _structure_rows(s)] + (
+            [_failed(name) for name in registry.failed] if structure is None else [])
+    if kind == "queues":
+        return [{"structure": s.name, **q,
+                 "waiting": d.waiters.count(s.name, (QueueType[q["qtype"]], q["queue"]))}
+                for s in chosen for q in s.queues(also=s.watched)]
+    if kind == "headers":
+        return [{"structure": s.name, **h} for s in chosen for h in s.header_stats()]
+    if kind == "locks":
+        return [{**wire.lock(s.name, e), "owner": e.owner}
+                for s in chosen for client in sorted(s.client_stats())
+                for e in s.client_locks(client)]
+    if kind == "clients":
+        return [{"client": name, "peer": session.peer, "tcp": session.over_tcp,
+                 "interests": len(session.interests),
+                 "locks": sum(s.client_stats().get(name, 0) for s in chosen)}
+                for name, session in sorted(d.clients.sessions.items())]
+    raise CQSError(Reason.INVALID_REQUEST, f"query: unknown kind {kind!r} ({', '.join(KINDS)})")
+
+
+def _structure_rows(s: StructurePair) -> list[dict[str, Any]]:
+    """A pair's primary, then its overflow structure marked as such."""
+    return [s.stats()] + [{**o, "overflow_of": s.name} for o in s.structure_stats()[1:]]
+
+
+def _failed(name: str) -> Row:
+    return {"name": name, "status": "failed"}

@@ -1,0 +1,91 @@
+"""The structures clients address, by name.
+
+Clients name a primary structure; its overflow structure, if it has one,
+travels with it as a ``StructurePair`` and is never addressed directly. A
+pair an operator is recovering is *failed*: its requests get
+STRUCTURE_FAILED while the others carry on. Pairs are made from the
+configuration (``new_pair``) at start, by a recovery and by a rebuild, and
+``install`` puts a new one in place of the old, in configuration order.
+"""
+
+from .. import exits
+from ..config import Config
+from ..engine import CQSError, Reason, Structure, StructurePair
+
+
+class Registry:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.overflow_of = {sc.overflow: sc.name for sc in config.structures if sc.overflow}
+        self._exits = {
+            sc.name: (exits.resolve(sc.overflow_exit, f"structure {sc.name}: overflow_exit"),
+                      exits.resolve(sc.queue_space_exit, f"structure {sc.name}: queue_space_exit"))
+            for sc in config.structures
+        }
+        self.pairs = {name: self.new_pair(name) for name in self.names()
+                      if name not in self.overflow_of}
+        self.failed: dict[str, StructurePair] = {}  # failed by the operator's recover
+
+    def names(self) -> list[str]:
+        """Every configured structure, overflow structures included, in config order."""
+        return [sc.name for sc in self.config.structures]
+
+    def new_pair(self, name: str, sizes: dict[str, int] | None = None) -> StructurePair:
+        """An empty pair as configured, with ``sizes`` (by structure) as SIZE instead."""
+        sc, sizes = self.config.structure(name), sizes or {}
+        overflow = self._new(sc.overflow, sizes.get(sc.overflow)) if sc.overflow else None
+        overflow_exit, space_exit = self._exits[name]
+        return StructurePair(self._new(name, sizes.get(name)), overflow,
+                             threshold=sc.overflow_threshold, overflow_exit=overflow_exit,
+                             queue_space_exit=space_exit)
+
+    def _new(self, name: str, size: int | None) -> Structure:
+        sc = self.config.structure(name)
+        return Structure(sc.name, size or sc.size, initsize=size or sc.initsize,
+                         entry_max=sc.entry_max, max_entries=sc.max_entries,
+                         max_deliveries=self.config.daemon.max_deliveries)
+
+    def structure(self, name: str) -> StructurePair:
+        """The available pair a client calls ``name``; raises STRUCTURE_FAILED or
+        UNKNOWN_STRUCTURE saying why there is none."""
+        pair = self.pairs.get(name)
+        if pair is not None:
+            return pair
+        if name in self.failed:
+            raise CQSError(Reason.STRUCTURE_FAILED,
+                           f"structure {name} has failed and is being recovered")
+        if name in self.overflow_of:
+            raise CQSError(Reason.UNKNOWN_STRUCTURE,
+                           f"{name} is the overflow structure of {self.overflow_of[name]}; "
+                           f"requests go to {self.overflow_of[name]}")
+        raise CQSError(Reason.UNKNOWN_STRUCTURE,
+                       f"no structure named {name!r}; this daemon has {', '.join(self.pairs)}")
+
+    def pair_of(self, name: str) -> StructurePair:
+        """The available pair a structure belongs to, as its primary or its overflow."""
+        return self.structure(self.overflow_of.get(name, name))
+
+    def physical(self, name: str) -> Structure | None:
+        """The live structure called ``name`` (primary or overflow), None if failed."""
+        pair = self.pairs.get(self.overflow_of.get(name, name))
+        if pair is None:
+            return None
+        return pair.primary if pair.primary.name == name else pair.overflow
+
+    def structures(self) -> list[Structure]:
+        """Every live structure, overflow structures included."""
+        return [s for pair in self.pairs.values() for s in pair.structures()]
+
+    def fail(self, name: str) -> StructurePair:
+        """Take pair ``name`` out of service; returns it."""
+        pair = self.structure(name)
+        del self.pairs[name]
+        self.failed[name] = pair
+        return pair
+
+    def install(self, new: StructurePair) -> None:
+        """Make ``new`` the pair clients reach by its name, in config order."""
+        new.derive_status()
+        self.failed.pop(new.name, None)
+        self.pairs = {n: new if n == new.name else self.pairs[n]
+                      for n in self.names() if n == new.name or n in self.pairs}

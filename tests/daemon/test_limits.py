@@ -1,0 +1,70 @@
+"""Requests past a limit are refused with a reason that names it, and the daemon serves on."""
+
+import pytest
+
+import cqsclient
+from cqsclient.errors import CQSError
+from cqsd.server.limits import RECORD_BUDGET
+
+MiB = 1024 * 1024
+BIG = 'max_message = "100MiB"'
+
+
+def test_a_recoverable_put_too_large_for_one_log_record_is_refused(make_daemon):
+    """A 20 MiB recoverable put gets MESSAGE_TOO_LARGE naming the log record; as
+    non-recoverable it is stored, and the daemon serves on."""
+    d = make_daemon(BIG).start()
+    with cqsclient.connect(d.address, client="BIG") as c:
+        s = c.structure("MSGQ01")
+        with pytest.raises(CQSError) as refused:
+            s.put("LARGE", b"r" * (20 * MiB))
+        assert refused.value.reason == "MESSAGE_TOO_LARGE"
+        assert "log record" in str(refused.value)
+        eid = s.put("LARGE", b"n" * (20 * MiB), recoverable=False)
+        m = s.read("LARGE")
+        assert (m.entry_id, len(m.data)) == (eid, 20 * MiB)
+        s.delete(eid)
+    assert d.proc.poll() is None
+
+
+def test_a_commit_too_large_for_one_log_record_is_refused_whole(make_daemon):
+    """A commit of 30 x 1 MiB recoverable puts is refused and stores nothing; one of
+    10 x 1 MiB commits, and survives a SIGKILL."""
+    d = make_daemon(BIG).start()
+    with cqsclient.connect(d.address, client="UOW") as c:
+        s = c.structure("MSGQ01")
+        with pytest.raises(CQSError) as refused:
+            s.put_batch("UOW", [bytes([i]) * MiB for i in range(30)])
+        assert refused.value.reason == "MESSAGE_TOO_LARGE"
+        assert "split the unit of work" in str(refused.value)
+        assert s.browse("UOW") == []
+        ids = s.put_batch("UOW", [bytes([i]) * MiB for i in range(10)])
+    d.kill()
+    d.restart()
+    with cqsclient.connect(d.address, client="UOW") as c:
+        got = c.structure("MSGQ01").browse("UOW")
+    assert [(m.entry_id, m.data[:1]) for m in got] == [(e, bytes([i])) for i, e in enumerate(ids)]
+
+
+def test_a_batch_read_stops_at_the_reply_budget_and_leaves_the_rest(make_daemon):
+    """read_batch locks no more than one reply may carry (max_message and one
+    message more); browse pages the same way, its cursor going on from there."""
+    d = make_daemon('max_message = "1MiB"').start()
+    with cqsclient.connect(d.address, client="RB") as c:
+        s = c.structure("MSGQ01")
+        ids = [s.put("RB", b"%d" % i * (600 * 1024)) for i in range(5)]
+        assert [m.entry_id for m in s.browse_all("RB")] == ids
+        first = s.browse("RB", limit=100)
+        assert [m.entry_id for m in first] == ids[:2]
+        got = s.read_batch("RB", 5)
+        assert [m.entry_id for m in got] == ids[:2]
+        assert [m.entry_id for m in s.read_batch("RB", 5)] == ids[2:4]
+    assert d.proc.poll() is None
+
+
+def test_the_record_budget_leaves_room_for_a_recoverable_max_message_of_the_default():
+    """The embedded default's max_message fits one log record, as the README says."""
+    from cqsd.config import load
+    from cqsd.server.limits import Limits
+
+    assert load(None).daemon.max_message <= Limits(100 * MiB).recoverable < RECORD_BUDGET

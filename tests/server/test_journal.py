@@ -1,0 +1,100 @@
+"""The journal group-commits appends, holds replies until they are durable, and
+once it fails acknowledges nothing more."""
+
+import errno
+import os
+
+import trio
+import trio.testing
+
+from cqsd.engine import Reason
+
+from .conftest import RECORD, received
+
+
+async def test_appends_made_while_the_flusher_waits_share_one_fsync(journal, nursery):
+    """Three appends made before the flusher runs again are made durable by one
+    group commit, and wait_durable returns once the last is on disk."""
+    nursery.start_soon(journal.run)
+    await trio.testing.wait_all_tasks_blocked()
+    before = journal.writer.stats().group_commits
+    lsns = [journal.append(RECORD) for _ in range(3)]
+    assert lsns == [1, 2, 3] and journal.durable == 0
+    assert await journal.wait_durable(3)
+    assert journal.durable == 3
+    assert journal.writer.stats().group_commits == before + 1
+
+
+async def test_a_record_nobody_waits_for_does_not_wake_the_flusher(journal, nursery):
+    """A lock-only record (urgent=False) stays in the page cache until an urgent
+    append's fsync covers it too."""
+    nursery.start_soon(journal.run)
+    journal.append(RECORD, urgent=False)
+    await trio.testing.wait_all_tasks_blocked()
+    assert (journal.position, journal.durable) == (1, 0)
+    journal.append(RECORD)
+    assert await journal.wait_durable(2)
+    assert journal.durable == 2
+
+
+async def test_wait_durable_waits_only_for_what_is_not_yet_durable(journal, nursery):
+    """A waiter for a durable LSN returns at once; one for a later LSN waits for
+    the flush that covers it."""
+    done = []
+
+    async def wait(lsn):
+        done.append((lsn, await journal.wait_durable(lsn)))
+
+    journal.append(RECORD, urgent=False)
+    nursery.start_soon(wait, 1)
+    await trio.testing.wait_all_tasks_blocked()
+    assert done == []
+    nursery.start_soon(journal.run)
+    journal.append(RECORD)
+    await trio.testing.wait_all_tasks_blocked()
+    assert done == [(1, True)]
+    assert await journal.wait_durable(1)
+
+
+async def test_a_held_reply_goes_out_after_the_flush_that_makes_it_durable(
+        journal, connected, nursery):
+    """A reply waiting for its record is held by the journal and sent by the
+    flusher itself once the fsync is done, not before."""
+    session, client = connected(journal)
+    lsn = journal.append(RECORD, urgent=False)
+    session.reply(7, {"entry_id": 42}, lsn)
+    assert received(client) == []
+    nursery.start_soon(journal.run)
+    journal.append(RECORD)
+    assert await journal.wait_durable(lsn)
+    assert received(client) == [{"id": 7, "ok": True, "result": {"entry_id": 42}}]
+    assert not session.queue
+
+
+async def test_a_failed_fsync_turns_held_replies_into_errors_and_stays_failed(
+        journal, connected, nursery, monkeypatch):
+    """After an fsync error every held reply becomes SHUTTING_DOWN "not
+    acknowledged", the daemon is told once, the flusher ends, and nothing is
+    appended or acknowledged after."""
+    told = []
+    journal.on_failure = told.append
+    session, client = connected(journal)
+    lsn = journal.append(RECORD)
+    session.reply(7, {"entry_id": 42}, lsn)
+
+    def eio(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    async with trio.open_nursery() as flusher:
+        flusher.start_soon(journal.run)  # it returns once the journal has failed
+    [reply] = received(client)
+    assert (reply["id"], reply["ok"], reply["reason"]) == (7, False, str(Reason.SHUTTING_DOWN))
+    assert reply["message"].startswith("not acknowledged: the log write failed")
+    assert told == [journal.failed] and journal.durable == 0
+    assert journal.append(RECORD) == 0
+    assert not await journal.wait_durable(lsn)
+    session.reply(8, {}, lsn)  # a reply that would wait for the log fails at once
+    assert [(r["id"], r["reason"]) for r in received(client)] == [(8, "SHUTTING_DOWN")]
+    journal.fail(RuntimeError("again"))
+    assert len(told) == 1

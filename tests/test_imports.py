@@ -1,0 +1,126 @@
+"""Imports go one way (STYLE §14, issue 12): read from the source with ``ast``, not by
+importing, so a lazy import inside a function counts as much as one at the top.
+
+    cqsclient ──▶ cqsproto ◀── cqsd ──▶ logstream
+
+cqsproto (the wire protocol) is the leaf and imports nothing of ours; the SDK never
+imports the daemon; logstream stands alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# top-level package -> the directory its source lives in
+PACKAGES = {
+    "cqsd": ROOT / "cqsd",
+    "logstream": ROOT / "logstream",
+    "cqsclient": ROOT / "clients" / "cqsclient",
+    "cqsproto": ROOT / "clients" / "cqsproto",
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    """(dotted module name, path) of every source file of ours."""
+    for top, where in PACKAGES.items():
+        for path in sorted(where.rglob("*.py")):
+            parts = [top, *path.relative_to(where).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield ".".join(parts), path
+
+
+MODULES = dict(modules())
+
+
+def imported(module: str, path: Path) -> set[str]:
+    """The modules (of ours or not) that *module* imports anywhere in its source."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up one more per extra dot
+                base = ".".join(filter(None, [package.rsplit(".", node.level - 1)[0], base]))
+            # `from x import y` imports the module x.y if there is one, else x
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return found
+
+
+def ours(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES
+
+
+GRAPH = {module: {n for n in imported(module, path) if ours(n)} for module, path in MODULES.items()}
+
+
+def arrows(level: int) -> set[tuple[str, str]]:
+    """Arrows between packages, each named by its first *level* dotted parts."""
+    def cut(name: str) -> str:
+        return ".".join(name.split(".")[:level])
+
+    return {(cut(a), cut(b)) for a, targets in GRAPH.items() for b in targets if cut(a) != cut(b)}
+
+
+def cycle(edges: set[tuple[str, str]]) -> list[str] | None:
+    """One cycle of the directed graph *edges*, or None."""
+    sorter = graphlib.TopologicalSorter()
+    for a, b in edges:
+        sorter.add(a, b)
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as error:
+        return error.args[1]
+    return None
+
+
+def from_package(top: str) -> set[str]:
+    return {b.split(".")[0] for a, b in arrows(1) if a == top}
+
+
+def test_the_graph_sees_the_arrows_that_must_exist():
+    """The reader finds what is really there: both sides import the protocol."""
+    assert {("cqsclient", "cqsproto"), ("cqsd", "cqsproto"), ("cqsd", "logstream")} <= arrows(1)
+
+
+def test_the_protocol_imports_nothing_of_ours():
+    """cqsproto is the leaf: no arrow leaves it for cqsd, cqsclient or logstream."""
+    assert from_package("cqsproto") == set()
+
+
+def test_the_client_never_imports_the_server():
+    """cqsclient (the SDK and cqsctl) imports only the protocol."""
+    assert from_package("cqsclient") == {"cqsproto"}
+
+
+def test_logstream_stands_alone():
+    """logstream imports nothing of ours, so it is usable on its own."""
+    assert from_package("logstream") == set()
+
+
+def test_no_cycle_between_packages():
+    """The top-level packages import one another in one direction only."""
+    assert cycle(arrows(1)) is None
+
+
+def test_no_cycle_between_the_daemons_packages():
+    """cqsd's subpackages (engine, server, recovery, srds, storage, and the record
+    formats) import one another in one direction only."""
+    assert cycle(arrows(2)) is None
+
+
+def test_the_spark_jobs_never_import_the_server():
+    """The jobs run as their own processes: cqsd.srds reaches nothing of cqsd.server."""
+    assert not {b for a, b in arrows(2) if a == "cqsd.srds" and b == "cqsd.server"}
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """A two-package loop is reported, so the test above can fail."""
+    assert cycle({("a", "b"), ("b", "a"), ("b", "c")}) in (["a", "b", "a"], ["b", "a", "b"])

@@ -50,6 +50,18 @@ def digest(data: bytes) -> tuple[int, int]:
     return len(data), zlib.crc32(data)
 
 
+def within(msgs: list["Msg"], budget: int) -> list["Msg"]:
+    """What one read or browse reply carries of ``msgs``: it stops once their
+    payloads pass ``budget`` (max_message), so it holds at most one message more
+    (docs/robustness.md)."""
+    size = 0
+    for i, m in enumerate(msgs):
+        if size >= budget:
+            return msgs[:i]
+        size += m.digest[0]
+    return msgs
+
+
 class Msg:
     __slots__ = ("eid", "structure", "key", "where", "owner", "count", "home", "recoverable",
                  "digest")
@@ -99,14 +111,14 @@ class Model:
         return sorted((m for m in self.msgs.values() if m.structure == structure
                        and m.key == key and m.where == "ready"), key=lambda m: m.eid)
 
-    def readable(self, structure: str, key: Key, n: int) -> list[Msg]:
-        """What a read of n must lock: the oldest ready messages; one at a time on a
-        SERIAL queue, and none while it has one in flight."""
+    def readable(self, structure: str, key: Key, n: int, budget: int) -> list[Msg]:
+        """What a read of n must lock: the oldest ready messages, as many as one reply
+        carries; one at a time on a SERIAL queue, and none while it has one in flight."""
         if key[0] == "TRAN_SERIAL":
             busy = any(m.structure == structure and m.key == key and m.where == "locked"
                        for m in self.msgs.values())
             n = 0 if busy else 1
-        return self.ready(structure, key)[:n]
+        return within(self.ready(structure, key)[:n], budget)
 
     def locks_of(self, client: str) -> list[Msg]:
         return sorted((m for m in self.msgs.values() if m.where == "locked" and m.owner == client),

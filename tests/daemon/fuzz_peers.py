@@ -14,9 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import cqsclient
+from cqsclient.client import StructureHandle
 from cqsclient.errors import ConnectionLost, CQSError
-from cqsd.protocol.codec import (
-    NEED_DATA, PROTOCOL_VERSION, FrameDecoder, MAX_FRAME_LIMIT, ProtocolError, encode_frame,
+from cqsproto import (
+    MAX_FRAME_LIMIT,
+    NEED_DATA,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    ProtocolError,
+    encode_frame,
 )
 
 # DESIGN §4 and §11 (contract): the only reason codes a refusal may carry.
@@ -56,7 +62,7 @@ def checked(frame: dict) -> Reply:
     """A reply frame as a Reply; AssertionError if it is not one docs/protocol.md allows."""
     assert isinstance(frame.get("ok"), bool), f"reply without ok: {_short(frame)}"
     if frame["ok"]:
-        assert isinstance(frame.get("result"), dict), f"ok reply without a result map: {_short(frame)}"
+        assert isinstance(frame.get("result"), dict), f"ok reply without a result: {_short(frame)}"
         return Reply(True, frame["result"], rid=frame.get("id"))
     reason, message = frame.get("reason"), frame.get("message")
     assert reason in REASONS, f"refusal without a DESIGN §4 reason code: {_short(frame)}"
@@ -140,7 +146,8 @@ class RawPeer:
             except ConnectionResetError:
                 data = b""
             except TimeoutError:
-                raise Unresponsive(f"no frame from the daemon within {self.sock.gettimeout()}s") from None
+                raise Unresponsive(
+                    f"no frame from the daemon within {self.sock.gettimeout()}s") from None
             self.decoder.receive_data(data)
 
     def drain_notes(self) -> list[dict]:
@@ -159,7 +166,7 @@ class RawPeer:
                     if not isinstance(frame, dict):
                         self.closed = True
                         break
-                    assert "notify" in frame, f"unsolicited frame that is not a notification: {frame}"
+                    assert "notify" in frame, f"an unsolicited frame, not a notification: {frame}"
                     self.notes.append(frame)
                 if not data:
                     break
@@ -175,6 +182,19 @@ class RawPeer:
                 return False
             self.notes.append(frame)
         return True
+
+    def pipeline(self, frames: list[tuple[int, bytes]]) -> list[Reply | None]:
+        """Send many requests while reading their replies, as docs/protocol.md asks
+        of a pipelining client; a None for each reply lost to the connection ending."""
+        sender = threading.Thread(target=self.send, args=(b"".join(f for _, f in frames),))
+        sender.start()
+        try:
+            replies = []
+            for rid, _ in frames:
+                replies.append(None if self.closed else self.reply(rid))
+            return replies
+        finally:
+            sender.join()
 
     def register(self, client: str, cold: bool = False) -> Reply | None:
         return self.request("register", client=client, version=PROTOCOL_VERSION, cold=cold)
@@ -239,3 +259,50 @@ def message_map(m) -> dict:
     return {"entry_id": m.entry_id, "queue": m.queue, "qtype": m.qtype, "data": m.data,
             "recoverable": m.recoverable, "delivery_count": m.delivery_count,
             "where": m.where, "owner": m.owner, "home": list(m.home) if m.home else None}
+
+
+def sdk_request(peer: SdkPeer, op: str, f: dict, timeout: float | None = None) -> Reply | None:
+    """Request ``op`` with wire fields ``f`` made the SDK's way, its reply in the
+    wire's shape (an empty read is NO_MESSAGE, as on the wire)."""
+    c = peer.sdk
+    h = StructureHandle(c, f.get("structure"), {})
+
+    def page(p):
+        return {"messages": [message_map(m) for m in p], "cursor": p.cursor}
+
+    def commit():
+        with h.unit_of_work() as uow:
+            for o in f["ops"]:
+                getattr(uow, o["op"])(**{k: v for k, v in o.items() if k != "op"})
+        return {"entry_ids": uow.entry_ids}
+
+    def place(location):
+        return {"qtype": location.qtype, "queue": location.queue}
+
+    calls = {
+        "put": lambda: {"entry_id": h.put(f["queue"], f["data"], f["qtype"], f["recoverable"])},
+        "read": lambda: {"messages": [message_map(m) for m in h.read_batch(
+            f["queue"], f["n"], f["qtype"], f["wait"])]},
+        "browse": lambda: page(h.browse(f["queue"], f["qtype"], f["limit"], f["cursor"])),
+        "delete": lambda: (h.operator_delete if f["operator"] else h.delete)(f["entry_id"]),
+        "move": lambda: h.move(f["entry_id"], f["queue"], f["qtype"]),
+        "unlock": lambda: place(h.unlock(f["entry_id"], f["failed"], f["queue"], f["qtype"])),
+        "commit": commit,
+        "register_interest": lambda: c.register_interest(f["structure"], f["queue"], f["qtype"]),
+        "deregister_interest": lambda: c.deregister_interest(f["structure"], f["queue"],
+                                                             f["qtype"]),
+        "query": lambda: {"rows": c.query(f["kind"], f["structure"])},
+        "requeue": lambda: place(h.requeue(f["entry_id"])),
+        "dequeue": lambda: {"count": h.dequeue(f["queue"], f["qtype"])},
+        "alter": lambda: c.alter(f["structure"], f["size"]),
+        "rebuild": lambda: c.rebuild(f["structure"], f["size"]),
+        "checkpoint": lambda: c.checkpoint(f["structure"]),
+        "recover": lambda: c.recover(f["structure"], f["purge"]),
+        "delete_structure": lambda: c.delete_structure(f["structure"]),
+        "connect": lambda: c.structure(f["structure"]).stats,
+        "deregister": c.deregister,
+    }
+    reply = peer.call(lambda: calls[op]() or {}, timeout=timeout)
+    if reply is not None and reply.ok and op == "read" and not reply.result["messages"]:
+        return Reply(False, reason="NO_MESSAGE", message="the SDK's empty read")
+    return reply

@@ -24,37 +24,35 @@ with ``pytest -s`` to see the seeds as they go.
 import os
 import random
 import re
-import socket
-import struct
 import time
-from collections import Counter
 from dataclasses import dataclass
 
-import msgpack
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine, get_state_machine_test, initialize, invariant, precondition, rule,
+    RuleBasedStateMachine,
+    get_state_machine_test,
+    initialize,
+    precondition,
+    rule,
 )
 
 import cqsclient
-from cqsclient.client import StructureHandle
-from cqsd.protocol import requests
-from cqsd.protocol.codec import PROTOCOL_VERSION
+from cqsproto import PROTOCOL_VERSION, max_frame_for, requests
+from cqsproto.requests import MAX_REGISTER_FRAME
 from logstream.record import MAX_BODY
 
-from .fuzz_model import Model, QTYPES, digest, qtype_name, seen_view, valid_queue
-from .fuzz_peers import ANSWER_TIMEOUT, RawPeer, Reply, SdkPeer, message_map
+from .fuzz_bytes import BROKEN, MALFORMED, broken, frame_size, malformed, payload, terse
+from .fuzz_checks import CHECKER, MAX_BATCH, Checks, check_page
+from .fuzz_model import Model, digest, qtype_name, valid_queue
+from .fuzz_peers import ANSWER_TIMEOUT, RawPeer, Reply, SdkPeer, sdk_request
 from .harness import Daemon
 
 # Crashes found and not yet fixed: the fuzzer steers around these exact inputs so
 # that it can look for others. Remove an entry once its fix is merged.
 KNOWN_CRASHES = {
-    # issue 11: a recoverable put or commit whose log record passes logstream's
-    # 16 MiB MAX_BODY raises ValueError out of settle() and the daemon exits.
-    "log-record-over-16MiB",
     # recover and delete_structure wait for the log to be durable up to its end, but
     # a read's lock record starts no fsync: they hang (the structure failed all the
     # while) until another request's record is synced.
@@ -64,22 +62,13 @@ KNOWN_CRASHES = {
     # connection's in the same poller pass) finds no waiter, and the read then waits
     # its whole time out (NO_MESSAGE) with the message ready.
     "a-waiting-read-misses-a-put-before-its-task-starts",
-    # A reply is encoded with the frame limit (max_message + 1 MiB) outside the
-    # dispatcher's try: a browse or read whose messages add up past it raises
-    # ProtocolError out of the poller and the daemon exits.
-    "a-reply-past-the-frame-limit",
-    # Overflow processing moves up to 1000 messages between requests and settle()
-    # logs the batch as one record, data included: several recoverable messages of a
-    # few MiB each make a record past 16 MiB, and the mover task kills the daemon.
+    # An overflow move batch stops once *past* MOVE_BYTES (4 MiB): a 2 MiB message
+    # then a 15 MiB one, both recoverable and each accepted, make a 17 MiB record,
+    # past the log's budget, and the daemon stops (log_record_refused, exit 3).
     "overflow-moves-log-past-16MiB",
 }
-# Where the daemon differs from DESIGN without losing anything; the fuzzer accepts
-# either outcome and the report names it.
-KNOWN_DEVIATIONS = {
-    # DESIGN §6: "operator delete take[s] any entry not locked by another client";
-    # the daemon refuses an operator delete of the caller's own lock (LOCK_NOT_HELD).
-    "operator-delete-own-lock",
-}
+
+LOST_WAKEUP = "a-waiting-read-misses-a-put-before-its-task-starts"
 
 KiB, MiB = 1024, 1024 * 1024
 SECONDS = float(os.environ.get("CQSD_FUZZ_SECONDS") or 0)
@@ -88,15 +77,17 @@ IN_SUITE_EXAMPLES = 100
 CHUNK = 20  # examples per seed in the long run
 STEPS = 50  # steps per example
 
-CHECKER = "FZCHECK"
 CLIENT_NAME = re.compile(r"[A-Za-z0-9@#$_.-]{1,16}")  # docs/protocol.md
 CLIENTS = ["A", "B", "C", "D"]
 MAX_CLIENTS = 4  # the checker and three fuzzing clients: CLIENT_LIMIT is reachable
 MAX_PEERS = 6
 MAX_WAIT = 30
-MAX_BATCH = 10_000  # read n and browse limit (cqsd/server/handlers.py)
+# docs/robustness.md: a recoverable put, or a commit's recoverable puts together,
+# fit one log record of 16 MiB less 64 KiB of headroom (less a few bytes an op).
+RECORD = MAX_BODY - 64 * KiB
 SPARK_TIMEOUT = 600.0
 CAPACITY = {"STRUCTURE_FULL", "OVERFLOW_REJECTED"}
+MAY_BE_TOO_LARGE = {"MESSAGE_TOO_LARGE"}
 KINDS = ["structures", "queues", "clients", "locks", "headers", "backups"]
 
 
@@ -130,7 +121,7 @@ SHAPES = {
     "small": Shape(64 * KiB, 512 * KiB, 256 * KiB, 4 * KiB, 256 * KiB, 30),
     # a frame limit (max_message + 1 MiB) above MAX_COMMIT_OPS small operations, and
     # below what MSGQ01 holds, so replies can outgrow it
-    "wide": Shape(1536 * KiB, 4 * MiB, 2 * MiB, 4 * KiB, 2 * MiB, 70),
+    "wide": Shape(1536 * KiB, 8 * MiB, 6 * MiB, 4 * KiB, 2 * MiB, 70),
     # recoverable payloads past the log's 16 MiB record limit
     "big": Shape(100 * MiB, 48 * MiB, 24 * MiB, 32 * KiB, 40 * MiB, 70),
 }
@@ -146,14 +137,15 @@ good_queues = ["A", "B", "Q23456789ABCDEF"]
 queues = st.sampled_from(good_queues * 3 + ["", "Q23456789ABCDEFG", "é", "a\nb"])
 keys = st.tuples(qtypes, queues)
 good_keys = st.tuples(st.sampled_from(good_qtypes), st.sampled_from(good_queues))
-SIZE_MARKS = ["entry_max", "entry_max2", "struct", "max_message", "frame", "log", "20MiB"]
-sizes = st.one_of(st.integers(0, 700), st.integers(0, 5000),
-                  st.tuples(st.sampled_from(SIZE_MARKS), st.integers(-2, 2)))
+SIZE_MARKS = ["entry_max", "entry_max2", "struct", "max_message", "frame", "half_log", "log",
+              "20MiB"]
+marks = st.tuples(st.sampled_from(SIZE_MARKS), st.integers(-2, 2))  # near a limit
+sizes = st.one_of(st.integers(0, 700), st.integers(0, 5000), marks, marks)
 # which entry: a message the model holds, one deleted before, or an id never handed out
 BAD_IDS = [0, -1, 1, 2**63 - 1, 2**64 - 1, -(2**63)]
 eids = st.tuples(st.sampled_from(["held"] * 4 + ["gone", "bad"]), st.integers(0, 63))
 waits = st.sampled_from([None, None, 0, 0.01, -1, MAX_WAIT + 1, float("nan"), float("inf")])
-counts = st.sampled_from([1, 1, 2, 5, 0, -1, MAX_BATCH, MAX_BATCH + 1])
+counts = st.sampled_from([1, 1, 2, 5, 100, 0, -1, MAX_BATCH, MAX_BATCH + 1])
 commit_ops = st.lists(st.one_of(
     st.tuples(st.just("put"), keys, sizes, st.booleans()),
     st.tuples(st.just("delete"), eids),
@@ -162,12 +154,11 @@ commit_ops = st.lists(st.one_of(
 ), max_size=6)
 
 
-class DaemonFuzz(RuleBasedStateMachine):
+class DaemonFuzz(Checks, RuleBasedStateMachine):
     """Clients, raw and SDK, against one daemon per example; the model says what
-    must be stored after every step."""
+    must be stored after every step (fuzz_checks.py checks it)."""
 
     spark = False
-    stats: Counter = Counter()
 
     def __init__(self) -> None:
         super().__init__()
@@ -183,14 +174,14 @@ class DaemonFuzz(RuleBasedStateMachine):
         self.shape, self.big = SHAPES[shape], shape == "big"
         keys_, structures_ = self.shape.toml(grace, max_deliveries)
         self.d = Daemon(keys_, structures_).start()
-        self.max_frame = self.shape.max_message + MiB
+        self.max_frame = max_frame_for(self.shape.max_message)
         self.sizes = {"MSGQ01": self.shape.initsize, "MSGQ01OV": self.shape.ov, "SMALL": 8 * KiB}
         self.model = Model({"MSGQ01": self.shape.entry_max, "SMALL": KiB}, max_deliveries, grace)
         self.log_seen = 0
         self.unsynced = False  # a lock record may be the log's last, not yet synced
         self.connect_checker()
         self.ready_before = set()
-        DaemonFuzz.stats["examples"] += 1
+        Checks.stats["examples"] += 1
         self.connect_with_the_sdk("A", False)
         self.connect_raw("B", False, "yes")
 
@@ -241,25 +232,24 @@ class DaemonFuzz(RuleBasedStateMachine):
 
     def send(self, peer, op, fields, timeout=None):
         """One request on ``peer``; its Reply, or None if the connection ended."""
-        DaemonFuzz.stats[op] += 1
+        Checks.stats[op] += 1
         if peer.kind == "sdk":
             return sdk_request(peer, op, fields, timeout)
         return peer.request(op, timeout=timeout or ANSWER_TIMEOUT, **fields)
 
     def too_big(self, peer, op, fields):
-        """Whether the request's frame is past the daemon's frame limit (the SDK's
-        own frame limit is the same: it refuses such a request before sending)."""
+        """Whether the request's frame is past the daemon's frame limit: max_message
+        plus headroom, and 64 KiB until the client has registered (the SDK's own
+        limit is the same: it refuses such a request before sending)."""
         size = peer.body_size(op, **fields) if peer.kind == "raw" else frame_size(op, fields)
-        return size > self.max_frame
+        return size > (self.max_frame if peer.client is not None else MAX_REGISTER_FRAME)
 
-    def judge(self, reply, faults, capacity=False, on_ok=None, deviation=None):
+    def judge(self, reply, faults, may=(), on_ok=None):
         """A reply must refuse with one of ``faults`` if there are any; otherwise it
-        succeeds (``on_ok`` applies it to the model), or, with ``capacity``, is
-        refused for space. A refusal changed nothing: the next check sees to it."""
+        succeeds (``on_ok`` applies it to the model), or is refused with one of
+        ``may`` (for space, say). A refusal changed nothing: the next check sees to it."""
         assert reply is not None, "the daemon closed a connection over a well-formed request"
-        allowed = set(faults) | (CAPACITY if capacity else set())
-        if deviation in KNOWN_DEVIATIONS:
-            allowed |= {"LOCK_NOT_HELD"}
+        allowed = set(faults) | set(may)
         if reply.ok:
             assert not faults, f"accepted a request it must refuse with one of {sorted(faults)}"
             if on_ok is not None:
@@ -278,7 +268,8 @@ class DaemonFuzz(RuleBasedStateMachine):
 
     @staticmethod
     def key_faults(qtype, queue):
-        return set() if qtype_name(qtype) is not None and valid_queue(queue) else {"INVALID_REQUEST"}
+        valid = qtype_name(qtype) is not None and valid_queue(queue)
+        return set() if valid else {"INVALID_REQUEST"}
 
     def entry(self, choice, structure):
         """An entry id for a rule: held (any structure's, so a wrong structure is
@@ -302,28 +293,27 @@ class DaemonFuzz(RuleBasedStateMachine):
                 "entry_max2": 2 * self.model.entry_max.get(structure, KiB),
                 "struct": self.sizes.get(structure, 8 * KiB) - 64 * 4,
                 "max_message": self.shape.max_message,
-                "frame": self.max_frame - 100, "log": MAX_BODY - 64, "20MiB": 20 * MiB}[mark]
-        n = base + delta * (64 if mark in ("struct", "log", "frame") else 1)
+                "frame": self.max_frame - 100, "half_log": MAX_BODY // 2, "log": MAX_BODY - 64,
+                "20MiB": 20 * MiB}[mark]
+        n = base + delta * (64 if mark in ("struct", "half_log", "log", "frame") else 1)
         return max(0, min(n, 32 * MiB if self.big else self.max_frame + 64))
 
-    def logs_too_much(self, recoverable_bytes, structure):
-        """Whether a request would log one record past logstream's MAX_BODY (with
-        room for the record's other fields), or leave enough recoverable data in a
-        structure with an overflow structure for one batch of overflow moves to: a
-        known crash while it is listed."""
-        if "log-record-over-16MiB" in KNOWN_CRASHES and recoverable_bytes > MAX_BODY - 4 * KiB:
-            return True
-        if "overflow-moves-log-past-16MiB" in KNOWN_CRASHES and structure == "MSGQ01":
-            held = sum(m.digest[0] for m in self.model.msgs.values()
-                       if m.structure == structure and m.recoverable)
-            return held + recoverable_bytes > MAX_BODY - 64 * KiB
-        return False
+    def moves_too_much(self, recoverable_bytes, structure):
+        """Whether a put could leave enough recoverable data in a structure with an
+        overflow structure for one batch of overflow moves to pass the log's
+        record budget: a known crash while it is listed."""
+        if "overflow-moves-log-past-16MiB" not in KNOWN_CRASHES or structure != "MSGQ01":
+            return False
+        held = sum(m.digest[0] for m in self.model.msgs.values()
+                   if m.structure == structure and m.recoverable)
+        return held + recoverable_bytes > RECORD
 
-    def replies_too_much(self, messages):
-        """Whether a reply carrying ``messages`` would pass the frame limit: a known
-        crash while it is listed."""
-        return ("a-reply-past-the-frame-limit" in KNOWN_CRASHES
-                and sum(m.digest[0] + 200 for m in messages) > self.max_frame - 64 * KiB)
+    def size_faults(self, sizes, recoverable_bytes, ops=1):
+        """(must, may) refuse MESSAGE_TOO_LARGE: past max_message, or recoverable
+        payloads past one log record (docs/robustness.md)."""
+        must = any(n > self.shape.max_message for n in sizes) or recoverable_bytes > RECORD
+        may = recoverable_bytes + 128 * ops > RECORD - KiB
+        return ({"MESSAGE_TOO_LARGE"} if must else set()), (MAY_BE_TOO_LARGE if may else set())
 
     # -- registration ---------------------------------------------------------------------
 
@@ -414,35 +404,35 @@ class DaemonFuzz(RuleBasedStateMachine):
 
     @precondition(lambda self: self.live())
     @rule(i=picks, structure=structures, key=keys, size=sizes, recoverable=st.booleans(),
-          terse=st.booleans())
-    def put(self, i, structure, key, size, recoverable, terse):
-        self.put_on(self.pick(i), structure, key, size, recoverable, terse)
+          brief=st.booleans())
+    def put(self, i, structure, key, size, recoverable, brief):
+        self.put_on(self.pick(i), structure, key, size, recoverable, brief)
 
-    def put_on(self, peer, structure, key, size, recoverable, terse):
+    def put_on(self, peer, structure, key, size, recoverable, brief):
         n = self.size(size, structure)
-        if recoverable and self.logs_too_much(n, structure):
-            DaemonFuzz.stats["skipped known crash"] += 1
+        if recoverable and self.moves_too_much(n, structure):
+            Checks.stats["skipped known crash"] += 1
             return
         data = payload(n)
-        fields = terse_if(peer, terse, "put", {"structure": structure, "queue": key[1],
-                                              "qtype": key[0], "data": data,
-                                              "recoverable": recoverable})
+        fields = {"structure": structure, "queue": key[1], "qtype": key[0], "data": data,
+                  "recoverable": recoverable}
+        fields = terse("put", fields) if brief and peer.kind == "raw" else fields
         if peer.client is None:
             return self.unregistered(peer, "put", fields)
-        faults = self.structure_faults(structure) | self.key_faults(*key)
-        if n > self.shape.max_message:
-            faults.add("MESSAGE_TOO_LARGE")
+        must, may = self.size_faults([n], n if recoverable else 0)
+        faults = self.structure_faults(structure) | self.key_faults(*key) | must
         if peer.kind == "raw" and self.too_big(peer, "put", fields):
             return self.frame_refused(peer, "put", fields)
 
         def stored(result):
             self.model.added(structure, result["entry_id"], (qtype_name(key[0]), key[1]),
                              digest(data), recoverable)
-        self.judge(self.send(peer, "put", fields), faults, capacity=True, on_ok=stored)
+            self.unsynced &= not recoverable  # its reply waited for an fsync
+        self.judge(self.send(peer, "put", fields), faults, may=CAPACITY | may, on_ok=stored)
 
     @precondition(lambda self: self.live(registered=True))
     @rule(i=picks, structure=st.sampled_from(["MSGQ01", "SMALL"]), key=good_keys,
-          count=st.integers(1, 8), size=st.one_of(st.integers(0, 3000), sizes),
+          count=st.integers(1, 8), size=sizes,
           recoverable=st.booleans())
     def put_several(self, i, structure, key, count, size, recoverable):
         """Plain traffic, so that there is something to read, lock, move and lose."""
@@ -459,20 +449,17 @@ class DaemonFuzz(RuleBasedStateMachine):
         self.read(i, structure, key, n, None, False)
 
     @precondition(lambda self: self.live())
-    @rule(i=picks, structure=structures, key=keys, n=counts, wait=waits, terse=st.booleans())
-    def read(self, i, structure, key, n, wait, terse):
+    @rule(i=picks, structure=structures, key=keys, n=counts, wait=waits, brief=st.booleans())
+    def read(self, i, structure, key, n, wait, brief):
         peer = self.pick(i)
-        fields = terse_if(peer, terse, "read", {"structure": structure, "queue": key[1],
-                                               "qtype": key[0], "n": n, "wait": wait})
+        fields = {"structure": structure, "queue": key[1], "qtype": key[0], "n": n, "wait": wait}
+        fields = terse("read", fields) if brief and peer.kind == "raw" else fields
         if peer.client is None:
             return self.unregistered(peer, "read", fields)
         faults = self.structure_faults(structure) | self.key_faults(*key)
         if not 1 <= n <= MAX_BATCH:
             faults.add("INVALID_REQUEST")
-        got = [] if faults else self.model.readable(structure, (qtype_name(key[0]), key[1]), n)
-        if self.replies_too_much(got):
-            DaemonFuzz.stats["skipped known crash"] += 1
-            return
+        got = [] if faults else self.readable(structure, (qtype_name(key[0]), key[1]), n)
         if not faults and not got:
             valid_wait = wait is None or wait == 0 or 0 < wait <= MAX_WAIT
             faults.add("NO_MESSAGE" if valid_wait else "INVALID_REQUEST")
@@ -481,9 +468,18 @@ class DaemonFuzz(RuleBasedStateMachine):
 
     def sync_the_log(self):
         """While "recover-waits-for-an-unsynced-lock-record" is listed: after a lock,
-        have a recoverable put make the log durable; False if none fits."""
+        have a record that waits for an fsync make the log durable (a move of a ready
+        recoverable message to its own queue, which changes nothing, or a put);
+        False if there is no way."""
         if "recover-waits-for-an-unsynced-lock-record" not in KNOWN_CRASHES or not self.unsynced:
             return True
+        for m in self.model.msgs.values():
+            if m.recoverable and m.where == "ready" and not m.home:
+                reply = self.checker.request("move", structure=m.structure, entry_id=m.eid,
+                                             queue=m.key[1], qtype=m.key[0])
+                assert reply is not None and reply.ok, f"a move to its own queue: {reply}"
+                self.unsynced = False
+                return True
         for structure in ("MSGQ01", "SMALL"):
             data = payload(8)
             reply = self.checker.request("put", structure=structure, queue="SYNC", data=data)
@@ -493,6 +489,9 @@ class DaemonFuzz(RuleBasedStateMachine):
                 self.unsynced = False
                 return True
         return False
+
+    def readable(self, structure, key, n):
+        return self.model.readable(structure, key, n, self.shape.max_message)
 
     def parked(self, structure, key, count):
         """Until query queues shows ``count`` reads waiting on the queue (each round
@@ -509,7 +508,7 @@ class DaemonFuzz(RuleBasedStateMachine):
         assert [m["entry_id"] for m in messages] == [m.eid for m in expected], (
             f"read gave {[m['entry_id'] for m in messages]}, "
             f"the oldest readable are {[m.eid for m in expected]}")
-        for m, wire in zip(expected, messages):
+        for m, wire in zip(expected, messages, strict=True):
             assert digest(wire["data"]) == m.digest, f"entry {m.eid} came back with other data"
             self.model.lock(m, client)
             assert wire["delivery_count"] == m.count, (
@@ -524,12 +523,9 @@ class DaemonFuzz(RuleBasedStateMachine):
         """Waiting reads are served first come first served by the puts that follow;
         one whose connection died is served nothing."""
         key = (qtype_name(key[0]), key[1])
-        if self.replies_too_much(self.model.readable(structure, key, n)):
-            DaemonFuzz.stats["skipped known crash"] += 1
-            return
         writer = self.pick(j, registered=True)
         readers = []
-        for k in range(2 if second else 1):
+        for _ in range(2 if second else 1):
             if len(self.live()) >= MAX_PEERS:
                 break
             name = next((c for c in CLIENTS if not self.register_faults(c)), None)
@@ -541,7 +537,7 @@ class DaemonFuzz(RuleBasedStateMachine):
                                                 for lock in peer.register(name).result["locks"]])
             rid = peer.send_request("read", structure=structure, queue=key[1], qtype=key[0],
                                     n=n, wait=MAX_WAIT)
-            got = self.model.readable(structure, key, n)
+            got = self.readable(structure, key, n)
             if got:  # served at once
                 self.judge(peer.reply(rid), set(), on_ok=lambda r, p=peer, g=got: self.locked(
                     p.client, g, r["messages"]))
@@ -549,7 +545,7 @@ class DaemonFuzz(RuleBasedStateMachine):
             # a request pipelined behind the read is answered: the read waits in the daemon
             assert peer.request("query", kind="clients").ok
             readers.append((peer, rid))
-            if "a-waiting-read-misses-a-put-before-its-task-starts" in KNOWN_CRASHES:
+            if LOST_WAKEUP in KNOWN_CRASHES:
                 self.parked(structure, key, len(readers))
         if reader_dies and readers:
             peer, _ = readers.pop(0)
@@ -562,12 +558,12 @@ class DaemonFuzz(RuleBasedStateMachine):
                 {"op": "put", "queue": key[1], "qtype": key[0], "data": data} for data in datas]}
             reply = self.send(writer, "commit", fields)
             if reply is not None and reply.ok:
-                for data, eid in zip(datas, reply.result["entry_ids"]):
+                for data, eid in zip(datas, reply.result["entry_ids"], strict=True):
                     self.model.added(structure, eid, key, digest(data), True)
             else:
-                self.judge(reply, set(), capacity=True)
+                self.judge(reply, set(), may=CAPACITY)
         for peer, rid in readers:
-            got = self.model.readable(structure, key, n)
+            got = self.readable(structure, key, n)
             if not got:
                 before = self.lost_count(peer.client)
                 peer.close()  # nothing came for it: give up the wait
@@ -581,23 +577,21 @@ class DaemonFuzz(RuleBasedStateMachine):
     def read_then_put_in_one_write(self, i, structure, key):
         """A waiting read and a put to its queue, pipelined: the read gets the message."""
         peer = self.pick(i, registered=True)
-        if peer.kind != "raw" or "a-waiting-read-misses-a-put-before-its-task-starts" in KNOWN_CRASHES:
+        if peer.kind != "raw" or LOST_WAKEUP in KNOWN_CRASHES:
             return
         key, data = (qtype_name(key[0]), key[1]), payload(20)
-        if self.replies_too_much(self.model.readable(structure, key, 1)):
-            return
         rid, read = peer.frame_for("read", structure=structure, queue=key[1], qtype=key[0], wait=2)
         put_rid, put = peer.frame_for("put", structure=structure, queue=key[1], qtype=key[0],
                                       data=data)
         peer.send(read + put)
-        at_once = self.model.readable(structure, key, 1)
+        at_once = self.readable(structure, key, 1)
         if at_once:
             self.judge(peer.reply(rid), set(), on_ok=lambda r: self.locked(
                 peer.client, at_once, r["messages"]))
-        self.judge(peer.reply(put_rid), set(), capacity=True, on_ok=lambda r: self.model.added(
+        self.judge(peer.reply(put_rid), set(), may=CAPACITY, on_ok=lambda r: self.model.added(
             structure, r["entry_id"], key, digest(data), True))
         if not at_once:
-            got = self.model.readable(structure, key, 1)
+            got = self.readable(structure, key, 1)
             self.judge(peer.reply(rid), set() if got else {"NO_MESSAGE"},
                        on_ok=lambda r: self.locked(peer.client, got, r["messages"]))
 
@@ -624,10 +618,6 @@ class DaemonFuzz(RuleBasedStateMachine):
         shown = [m for m in self.model.listing(structure)
                  if (qtype is None or (m.where == "ready" and m.key[0] == qtype_name(qtype)))
                  and (queue is None or m.key[1] == queue)]
-        if self.replies_too_much(shown) if cursor == "odd" else any(
-                self.replies_too_much(shown[k:k + limit]) for k in range(0, len(shown), limit)):
-            DaemonFuzz.stats["skipped known crash"] += 1
-            return
         if cursor == "odd":
             shown = None  # a cursor this server never gave: only the shape is checked
         pages = 0
@@ -636,7 +626,7 @@ class DaemonFuzz(RuleBasedStateMachine):
             self.judge(reply, set())
             page, more = reply.result["messages"], reply.result["cursor"]
             if shown is not None:
-                check_page(page, more, shown, limit)
+                check_page(page, more, shown, limit, self.shape.max_message)
                 shown = shown[len(page):]
             pages += 1
             if more is None or cursor != "follow" or pages > 20:
@@ -653,16 +643,11 @@ class DaemonFuzz(RuleBasedStateMachine):
             return self.unregistered(peer, "delete", fields)
         m = self.model.find(structure, eid)
         faults = self.structure_faults(structure) or self.entry_faults(m)
-        deviation = None
-        if not faults and m.where == "locked" and (operator or m.owner != peer.client):
-            if operator and m.owner == peer.client:
-                deviation = "operator-delete-own-lock"
-            else:
-                faults.add("LOCK_NOT_HELD")
-        if not faults and not operator and m.where != "locked":
+        # DESIGN §6: a client deletes what it holds; an operator, anything not
+        # locked by another client
+        if not faults and (m.owner != peer.client if m.where == "locked" else not operator):
             faults.add("LOCK_NOT_HELD")
-        self.judge(self.send(peer, "delete", fields), faults, deviation=deviation,
-                   on_ok=lambda r: self.model.delete(m))
+        self.judge(self.send(peer, "delete", fields), faults, on_ok=lambda r: self.model.delete(m))
 
     @staticmethod
     def entry_faults(m):
@@ -712,7 +697,8 @@ class DaemonFuzz(RuleBasedStateMachine):
     def unlock_faults(self, m, client, qtype, queue):
         faults = set()
         if qtype is not None or queue is not None:
-            if (qtype is not None and qtype_name(qtype) is None) or not valid_queue(queue or m.key[1]):
+            if (qtype is not None and qtype_name(qtype) is None
+                    or not valid_queue(queue or m.key[1])):
                 faults.add("INVALID_REQUEST")
         if m.where != "locked" or m.owner != client:
             faults.add("LOCK_NOT_HELD")
@@ -723,6 +709,7 @@ class DaemonFuzz(RuleBasedStateMachine):
     def commit(self, i, structure, ops):
         peer = self.pick(i)
         wire, effects, faults, logged, seen = [], [], self.structure_faults(structure), 0, set()
+        put_sizes = []
         for op in ops:
             kind = op[0]
             if kind == "put":
@@ -732,8 +719,7 @@ class DaemonFuzz(RuleBasedStateMachine):
                 wire.append({"op": "put", "queue": key[1], "qtype": key[0], "data": data,
                              "recoverable": recoverable})
                 faults |= self.key_faults(*key)
-                if n > self.shape.max_message:
-                    faults.add("MESSAGE_TOO_LARGE")
+                put_sizes.append(n)
                 logged += n if recoverable else 0
                 effects.append(("put", (qtype_name(key[0]), key[1]), digest(data), recoverable))
                 continue
@@ -764,8 +750,8 @@ class DaemonFuzz(RuleBasedStateMachine):
                     if not faults:
                         effects.append(("unlock", m, failed,
                                         self.model.unlock_target(m, qtype, queue)))
-        if self.logs_too_much(logged, structure):
-            DaemonFuzz.stats["skipped known crash"] += 1
+        if self.moves_too_much(logged, structure):
+            Checks.stats["skipped known crash"] += 1
             return
         fields = {"structure": structure, "ops": wire}
         if peer.client is None:
@@ -776,8 +762,10 @@ class DaemonFuzz(RuleBasedStateMachine):
             if peer.kind == "raw":
                 return self.frame_refused(peer, "commit", fields)
             faults.add("MESSAGE_TOO_LARGE")
-        self.judge(self.send(peer, "commit", fields), faults, capacity=bool(logged or any(
-            e[0] == "put" for e in effects)), on_ok=lambda r: self.committed(structure, effects, r))
+        must, may = self.size_faults(put_sizes, logged, len(wire))
+        self.judge(self.send(peer, "commit", fields), faults | must,
+                   may=(CAPACITY if put_sizes else set()) | may,
+                   on_ok=lambda r: self.committed(structure, effects, r))
 
     def committed(self, structure, effects, result):
         ids = list(result["entry_ids"])
@@ -804,19 +792,20 @@ class DaemonFuzz(RuleBasedStateMachine):
         peer = self.pick(i)
         data = payload(size)
         logged = count * size if kind == "put" and recoverable else 0
-        if self.logs_too_much(logged, structure) or count * size > 2 * self.max_frame:
-            DaemonFuzz.stats["skipped known crash" if logged > MAX_BODY else "skipped"] += 1
+        if self.moves_too_much(logged, structure) or count * size > 2 * self.max_frame:
+            Checks.stats["skipped"] += 1
             return
         if kind == "put":
             op = {"op": "put", "queue": "A", "data": data, "recoverable": recoverable}
-            ops = [terse_if(peer, True, "put", op)] * count  # the most a frame can carry
+            ops = [terse("put", op) if peer.kind == "raw" else op] * count  # most in a frame
         else:
             ops = [{"op": "delete", "entry_id": 0}] * count
         fields = {"structure": structure, "ops": ops}
         if peer.client is None:
             return self.unregistered(peer, "commit", fields)
-        if size > self.shape.max_message:
-            faults = {"MESSAGE_TOO_LARGE"}
+        must, may = self.size_faults([size], logged, count)
+        if must:
+            faults = must
         elif count > requests.MAX_COMMIT_OPS:
             faults = {"INVALID_REQUEST"}
         else:  # 0 is no entry, and appears more than once
@@ -825,8 +814,10 @@ class DaemonFuzz(RuleBasedStateMachine):
             if peer.kind == "raw":
                 return self.frame_refused(peer, "commit", fields)
             faults = {"MESSAGE_TOO_LARGE"}
-        effects = [("put", ("TRAN", "A"), digest(data), recoverable)] * count if kind == "put" else []
-        self.judge(self.send(peer, "commit", fields), faults, capacity=kind == "put",
+        puts = count if kind == "put" else 0
+        effects = [("put", ("TRAN", "A"), digest(data), recoverable)] * puts
+        self.judge(self.send(peer, "commit", fields), faults,
+                   may=(CAPACITY if kind == "put" else set()) | may,
                    on_ok=lambda r: self.committed(structure, effects, r))
 
     # -- interest, queries, operator requests ---------------------------------------------
@@ -948,7 +939,7 @@ class DaemonFuzz(RuleBasedStateMachine):
 
     def structure_operation(self, i, structure, op, purge):
         if op != "checkpoint" and not self.sync_the_log():
-            DaemonFuzz.stats["skipped known crash"] += 1
+            Checks.stats["skipped known crash"] += 1
             return
         peer = self.pick(i)
         fields = {"structure": structure} | ({"purge": purge} if op == "recover" else {})
@@ -966,75 +957,41 @@ class DaemonFuzz(RuleBasedStateMachine):
     # -- bytes no SDK would send --------------------------------------------------------
 
     @precondition(lambda self: self.live())
-    @rule(i=picks, how=st.sampled_from([
-        "unknown_op", "no_op", "op_not_str", "unknown_field", "missing_field", "wrong_type",
-        "bool_for_int", "id_str", "id_none", "id_float", "id_missing", "commit_op_not_map",
-        "commit_unknown_op", "commit_wrong_type"]))
+    @rule(i=picks, how=st.sampled_from(MALFORMED))
     def malformed_request(self, i, how):
         """A frame that decodes but is no request: INVALID_REQUEST, and the
         connection goes on."""
         peer = self.pick(i)
         if peer.kind != "raw":
             return
-        rid = peer.next_id = peer.next_id + 1
-        request = {"id": rid, "op": "put", "structure": "SMALL", "queue": "A", "data": b"m"}
-        if how == "unknown_op":
-            request["op"] = "explode"
-        elif how == "no_op":
-            del request["op"]
-        elif how == "op_not_str":
-            request["op"] = 7
-        elif how == "unknown_field":
-            request["colour"] = "red"
-        elif how == "missing_field":
-            del request["data"]
-        elif how == "wrong_type":
-            request["data"] = "text, not bytes"
-        elif how == "bool_for_int":
-            request = {"id": rid, "op": "delete", "structure": "SMALL", "entry_id": True}
-        elif how.startswith("id_"):
-            rid = {"id_str": "7", "id_none": None, "id_float": 7.0, "id_missing": None}[how]
-            request["id"] = rid
-            if how == "id_missing":
-                del request["id"]
-        else:
-            op = {"commit_op_not_map": 5, "commit_unknown_op": {"op": "explode"},
-                  "commit_wrong_type": {"op": "delete", "entry_id": "1"}}[how]
-            request = {"id": rid, "op": "commit", "structure": "SMALL", "ops": [op]}
-        peer.send(struct.pack(">I", len(body := msgpack.packb(request))) + body)
-        reply = peer.reply(rid if type(rid) is int else None)
+        peer.next_id += 1
+        frame, rid = malformed(how, peer.next_id)
+        peer.send(frame)
+        reply = peer.reply(rid)
         assert reply is not None, f"the daemon closed the connection over a {how} request"
         # a commit's operations are only looked at once the sender is registered
         allowed = {"INVALID_REQUEST"} | ({"NOT_REGISTERED"} if peer.client is None
                                         and how.startswith("commit") else set())
         assert not reply.ok and reply.reason in allowed, f"{how}: {reply}"
-        assert reply.rid == (rid if type(rid) is int else None), f"{how}: reply id {reply.rid}"
+        assert reply.rid == rid, f"{how}: reply id {reply.rid}, not {rid}"
 
     @precondition(lambda self: len(self.live()) < MAX_PEERS)
-    @rule(register=st.booleans(), first=st.booleans(), how=st.sampled_from([
-        "garbage", "zero_length", "huge_header", "just_past_limit", "truncated_header",
-        "truncated_body", "not_a_map", "int_keys", "ext_type", "timestamp", "bad_utf8",
-        "deep", "trailing_bytes", "map_claims_more"]))
+    @rule(register=st.booleans(), first=st.booleans(), how=st.sampled_from(BROKEN))
     def broken_frame(self, register, first, how):
         """A frame that cannot be decoded: an id-less refusal, then the connection
         (only it) is closed; requests before it in the same write are served."""
-        peer = RawPeer(self.d.socket)
-        peer.client, peer.interests, peer.expect = None, set(), set()
-        name = next((c for c in CLIENTS if not self.register_faults(c)), None)
-        if register and name is not None:
-            self.registered(peer, name, False, [lock["entry_id"]
-                                                for lock in peer.register(name).result["locks"]])
+        peer = self.fresh_peer(register)
         before = self.lost_count(peer.client) if peer.client else 0
         prefix, rid = b"", None
         if first and peer.client:
             rid, prefix = peer.frame_for("put", structure="SMALL", queue="B", data=b"before",
                                          recoverable=False)
-        bad, reason = broken(how, self.max_frame)
+        bad, reason = broken(how, self.max_frame if peer.client else MAX_REGISTER_FRAME)
         peer.send(prefix + bad)
         if how.startswith("truncated"):
             peer.shut_write()
         if rid is not None:
-            self.judge(peer.reply(rid), set(), capacity=True, on_ok=lambda r: self.model.added(
+            self.judge(peer.reply(rid), set(), may=CAPACITY, on_ok=lambda r: self.model.added(
                 "SMALL", r["entry_id"], ("TRAN", "B"), digest(b"before"), False))
         reply = peer.reply(None)
         assert reply is not None and reply.rid is None and reply.reason == reason, (
@@ -1043,31 +1000,28 @@ class DaemonFuzz(RuleBasedStateMachine):
         self.ended(peer, before)
 
     @rule(count=st.sampled_from([10, 300, 3000]), register=st.booleans())
-    def flood(self, count, register):
-        """Many requests in one write and no reading until all are sent: every
-        reply comes in order, or the daemon cuts the reader off (send_queue). On a
-        connection of its own, holding nothing, so either way the model is the same
-        (whether a cut-off happens is up to the scheduler)."""
+    def pipeline(self, count, register):
+        """Many requests sent while their replies are read: every one is answered,
+        in order, however the daemon paces the connection (docs/protocol.md)."""
+        peer = self.fresh_peer(register)
+        replies = peer.pipeline([peer.frame_for("query", kind="headers") for _ in range(count)])
+        assert all(r is not None for r in replies), (
+            f"a paced client was cut off: {self.d.events('client_cut_off')[-1:]}")
+        assert all(r.ok == (peer.client is not None) for r in replies), f"pipeline: {replies[:3]}"
+        before = self.lost_count(peer.client) if peer.client else 0
+        peer.close()
+        self.ended(peer, before)
+
+    def fresh_peer(self, register):
+        """A raw connection of the rule's own, registered (under a name holding no
+        locks) if asked and a name is free."""
         peer = RawPeer(self.d.socket)
         peer.client, peer.interests, peer.expect = None, set(), set()
         name = next((c for c in CLIENTS if not self.register_faults(c)
                      and not self.model.locks_of(c)), None) if register else None
         if name is not None:
             self.registered(peer, name, False, peer.register(name).result["locks"])
-        before = self.lost_count(name) if name else 0
-        frames = [peer.frame_for("query", kind="headers") for _ in range(count)]
-        sent = peer.send(b"".join(f for _, f in frames))
-        for rid, _ in frames:
-            reply = peer.reply(rid) if sent else None
-            if reply is None:
-                self.ended(peer, before)
-                self.await_log(lambda: any(e.get("client") == name
-                                           for e in self.d.events("client_cut_off")),
-                               "a flooding client was disconnected without being cut off")
-                return
-            assert reply.ok == (name is not None), f"flood: {reply}"
-        peer.close()
-        self.ended(peer, before)
+        return peer
 
     def unregistered(self, peer, op, fields):
         """Before register every request is refused NOT_REGISTERED (or its frame)."""
@@ -1105,234 +1059,7 @@ class DaemonFuzz(RuleBasedStateMachine):
         self.model.restarted(clean)
         self.d.restart()
         self.connect_checker()
-        DaemonFuzz.stats["restarts"] += 1
-
-    # -- after every step ----------------------------------------------------------------
-
-    @invariant()
-    def daemon_answers_and_stores_what_it_acknowledged(self):
-        if self.d is None:
-            return
-        DaemonFuzz.stats["steps"] += 1
-        assert self.d.proc.poll() is None, (
-            f"the daemon exited with {self.d.proc.returncode}: {self.tail()}")
-        self.check_log()
-        fresh = RawPeer(self.d.socket)
-        reply = fresh.request("query", kind="structures")
-        assert reply is not None and reply.reason == "NOT_REGISTERED", f"fresh connection: {reply}"
-        fresh.close()
-        for structure in ("MSGQ01", "SMALL"):
-            self.check_listing(structure)
-        self.check_rows("locks", None, self.checked_query("locks"))
-        self.check_rows("clients", None, self.checked_query("clients"))
-        rows = self.checked_query("structures")
-        self.check_rows("structures", None, rows)
-        self.count_coverage(rows)
-        self.check_notes()
-        self.check_log()
-
-    def count_coverage(self, rows):
-        """How many steps ended in the states worth reaching (printed at the end)."""
-        states = {m.where for m in self.model.msgs.values()}
-        states |= {"suspended" for m in self.model.msgs.values() if m.home}
-        states |= {"overflow mode" for r in rows if r.get("overflow_mode")}
-        states |= {"full" for r in rows if r.get("full")}
-        for state in states:
-            DaemonFuzz.stats[f"steps with {state}"] += 1
-        DaemonFuzz.stats["most messages"] = max(DaemonFuzz.stats["most messages"],
-                                                len(self.model.msgs))
-
-    def checked_query(self, kind, structure=None):
-        reply = self.checker.request("query", kind=kind, structure=structure)
-        assert reply is not None and reply.ok, f"the checker's query {kind}: {reply}"
-        return reply.result["rows"]
-
-    def check_listing(self, structure):
-        """Browse the whole structure (pages kept under the frame limit) and compare."""
-        expected, cursor, budget = self.model.listing(structure), None, self.max_frame // 2
-        shown = list(expected)
-        while True:
-            limit, total = 0, 0
-            for m in shown[:MAX_BATCH]:
-                total += m.digest[0] + 200
-                if limit and total > budget:
-                    break
-                limit += 1
-            reply = self.checker.request("browse", structure=structure, cursor=cursor,
-                                         limit=max(1, limit))
-            assert reply is not None and reply.ok, f"the checker's browse of {structure}: {reply}"
-            page, cursor = reply.result["messages"], reply.result["cursor"]
-            check_page(page, cursor, shown, max(1, limit), what=f"{structure} holds")
-            shown = shown[len(page):]
-            if cursor is None:
-                break
-
-    def check_rows(self, kind, structure, rows):
-        chosen = {"MSGQ01", "SMALL"} if structure is None else {structure}
-        if kind == "locks":
-            got = {r["entry_id"]: r["owner"] for r in rows}
-            held = {m.eid: m.owner for m in self.model.msgs.values()
-                    if m.where == "locked" and m.structure in chosen}
-            assert got == held, f"query locks shows {got}, the model holds {held}"
-        elif kind == "clients" and structure is None:
-            got = {r["client"] for r in rows}
-            assert got == self.model.registered | {CHECKER}, (
-                f"query clients shows {sorted(got)}, registered are "
-                f"{sorted(self.model.registered | {CHECKER})}")
-        elif kind == "structures":
-            for name in chosen:
-                mine = [r for r in rows if name in (r.get("name"), r.get("overflow_of"))]
-                got = tuple(sum(r[k] for r in mine)
-                            for k in ("elements_used", "entries_used", "messages"))
-                assert got == self.model.usage(name), (
-                    f"{name} accounts (elements, entries, messages) {got}, "
-                    f"its messages need {self.model.usage(name)}")
-        elif kind == "queues":
-            for r in rows:
-                key = (r["structure"], (r["qtype"], r["queue"]))
-                ready = len(self.model.ready(*key))
-                assert r["depth"] == ready, f"queue {key} depth {r['depth']}, model {ready}"
-
-    def check_notes(self):
-        """Every interested connection heard of each queue that went from empty to
-        holding messages in this step (and of the ones that held some when it
-        registered)."""
-        now = self.model.ready_keys()
-        became = now - self.ready_before
-        self.ready_before = now
-        for peer in self.live(registered=True):
-            notes = {(n["structure"], (n["qtype"], n["queue"])) for n in peer.drain_notes()}
-            missing = ((became & peer.interests) | peer.expect) - notes
-            peer.expect = set()
-            assert not missing, f"{peer.client} was not notified of work on {sorted(missing)}"
-
-    def check_log(self):
-        """No traceback, internal error, or error-level event in the daemon's log."""
-        lines, self.log_seen = self.d.lines[self.log_seen:], len(self.d.lines)
-        bad = [e for e in lines if e.get("event") in ("text", "internal_error")
-               or "exception" in e or e.get("level") in ("error", "critical")]
-        assert not bad, f"the daemon logged {bad[:5]}"
-
-    def tail(self):
-        return [e.get("text", e) for e in self.d.lines[-40:]]
-
-
-# -- plain helpers ------------------------------------------------------------------------
-
-
-def payload(n):
-    """n bytes that differ from message to message (so a mix-up shows)."""
-    stamp = b"%d:" % random.getrandbits(48)
-    return (stamp * (n // len(stamp) + 1))[:n]
-
-
-def terse_if(peer, terse, op, fields):
-    """``fields`` less those equal to the protocol's defaults, on a raw peer if
-    ``terse`` (the SDK always sends them)."""
-    if not terse or peer.kind != "raw":
-        return fields
-    spec = requests.OPS[op]
-    return {k: v for k, v in fields.items() if k not in spec or spec[k][1] != v
-            or type(spec[k][1]) is not type(v)}
-
-
-def frame_size(op, fields):
-    """The body length of a request frame (what the daemon's frame limit counts)."""
-    return len(msgpack.packb({"id": 1, "op": op, **fields}, use_bin_type=True))
-
-
-def check_page(page, cursor, shown, limit, what="browse shows"):
-    """A page is the next messages of ``shown`` in order, with a cursor iff more may follow."""
-    got = [(m["entry_id"], seen_view(m)) for m in page]
-    want = [(m.eid, m.view()) for m in shown[:len(page)]]
-    if got != want or (cursor is None and len(page) != len(shown)) or (
-            cursor is not None and len(page) != limit):
-        raise AssertionError(
-            f"{what} {[g[0] for g in got]} (cursor {cursor}); the model expects "
-            f"{[m.eid for m in shown[:max(limit, len(page))]]}; first difference: "
-            f"{next(((g, w) for g, w in zip(got, want) if g != w), None)}")
-
-
-def broken(how, max_frame):
-    """(bytes that no decoder accepts, the reason code of the refusal)."""
-    def framed(body):
-        return struct.pack(">I", len(body)) + body
-    request = {"id": 1, "op": "query", "kind": "clients"}
-    if how == "garbage":
-        return b"\xff\xfe GET / HTTP/1.1\r\n\r\n" * 4, "MESSAGE_TOO_LARGE"
-    if how == "zero_length":
-        return struct.pack(">I", 0), "INVALID_REQUEST"
-    if how == "huge_header":
-        return struct.pack(">I", 2**32 - 1), "MESSAGE_TOO_LARGE"
-    if how == "just_past_limit":
-        return struct.pack(">I", max_frame + 1), "MESSAGE_TOO_LARGE"
-    if how == "truncated_header":
-        return b"\x00\x00", "INVALID_REQUEST"
-    if how == "truncated_body":
-        return framed(msgpack.packb(request))[:-3], "INVALID_REQUEST"
-    if how == "not_a_map":
-        return framed(msgpack.packb([1, "query"])), "INVALID_REQUEST"
-    if how == "int_keys":
-        return framed(msgpack.packb({1: "id"})), "INVALID_REQUEST"
-    if how == "ext_type":
-        return framed(msgpack.packb({"id": msgpack.ExtType(5, b"xx")})), "INVALID_REQUEST"
-    if how == "timestamp":
-        return framed(msgpack.packb({"id": msgpack.Timestamp(1, 0)})), "INVALID_REQUEST"
-    if how == "bad_utf8":
-        return framed(b"\x81\xa2id\xa2\xff\xfe"), "INVALID_REQUEST"
-    if how == "deep":
-        return framed(b"\x81\xa1x" + b"\x91" * 100_000 + b"\xc0"), "INVALID_REQUEST"
-    if how == "trailing_bytes":
-        return framed(msgpack.packb(request) + b"\xc0"), "INVALID_REQUEST"
-    return framed(b"\x85\xa2id\x01"), "INVALID_REQUEST"  # map_claims_more
-
-
-def sdk_request(peer, op, f, timeout=None):
-    """The SDK's way of making request ``op`` with wire ``fields`` f, as a Reply
-    in the wire's shape."""
-    c = peer.sdk
-    h = StructureHandle(c, f.get("structure"), {})
-
-    def page(p):
-        return {"messages": [message_map(m) for m in p], "cursor": p.cursor}
-
-    def commit():
-        with h.unit_of_work() as uow:
-            for o in f["ops"]:
-                getattr(uow, o["op"])(**{k: v for k, v in o.items() if k != "op"})
-        return {"entry_ids": uow.entry_ids}
-
-    calls = {
-        "put": lambda: {"entry_id": h.put(f["queue"], f["data"], f["qtype"], f["recoverable"])},
-        "read": lambda: {"messages": [message_map(m) for m in h.read_batch(
-            f["queue"], f["n"], f["qtype"], f["wait"])]},
-        "browse": lambda: page(h.browse(f["queue"], f["qtype"], f["limit"], f["cursor"])),
-        "delete": lambda: (h.operator_delete if f["operator"] else h.delete)(f["entry_id"]),
-        "move": lambda: h.move(f["entry_id"], f["queue"], f["qtype"]),
-        "unlock": lambda: vars_of(h.unlock(f["entry_id"], f["failed"], f["queue"], f["qtype"])),
-        "commit": commit,
-        "register_interest": lambda: c.register_interest(f["structure"], f["queue"], f["qtype"]),
-        "deregister_interest": lambda: c.deregister_interest(f["structure"], f["queue"],
-                                                             f["qtype"]),
-        "query": lambda: {"rows": c.query(f["kind"], f["structure"])},
-        "requeue": lambda: vars_of(h.requeue(f["entry_id"])),
-        "dequeue": lambda: {"count": h.dequeue(f["queue"], f["qtype"])},
-        "alter": lambda: c.alter(f["structure"], f["size"]),
-        "rebuild": lambda: c.rebuild(f["structure"], f["size"]),
-        "checkpoint": lambda: c.checkpoint(f["structure"]),
-        "recover": lambda: c.recover(f["structure"], f["purge"]),
-        "delete_structure": lambda: c.delete_structure(f["structure"]),
-        "connect": lambda: c.structure(f["structure"]).stats,
-        "deregister": c.deregister,
-    }
-    reply = peer.call(lambda: calls[op]() or {}, timeout=timeout)
-    if reply is not None and reply.ok and op == "read" and not reply.result["messages"]:
-        return Reply(False, reason="NO_MESSAGE", message="the SDK's empty read")
-    return reply
-
-
-def vars_of(location):
-    return {"qtype": location.qtype, "queue": location.queue}
+        Checks.stats["restarts"] += 1
 
 
 # -- the tests ------------------------------------------------------------------------------
@@ -1354,7 +1081,7 @@ def run(examples, derandomize, seed=None, spark=False):
 def test_no_request_sequence_stops_the_daemon_or_loses_an_acknowledged_message():
     """Random sequences of every request, from SDK and raw clients that come and go,
     leave the daemon running, answering, and storing exactly what it acknowledged."""
-    DaemonFuzz.stats.clear()
+    Checks.stats.clear()
     started = time.monotonic()
     if not SECONDS:
         print(f"cqsd fuzz: {IN_SUITE_EXAMPLES} derandomized examples (a fixed seed)")
@@ -1367,4 +1094,4 @@ def test_no_request_sequence_stops_the_daemon_or_loses_an_acknowledged_message()
                   f"CQSD_FUZZ_SEED={seed} CQSD_FUZZ_SECONDS=1)", flush=True)
             run(CHUNK, derandomize=False, seed=seed, spark=SPARK)
             seed += 1
-    print(f"cqsd fuzz: {time.monotonic() - started:.0f}s, {dict(DaemonFuzz.stats)}", flush=True)
+    print(f"cqsd fuzz: {time.monotonic() - started:.0f}s, {dict(Checks.stats)}", flush=True)

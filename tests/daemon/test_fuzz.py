@@ -23,9 +23,7 @@ with ``pytest -s`` to see the seeds as they go.
 
 import os
 import random
-import re
 import time
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -39,122 +37,74 @@ from hypothesis.stateful import (
     rule,
 )
 
-import cqsclient
-from cqsproto import PROTOCOL_VERSION, max_frame_for, requests
+from cqsproto import max_frame_for, requests
 from cqsproto.requests import MAX_REGISTER_FRAME
 from logstream.record import MAX_BODY
 
-from .fuzz_bytes import BROKEN, MALFORMED, broken, frame_size, malformed, payload, terse
+from .fuzz_bytes import frame_size, payload, terse
 from .fuzz_checks import CHECKER, MAX_BATCH, Checks, check_page
+from .fuzz_clients import ConnectionRules
+from .fuzz_draws import (
+    BAD_IDS,
+    CAPACITY,
+    CLIENTS,
+    KINDS,
+    MAX_PEERS,
+    MAX_WAIT,
+    SHAPES,
+    KiB,
+    MiB,
+    commit_ops,
+    counts,
+    eids,
+    good_keys,
+    keys,
+    operator_structures,
+    picks,
+    qtypes,
+    queues,
+    sizes,
+    structures,
+    waits,
+)
 from .fuzz_model import Model, digest, qtype_name, valid_queue
-from .fuzz_peers import ANSWER_TIMEOUT, RawPeer, Reply, SdkPeer, sdk_request
+from .fuzz_peers import ANSWER_TIMEOUT, RawPeer, sdk_request
 from .harness import Daemon
 
 # Crashes found and not yet fixed: the fuzzer steers around these exact inputs so
 # that it can look for others. Remove an entry once its fix is merged.
+UNSYNCED_LOCK = "recover-waits-for-an-unsynced-lock-record"
+LOST_WAKEUP = "a-waiting-read-misses-a-put-before-its-task-starts"
+BIG_MOVE_BATCH = "overflow-moves-log-past-16MiB"
 KNOWN_CRASHES = {
     # recover and delete_structure wait for the log to be durable up to its end, but
     # a read's lock record starts no fsync: they hang (the structure failed all the
     # while) until another request's record is synced.
-    "recover-waits-for-an-unsynced-lock-record",
+    UNSYNCED_LOCK,
     # A read that has to wait is parked by a task started after it is dispatched: a
     # put handled in between (the next frame of the same write, or another
     # connection's in the same poller pass) finds no waiter, and the read then waits
     # its whole time out (NO_MESSAGE) with the message ready.
-    "a-waiting-read-misses-a-put-before-its-task-starts",
+    LOST_WAKEUP,
     # An overflow move batch stops once *past* MOVE_BYTES (4 MiB): a 2 MiB message
     # then a 15 MiB one, both recoverable and each accepted, make a 17 MiB record,
     # past the log's budget, and the daemon stops (log_record_refused, exit 3).
-    "overflow-moves-log-past-16MiB",
+    BIG_MOVE_BATCH,
 }
 
-LOST_WAKEUP = "a-waiting-read-misses-a-put-before-its-task-starts"
-
-KiB, MiB = 1024, 1024 * 1024
 SECONDS = float(os.environ.get("CQSD_FUZZ_SECONDS") or 0)
 SPARK = os.environ.get("CQSD_FUZZ_SPARK", "") not in ("", "0")
 IN_SUITE_EXAMPLES = 100
 CHUNK = 20  # examples per seed in the long run
 STEPS = 50  # steps per example
-
-CLIENT_NAME = re.compile(r"[A-Za-z0-9@#$_.-]{1,16}")  # docs/protocol.md
-CLIENTS = ["A", "B", "C", "D"]
-MAX_CLIENTS = 4  # the checker and three fuzzing clients: CLIENT_LIMIT is reachable
-MAX_PEERS = 6
-MAX_WAIT = 30
 # docs/robustness.md: a recoverable put, or a commit's recoverable puts together,
 # fit one log record of 16 MiB less 64 KiB of headroom (less a few bytes an op).
 RECORD = MAX_BODY - 64 * KiB
-SPARK_TIMEOUT = 600.0
-CAPACITY = {"STRUCTURE_FULL", "OVERFLOW_REJECTED"}
 MAY_BE_TOO_LARGE = {"MESSAGE_TOO_LARGE"}
-KINDS = ["structures", "queues", "clients", "locks", "headers", "backups"]
+SPARK_TIMEOUT = 600.0
 
 
-@dataclass(frozen=True)
-class Shape:
-    """A daemon configuration: its limits and the sizes of its structures."""
-
-    max_message: int
-    msgq: int  # MSGQ01 SIZE
-    initsize: int  # below SIZE, so overflow processing first grows it
-    entry_max: int  # MSGQ01 and MSGQ01OV: the same, so a message costs the same in either
-    ov: int
-    threshold: int  # MSGQ01's overflow threshold (percent)
-
-    def toml(self, grace: float, max_deliveries: int) -> tuple[str, str]:
-        keys = (f'max_message = {self.max_message}\nmax_clients = {MAX_CLIENTS}\n'
-                f'max_connections = 64\nresync_grace = {grace}\n'
-                f'max_deliveries = {max_deliveries}\nhandshake_timeout = 600\nsend_queue = 64\n'
-                f'max_wait = {MAX_WAIT}\nspark_master = "local[1]"\n')
-        structures = (f'[[structure]]\nname = "MSGQ01"\nsize = {self.msgq}\n'
-                      f'initsize = {self.initsize}\nentry_max = {self.entry_max}\n'
-                      f'overflow = "MSGQ01OV"\noverflow_threshold = {self.threshold}\n\n'
-                      f'[[structure]]\nname = "MSGQ01OV"\nsize = {self.ov}\n'
-                      f'entry_max = {self.entry_max}\n\n'
-                      f'[[structure]]\nname = "SMALL"\nsize = "8KiB"\nentry_max = "1KiB"\n')
-        return keys, structures
-
-
-SHAPES = {
-    # a low threshold, so overflow processing starts early
-    "small": Shape(64 * KiB, 512 * KiB, 256 * KiB, 4 * KiB, 256 * KiB, 30),
-    # a frame limit (max_message + 1 MiB) above MAX_COMMIT_OPS small operations, and
-    # below what MSGQ01 holds, so replies can outgrow it
-    "wide": Shape(1536 * KiB, 8 * MiB, 6 * MiB, 4 * KiB, 2 * MiB, 70),
-    # recoverable payloads past the log's 16 MiB record limit
-    "big": Shape(100 * MiB, 48 * MiB, 24 * MiB, 32 * KiB, 40 * MiB, 70),
-}
-
-# -- strategies ----------------------------------------------------------------------
-
-picks = st.integers(0, 11)
-structures = st.sampled_from(["MSGQ01", "SMALL", "MSGQ01", "SMALL", "MSGQ01OV", "NOPE"])
-operator_structures = st.sampled_from(["MSGQ01", "SMALL", "MSGQ01OV", "NOPE"])
-good_qtypes = ["TRAN", "TRAN_SERIAL", "LTERM", "TRAN_SUSPEND", 1, 4, "USER2"]
-qtypes = st.sampled_from(good_qtypes * 3 + ["TRAN_STAGING", 2, 6, 0, 12, "tran", ""])
-good_queues = ["A", "B", "Q23456789ABCDEF"]
-queues = st.sampled_from(good_queues * 3 + ["", "Q23456789ABCDEFG", "é", "a\nb"])
-keys = st.tuples(qtypes, queues)
-good_keys = st.tuples(st.sampled_from(good_qtypes), st.sampled_from(good_queues))
-SIZE_MARKS = ["entry_max", "entry_max2", "struct", "max_message", "frame", "half_log", "log",
-              "20MiB"]
-marks = st.tuples(st.sampled_from(SIZE_MARKS), st.integers(-2, 2))  # near a limit
-sizes = st.one_of(st.integers(0, 700), st.integers(0, 5000), marks, marks)
-# which entry: a message the model holds, one deleted before, or an id never handed out
-BAD_IDS = [0, -1, 1, 2**63 - 1, 2**64 - 1, -(2**63)]
-eids = st.tuples(st.sampled_from(["held"] * 4 + ["gone", "bad"]), st.integers(0, 63))
-waits = st.sampled_from([None, None, 0, 0.01, -1, MAX_WAIT + 1, float("nan"), float("inf")])
-counts = st.sampled_from([1, 1, 2, 5, 100, 0, -1, MAX_BATCH, MAX_BATCH + 1])
-commit_ops = st.lists(st.one_of(
-    st.tuples(st.just("put"), keys, sizes, st.booleans()),
-    st.tuples(st.just("delete"), eids),
-    st.tuples(st.just("move"), eids, keys),
-    st.tuples(st.just("unlock"), eids, st.booleans(), st.one_of(st.none(), keys)),
-), max_size=6)
-
-
-class DaemonFuzz(Checks, RuleBasedStateMachine):
+class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
     """Clients, raw and SDK, against one daemon per example; the model says what
     must be stored after every step (fuzz_checks.py checks it)."""
 
@@ -302,7 +252,7 @@ class DaemonFuzz(Checks, RuleBasedStateMachine):
         """Whether a put could leave enough recoverable data in a structure with an
         overflow structure for one batch of overflow moves to pass the log's
         record budget: a known crash while it is listed."""
-        if "overflow-moves-log-past-16MiB" not in KNOWN_CRASHES or structure != "MSGQ01":
+        if BIG_MOVE_BATCH not in KNOWN_CRASHES or structure != "MSGQ01":
             return False
         held = sum(m.digest[0] for m in self.model.msgs.values()
                    if m.structure == structure and m.recoverable)
@@ -314,91 +264,6 @@ class DaemonFuzz(Checks, RuleBasedStateMachine):
         must = any(n > self.shape.max_message for n in sizes) or recoverable_bytes > RECORD
         may = recoverable_bytes + 128 * ops > RECORD - KiB
         return ({"MESSAGE_TOO_LARGE"} if must else set()), (MAY_BE_TOO_LARGE if may else set())
-
-    # -- registration ---------------------------------------------------------------------
-
-    def register_faults(self, name, version=PROTOCOL_VERSION):
-        faults = set()
-        if version != PROTOCOL_VERSION or not CLIENT_NAME.fullmatch(name):
-            faults.add("INVALID_REQUEST")
-        if name in self.model.registered or name == CHECKER:
-            faults.add("CLIENT_ACTIVE")
-        if len(self.model.registered) + 1 >= MAX_CLIENTS:
-            faults.add("CLIENT_LIMIT")
-        return faults
-
-    def registered(self, peer, name, cold, locks):
-        """A registration succeeded: a warm one is given back what it held."""
-        held = [m.eid for m in self.model.locks_of(name)]
-        if cold:
-            assert locks == [], f"a cold start resynced {locks}"
-            self.model.cold_start(name)
-        else:
-            assert sorted(locks) == held, f"{name} resynced {sorted(locks)}, held {held}"
-        self.model.registered.add(name)
-        peer.client, peer.interests, peer.expect = name, set(), set()
-
-    @precondition(lambda self: len(self.live()) < MAX_PEERS)
-    @rule(name=st.sampled_from(CLIENTS), cold=st.booleans())
-    def connect_with_the_sdk(self, name, cold):
-        faults = self.register_faults(name)
-        try:
-            client = cqsclient.connect(self.d.address, client=name, cold=cold, timeout=30)
-        except cqsclient.errors.CQSError as err:
-            return self.judge(Reply(False, reason=err.reason, message=err.message), faults)
-        assert not faults, f"registered {name}, which must be refused with one of {faults}"
-        peer = SdkPeer(client)
-        self.registered(peer, name, cold, [lock.entry_id for lock in client.resync_locks])
-        self.peers.append(peer)
-
-    @precondition(lambda self: len(self.live()) < MAX_PEERS)
-    @rule(name=st.sampled_from(CLIENTS * 3 + ["", "x" * 17, "ab cd", "é"]), cold=st.booleans(),
-          register=st.sampled_from(["yes"] * 4 + ["no", "bad_version", "twice"]))
-    def connect_raw(self, name, cold, register):
-        peer = RawPeer(self.d.socket)
-        self.peers.append(peer)
-        peer.client, peer.interests, peer.expect = None, set(), set()
-        if register == "no":
-            return
-        version = PROTOCOL_VERSION + (register == "bad_version")
-        faults = self.register_faults(name, version)
-        reply = self.send(peer, "register", {"client": name, "version": version, "cold": cold})
-        self.judge(reply, faults, on_ok=lambda r: self.registered(
-            peer, name, cold, [lock["entry_id"] for lock in r["locks"]]))
-        if register == "twice":
-            self.judge(peer.register(name), {"INVALID_REQUEST"} if peer.client else
-                       self.register_faults(name))
-            if peer.client is None:  # the first one was refused; this one may not be
-                peer.close()
-
-    @precondition(lambda self: self.live())
-    @rule(i=picks)
-    def drop_a_connection(self, i):
-        """Close a socket without deregistering, as a killed client would."""
-        peer = self.pick(i)
-        before = self.lost_count(peer.client) if peer.client else 0
-        peer.close()
-        self.ended(peer, before)
-
-    @precondition(lambda self: self.live(registered=True))
-    @rule(i=picks, then_put=st.booleans())
-    def deregister(self, i, then_put):
-        """Deregister; a request pipelined after it is never served."""
-        peer = self.pick(i, registered=True)
-        name = peer.client
-        if peer.kind == "raw" and then_put:
-            _, first = peer.frame_for("deregister")
-            _, after = peer.frame_for("put", structure="SMALL", queue="A", data=b"after")
-            peer.send(first + after)
-            reply = peer.reply(peer.next_id - 1)
-        else:
-            reply = self.send(peer, "deregister", {})
-        self.judge(reply, set())
-        self.model.release(name, failed=False)
-        self.model.registered.discard(name)
-        if peer.kind == "raw":
-            assert peer.at_eof(), "the daemon answered a request sent after deregister"
-        peer.close()
 
     # -- messages ------------------------------------------------------------------------
 
@@ -467,11 +332,11 @@ class DaemonFuzz(Checks, RuleBasedStateMachine):
                    on_ok=lambda r: self.locked(peer.client, got, r["messages"]))
 
     def sync_the_log(self):
-        """While "recover-waits-for-an-unsynced-lock-record" is listed: after a lock,
+        """While UNSYNCED_LOCK is a known crash: after a lock,
         have a record that waits for an fsync make the log durable (a move of a ready
         recoverable message to its own queue, which changes nothing, or a put);
         False if there is no way."""
-        if "recover-waits-for-an-unsynced-lock-record" not in KNOWN_CRASHES or not self.unsynced:
+        if UNSYNCED_LOCK not in KNOWN_CRASHES or not self.unsynced:
             return True
         for m in self.model.msgs.values():
             if m.recoverable and m.where == "ready" and not m.home:
@@ -954,112 +819,6 @@ class DaemonFuzz(Checks, RuleBasedStateMachine):
             return self.judge(reply, faults)
         self.judge(reply, faults, on_ok=lambda r: self.model.recovered(structure, purged))
 
-    # -- bytes no SDK would send --------------------------------------------------------
-
-    @precondition(lambda self: self.live())
-    @rule(i=picks, how=st.sampled_from(MALFORMED))
-    def malformed_request(self, i, how):
-        """A frame that decodes but is no request: INVALID_REQUEST, and the
-        connection goes on."""
-        peer = self.pick(i)
-        if peer.kind != "raw":
-            return
-        peer.next_id += 1
-        frame, rid = malformed(how, peer.next_id)
-        peer.send(frame)
-        reply = peer.reply(rid)
-        assert reply is not None, f"the daemon closed the connection over a {how} request"
-        # a commit's operations are only looked at once the sender is registered
-        allowed = {"INVALID_REQUEST"} | ({"NOT_REGISTERED"} if peer.client is None
-                                        and how.startswith("commit") else set())
-        assert not reply.ok and reply.reason in allowed, f"{how}: {reply}"
-        assert reply.rid == rid, f"{how}: reply id {reply.rid}, not {rid}"
-
-    @precondition(lambda self: len(self.live()) < MAX_PEERS)
-    @rule(register=st.booleans(), first=st.booleans(), how=st.sampled_from(BROKEN))
-    def broken_frame(self, register, first, how):
-        """A frame that cannot be decoded: an id-less refusal, then the connection
-        (only it) is closed; requests before it in the same write are served."""
-        peer = self.fresh_peer(register)
-        before = self.lost_count(peer.client) if peer.client else 0
-        prefix, rid = b"", None
-        if first and peer.client:
-            rid, prefix = peer.frame_for("put", structure="SMALL", queue="B", data=b"before",
-                                         recoverable=False)
-        bad, reason = broken(how, self.max_frame if peer.client else MAX_REGISTER_FRAME)
-        peer.send(prefix + bad)
-        if how.startswith("truncated"):
-            peer.shut_write()
-        if rid is not None:
-            self.judge(peer.reply(rid), set(), may=CAPACITY, on_ok=lambda r: self.model.added(
-                "SMALL", r["entry_id"], ("TRAN", "B"), digest(b"before"), False))
-        reply = peer.reply(None)
-        assert reply is not None and reply.rid is None and reply.reason == reason, (
-            f"{how}: expected an id-less {reason} refusal, got {reply}")
-        assert peer.at_eof(), f"{how}: the connection stayed open"
-        self.ended(peer, before)
-
-    @rule(count=st.sampled_from([10, 300, 3000]), register=st.booleans())
-    def pipeline(self, count, register):
-        """Many requests sent while their replies are read: every one is answered,
-        in order, however the daemon paces the connection (docs/protocol.md)."""
-        peer = self.fresh_peer(register)
-        replies = peer.pipeline([peer.frame_for("query", kind="headers") for _ in range(count)])
-        assert all(r is not None for r in replies), (
-            f"a paced client was cut off: {self.d.events('client_cut_off')[-1:]}")
-        assert all(r.ok == (peer.client is not None) for r in replies), f"pipeline: {replies[:3]}"
-        before = self.lost_count(peer.client) if peer.client else 0
-        peer.close()
-        self.ended(peer, before)
-
-    def fresh_peer(self, register):
-        """A raw connection of the rule's own, registered (under a name holding no
-        locks) if asked and a name is free."""
-        peer = RawPeer(self.d.socket)
-        peer.client, peer.interests, peer.expect = None, set(), set()
-        name = next((c for c in CLIENTS if not self.register_faults(c)
-                     and not self.model.locks_of(c)), None) if register else None
-        if name is not None:
-            self.registered(peer, name, False, peer.register(name).result["locks"])
-        return peer
-
-    def unregistered(self, peer, op, fields):
-        """Before register every request is refused NOT_REGISTERED (or its frame)."""
-        if self.too_big(peer, op, fields):
-            return self.frame_refused(peer, op, fields)
-        self.judge(self.send(peer, op, fields), {"NOT_REGISTERED"})
-
-    def frame_refused(self, peer, op, fields):
-        """A request frame past the frame limit: MESSAGE_TOO_LARGE, id-less, and the
-        connection closed."""
-        before = self.lost_count(peer.client) if peer.client else 0
-        peer.send(peer.frame_for(op, **fields)[1])
-        reply = peer.reply(None)
-        assert reply is None or (reply.rid is None and reply.reason == "MESSAGE_TOO_LARGE"), (
-            f"an oversized {op} frame got {reply}")
-        assert peer.at_eof(), "the connection stayed open after an oversized frame"
-        self.ended(peer, before)
-
-    # -- the daemon itself ---------------------------------------------------------------
-
-    @rule(clean=st.booleans(), go=st.sampled_from([False] * 9 + [True]))
-    def restart(self, clean, go):
-        """SIGTERM (everything kept, locks for their holders to resync) or SIGKILL
-        (recoverable messages kept), with clients connected; then start again."""
-        if not go:
-            return
-        if clean:
-            rc = self.d.stop()
-            assert rc == 0, f"a clean stop exited {rc}: {self.d.lines[-5:]}"
-        else:
-            self.d.kill()
-        for peer in self.peers + [self.checker]:
-            peer.close()
-        self.peers = []
-        self.model.restarted(clean)
-        self.d.restart()
-        self.connect_checker()
-        Checks.stats["restarts"] += 1
 
 
 # -- the tests ------------------------------------------------------------------------------

@@ -17,6 +17,11 @@ from .fuzz_model import digest
 from .fuzz_peers import RawPeer, Reply, SdkPeer
 
 
+def locked_ids(reply):
+    """The entry ids a register reply gives back (warm resync)."""
+    return [lock["entry_id"] for lock in reply.result["locks"]]
+
+
 class ConnectionRules:
     # -- registration ---------------------------------------------------------------------
 
@@ -39,7 +44,7 @@ class ConnectionRules:
         else:
             assert sorted(locks) == held, f"{name} resynced {sorted(locks)}, held {held}"
         self.model.registered.add(name)
-        peer.client, peer.interests, peer.expect = name, set(), set()
+        peer.client = name
 
     @precondition(lambda self: len(self.live()) < MAX_PEERS)
     @rule(name=st.sampled_from(CLIENTS), cold=st.booleans())
@@ -60,14 +65,13 @@ class ConnectionRules:
     def connect_raw(self, name, cold, register):
         peer = RawPeer(self.d.socket)
         self.peers.append(peer)
-        peer.client, peer.interests, peer.expect = None, set(), set()
         if register == "no":
             return
         version = PROTOCOL_VERSION + (register == "bad_version")
         faults = self.register_faults(name, version)
         reply = self.send(peer, "register", {"client": name, "version": version, "cold": cold})
         self.judge(reply, faults, on_ok=lambda r: self.registered(
-            peer, name, cold, [lock["entry_id"] for lock in r["locks"]]))
+            peer, name, cold, locked_ids(reply)))
         if register == "twice":
             self.judge(peer.register(name), {"INVALID_REQUEST"} if peer.client else
                        self.register_faults(name))
@@ -165,11 +169,10 @@ class ConnectionRules:
         """A raw connection of the rule's own, registered (under a name holding no
         locks) if asked and a name is free."""
         peer = RawPeer(self.d.socket)
-        peer.client, peer.interests, peer.expect = None, set(), set()
         name = next((c for c in CLIENTS if not self.register_faults(c)
                      and not self.model.locks_of(c)), None) if register else None
         if name is not None:
-            self.registered(peer, name, False, peer.register(name).result["locks"])
+            self.registered(peer, name, False, locked_ids(peer.register(name)))
         return peer
 
     def unregistered(self, peer, op, fields):

@@ -84,6 +84,8 @@ class RawPeer:
         self.notes: list[dict] = []
         self.closed = False
         self.client: str | None = None
+        self.interests: set = set()  # (structure, key) it asked to hear of
+        self.expect: set = set()  # of those, what must be notified by the next check
 
     def send(self, data: bytes) -> bool:
         """False if the daemon had already closed the connection."""
@@ -221,6 +223,8 @@ class SdkPeer:
         self.client: str | None = client.name
         self.closed = False
         self.notes: list[dict] = []
+        self.interests: set = set()
+        self.expect: set = set()
 
     def call(self, fn, timeout: float | None = None) -> Reply | None:
         """Run an SDK call; its value as an ok Reply, its CQSError as a refusal,

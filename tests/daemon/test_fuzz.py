@@ -43,7 +43,7 @@ from logstream.record import MAX_BODY
 
 from .fuzz_bytes import frame_size, payload, terse
 from .fuzz_checks import CHECKER, MAX_BATCH, Checks, check_page
-from .fuzz_clients import ConnectionRules
+from .fuzz_clients import ConnectionRules, locked_ids
 from .fuzz_draws import (
     BAD_IDS,
     CAPACITY,
@@ -398,8 +398,7 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
                 break
             peer = RawPeer(self.d.socket)
             self.peers.append(peer)
-            self.registered(peer, name, False, [lock["entry_id"]
-                                                for lock in peer.register(name).result["locks"]])
+            self.registered(peer, name, False, locked_ids(peer.register(name)))
             rid = peer.send_request("read", structure=structure, queue=key[1], qtype=key[0],
                                     n=n, wait=MAX_WAIT)
             got = self.readable(structure, key, n)

@@ -436,6 +436,52 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
             self.judge(peer.reply(rid), set(), on_ok=lambda r, p=peer, g=got: self.locked(
                 p.client, g, r["messages"]))
 
+    @precondition(lambda self: len(self.live(registered=True)) >= 2)
+    @rule(structure=st.sampled_from(["MSGQ01", "SMALL"]), key=good_keys,
+          plan=st.lists(st.sampled_from(["put", "read", "put read", "read put"]), min_size=2,
+                        max_size=MAX_PEERS))
+    def race(self, structure, key, plan):
+        """Clients put to and read one queue at the same moment: every put is stored,
+        no message goes to two readers, and the readers together take the oldest
+        messages (ids only grow, so a read always takes the oldest left)."""
+        key = (qtype_name(key[0]), key[1])
+        peers = [p for p in self.live(registered=True) if p.kind == "raw"]
+        before = [m.eid for m in self.model.ready(structure, key)]
+        sent = []
+        for peer, ops in zip(peers, plan, strict=False):
+            frames = [(op, payload(30) if op == "put" else None) for op in ops.split()]
+            frames = [(op, data, *peer.frame_for(op, structure=structure, queue=key[1],
+                                                  qtype=key[0], **({"data": data} if data else {})))
+                      for op, data in frames]
+            peer.send(b"".join(frame for *_, frame in frames))
+            sent.append((peer, frames))
+        puts, reads, misses = [], [], 0
+        for peer, frames in sent:
+            for op, data, rid, _ in frames:
+                reply = peer.reply(rid)
+                if op == "put":
+                    self.judge(reply, set(), may=CAPACITY,
+                               on_ok=lambda r, d=data: puts.append((r["entry_id"], d)))
+                else:
+                    self.judge(reply, set(), may={"NO_MESSAGE"},
+                               on_ok=lambda r, p=peer: reads.append((p.client, r["messages"])))
+                    misses += not reply.ok
+        for eid, data in sorted(puts):
+            self.model.added(structure, eid, key, digest(data), True)
+        ready = {m.eid: m for m in self.model.ready(structure, key)}
+        taken = sorted(m["entry_id"] for _, messages in reads for m in messages)
+        assert len(taken) == len(set(taken)), f"a message went to two readers: {taken}"
+        assert taken == sorted(ready)[:len(taken)], (
+            f"the readers took {taken}, not the oldest of {sorted(ready)}")
+        if key[0] == "TRAN_SERIAL":
+            assert len(taken) <= len(self.readable(structure, key, 1)), (
+                f"{taken} in flight at once on a SERIAL queue")
+        else:
+            assert not misses or set(before) <= set(taken), (
+                f"a read found no message while {sorted(set(before) - set(taken))} were ready")
+        for client, messages in reads:
+            self.locked(client, [ready[m["entry_id"]] for m in messages], messages)
+
     @precondition(lambda self: self.live(registered=True))
     @rule(i=picks, structure=st.sampled_from(["MSGQ01", "SMALL"]), key=good_keys)
     def read_then_put_in_one_write(self, i, structure, key):

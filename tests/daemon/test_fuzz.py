@@ -383,10 +383,11 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
     @rule(i=picks, j=picks, structure=st.sampled_from(["MSGQ01", "SMALL"]),
           key=good_keys,
           n=st.sampled_from([1, 2, 3]), puts=st.integers(0, 3), second=st.booleans(),
-          reader_dies=st.booleans())
-    def read_with_wait(self, i, j, structure, key, n, puts, second, reader_dies):
-        """Waiting reads are served first come first served by the puts that follow;
-        one whose connection died is served nothing."""
+          reader_dies=st.booleans(), meanwhile=st.sampled_from([None] * 4 + ["rebuild", "purge"]))
+    def read_with_wait(self, i, j, structure, key, n, puts, second, reader_dies, meanwhile):
+        """Waiting reads are served first come first served by the puts that follow,
+        also after a rebuild of their structure; one whose connection died is served
+        nothing; a purge of the structure fails them (STRUCTURE_FAILED)."""
         key = (qtype_name(key[0]), key[1])
         writer = self.pick(j, registered=True)
         readers = []
@@ -416,6 +417,14 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
             before = self.lost_count(peer.client)
             peer.close()
             self.ended(peer, before)
+        if meanwhile == "rebuild":
+            self.judge(self.send(writer, "rebuild", {"structure": structure, "size": None}), set())
+        elif meanwhile == "purge" and self.sync_the_log():
+            self.judge(self.send(writer, "delete_structure", {"structure": structure}), set(),
+                       on_ok=lambda r: self.model.recovered(structure, True))
+            for peer, rid in readers:
+                self.judge(peer.reply(rid), {"STRUCTURE_FAILED"})
+            readers = []
         if puts:
             datas = [payload(10 + p) for p in range(puts)]
             fields = {"structure": structure, "ops": [

@@ -101,7 +101,7 @@ def test_a_full_srds_disk_fails_the_checkpoint_and_the_next_one_trims_the_log(ma
     acked = put_all(d, payloads(1500))  # 1.5 MB of slot for the 1 MB left
     with cqsclient.connect(d.address, client="OPER") as c, pytest.raises(CQSError) as failed:
         c.checkpoint("MSGQ01")
-    (event,) = d.events("checkpoint_failed")
+    (event,) = d.wait_for("checkpoint_failed")  # the log line may trail the reply
     assert "No space left on device" in event["error"] and event["structure"] == "MSGQ01"
     assert "No space left on device" in failed.value.message
     still_serving(d)
@@ -159,7 +159,7 @@ def test_a_data_directory_made_read_only_during_a_checkpoint_fails_it_cleanly(ma
     d.wait_for("checkpoint_started")
     namespace.writable(d.data, False)
     operator.join(300)
-    (event,) = d.events("checkpoint_failed")
+    (event,) = d.wait_for("checkpoint_failed")  # the log line may trail the reply
     assert "Read-only file system" in event["error"]
     assert isinstance(outcome[0], CQSError)
     acked += put_all(d, payloads(10))  # the log is still writable: work goes on

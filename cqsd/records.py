@@ -59,8 +59,15 @@ def effect_lists(body: Body) -> list[tuple[str, list[Effect]]]:
 def waits_for_log(body: Body) -> bool:
     """Whether a reply to the request that made this record waits until it is
     durable: anything but locks does. A lock lost in a crash only means the
-    message is read again, as if its reader had died."""
-    return any(e[KIND] != LOCK for _, effects in effect_lists(body) for e in effects)
+    message is read again, as if its reader had died. (Once per record: no
+    list of the record's halves is built.)"""
+    for e in body[EFFECTS]:
+        if e[KIND] != LOCK:
+            return True
+    others = body.get(OTHERS)
+    if not others:
+        return False
+    return any(e[KIND] != LOCK for effects in others.values() for e in effects)
 
 
 # -- the image row -----------------------------------------------------------------

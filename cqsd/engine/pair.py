@@ -141,15 +141,15 @@ class StructurePair:
         self._recheck(key)
         return entry
 
-    def delete(self, client: str | None, entry_id: int) -> Entry:
+    def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
         """``Structure.delete``, in whichever structure holds the message."""
         overflow = self.overflow
         if overflow is None or not overflow.holds(entry_id):  # the common path, inlined
-            entry = self.primary.delete(client, entry_id)
+            entry = self.primary.delete(client, entry_id, operator)
             if self._status:
                 self._recheck(entry.key)
             return entry
-        entry = overflow.delete(client, entry_id)
+        entry = overflow.delete(client, entry_id, operator)
         self._recheck(entry.key)
         return entry
 

@@ -169,11 +169,12 @@ class Structure:
             self.effects.append((LOCK, entry.entry_id, client))
         return entry
 
-    def delete(self, client: str | None, entry_id: int) -> Entry:
-        """Delete a message locked by ``client``; ``client=None`` is the operator,
-        who may delete any message not locked by a client."""
+    def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
+        """Delete a message locked by ``client``. An ``operator`` delete takes any
+        message not locked by another client (DESIGN §6); ``client=None`` is the
+        operator with no locks of its own."""
         entry = self._find(entry_id)
-        self._check_deletable(client, entry)
+        self._check_deletable(client, entry, operator)
         self._take(entry)
         self._free(entry)
         if entry.recoverable:
@@ -667,9 +668,11 @@ class Structure:
                 f"entry {entry.entry_id} on {_show(entry.key)} is {holder}, not by {client}",
             )
 
-    def _check_deletable(self, client: str | None, entry: Entry) -> None:
-        if client is not None or entry.where == LOCKED:
-            self._check_held(client or "the operator", entry)
+    def _check_deletable(self, client: str | None, entry: Entry, operator: bool = False) -> None:
+        if operator or client is None:
+            self._check_movable(client, entry)
+        else:
+            self._check_held(client, entry)
 
     def _check_movable(self, client: str | None, entry: Entry) -> None:
         if entry.where == LOCKED and entry.owner != client:

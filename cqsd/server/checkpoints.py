@@ -130,7 +130,6 @@ class Checkpoints:
         self.spawn = spawn
         self.srds = datadir.srds
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
-        self.logged = 0  # log bytes appended in this run
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
@@ -341,10 +340,14 @@ class Checkpoints:
             log.warning("srds_manifest_unreadable", structure=name, error=str(err))
             return None
 
-    def note_logged(self, record: dict, nbytes: int) -> None:
-        """Count a record's bytes: against every structure, whichever ``record`` is
-        about, since a crash restart of any of them reads it."""
-        self.logged += nbytes
+    @property
+    def logged(self) -> int:
+        """Log bytes appended in this run: owed by every structure, whichever records
+        they are, since a crash restart of any of them reads them."""
+        return self.journal.writer.bytes_written
+
+    def note_logged(self) -> None:
+        """Records were appended: wake the trigger if one is owed a checkpoint now."""
         if self.logged >= self._next_due:
             self._over.set()
 

@@ -214,9 +214,8 @@ class Daemon:
             journal.fail(err, "log_record_refused")
             return 0
         for part in parts:
-            before = journal.writer.bytes_written
             lsn = journal.append(part, urgent)
-            self.checkpoints.note_logged(part, journal.writer.bytes_written - before)
+        self.checkpoints.note_logged()
         return lsn
 
     # -- supervision and stopping ------------------------------------------------------

@@ -124,14 +124,7 @@ def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: st
 def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
               operator: bool) -> Result:
     """delete {structure, entry_id, operator?} -> {}"""
-    s = d.registry.structure(structure)
-    try:
-        s.delete(session.client, entry_id)  # a message it holds locked
-    except CQSError as err:
-        # DESIGN §6: an operator delete takes any message not locked by another client
-        if not operator or err.reason != Reason.LOCK_NOT_HELD:
-            raise
-        s.delete(None, entry_id)
+    d.registry.structure(structure).delete(session.client, entry_id, operator)
     return {}
 
 

@@ -30,7 +30,16 @@ from cqsproto import FRAME_HEADROOM, MAX_FRAME_LIMIT, max_frame_for
 from logstream.record import MAX_BODY
 
 from ..engine import CQSError, Put, Reason
-from ..records import E_DATA, EFFECTS, MOVED_IN, MOVED_OUT, PUT, STRUCTURE, effect_lists
+from ..records import (
+    E_DATA,
+    EFFECTS,
+    MOVED_IN,
+    MOVED_OUT,
+    OTHERS,
+    PUT,
+    STRUCTURE,
+    effect_lists,
+)
 
 # Room for the record's own map keys, structure names and msgpack headers.
 RECORD_HEADROOM = 64 * 1024
@@ -85,13 +94,20 @@ class RecordTooLarge(Exception):
 
 
 def bound(record: dict) -> int:
-    """An upper bound of the record's packed size."""
-    total = 0
-    for _, effects in effect_lists(record):
-        total += EFFECT_BOUND * len(effects)
-        for effect in effects:
-            if effect[0] == PUT or effect[0] == MOVED_IN:
-                total += len(effect[E_DATA])
+    """An upper bound of the record's packed size (once per record, so the common
+    record of one effect and no overflow half costs no list building)."""
+    others = record.get(OTHERS)
+    total = _bound(record[EFFECTS])
+    if others:
+        total += sum(_bound(effects) for effects in others.values())
+    return total
+
+
+def _bound(effects: list) -> int:
+    total = EFFECT_BOUND * len(effects)
+    for effect in effects:
+        if effect[0] == PUT or effect[0] == MOVED_IN:
+            total += len(effect[E_DATA])
     return total
 
 

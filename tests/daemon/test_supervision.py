@@ -73,7 +73,7 @@ async def test_a_bug_inside_the_engine_stops_the_daemon_without_an_image(tmp_pat
     """An engine method that raises half-way may have changed the structure: the
     request is not acknowledged, the daemon logs internal_error and stops with
     exit code 4, and the restart recovers what the log holds."""
-    def half_delete(self, client, entry_id):
+    def half_delete(self, client, entry_id, operator=False):
         self._entries.pop(entry_id)
         raise KeyError("planted")
 

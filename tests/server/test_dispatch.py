@@ -217,7 +217,7 @@ async def test_an_exception_inside_the_engine_stops_the_daemon(
         tmp_path, tmp_path_factory, connected, monkeypatch):
     """An engine method that raises part-way fails its request, makes every reply
     still waiting for the log an error, and stops the daemon with exit code 4."""
-    def half_delete(self, client, entry_id):
+    def half_delete(self, client, entry_id, operator=False):
         self._entries.pop(entry_id)
         raise KeyError("planted")
 

@@ -141,6 +141,27 @@ class StructureConfig:
     max_entries: int
     overflow_exit: str  # "module:function" asked to drop overflow candidates; "" = none
     queue_space_exit: str  # "module:function" asked before a put to an overflow name; "" = none
+    # SMDS (DESIGN §11): offload "smds" keeps large payloads in data sets, one per client
+    offload: str  # "none" or "smds"
+    dsblock: int  # bytes of a logical block and of a buffer: 8KiB..1MiB, a power of two
+    dsbufs: int  # buffers of the structure's pool
+    dssize: int  # bytes a new data set is formatted with
+    dsexpand: bool  # grow a data set by 20% at 90% full
+    dsmax: int  # bytes a data set may grow to
+    offld1thr: int
+    offld1sze: int
+    offld2thr: int
+    offld2sze: int
+    offld3thr: int
+    offld3sze: int
+
+    @property
+    def offload_rules(self) -> tuple[tuple[int, int], ...] | None:
+        """The (offldNthr, offldNsze) rules, or None when nothing is offloaded."""
+        if self.offload != "smds":
+            return None
+        return ((self.offld1thr, self.offld1sze), (self.offld2thr, self.offld2sze),
+                (self.offld3thr, self.offld3sze))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,6 +332,22 @@ def _exit_ref(value: object) -> str:
     return text
 
 
+def _boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _power_of_two(lo: int, hi: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        n = _size_between(lo, hi)(value)
+        if n & (n - 1):
+            raise _Bad(f"must be a power of two ({format_size(lo)}, {format_size(2 * lo)}, "
+                       f"... {format_size(hi)}), got {format_size(n)}")
+        return n
+    return check
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[object], str]:
     def check(value: object) -> str:
         text = _string(value)
@@ -402,6 +439,18 @@ _STRUCTURE: dict[str, _Key] = {
     "max_entries": _Key(_integer(1), None),  # = data elements in size
     "overflow_exit": _Key(_exit_ref, ""),
     "queue_space_exit": _Key(_exit_ref, ""),
+    "offload": _Key(_choice(("none", "smds")), "none"),
+    "dsblock": _Key(_power_of_two(8 * KiB, 1024 * KiB), "256KiB"),
+    "dsbufs": _Key(_integer(1, 9999), 100),
+    "dssize": _Key(_size_between(16 * KiB, 16 * 1024 * GiB), "64MiB"),
+    "dsexpand": _Key(_boolean, True),
+    "dsmax": _Key(_size_between(16 * KiB, 16 * 1024 * GiB), "16GiB"),
+    "offld1thr": _Key(_integer(0, 100), 70),
+    "offld1sze": _Key(_size_between(0, 2 * GiB), "32KiB"),
+    "offld2thr": _Key(_integer(0, 100), 80),
+    "offld2sze": _Key(_size_between(0, 2 * GiB), "4KiB"),
+    "offld3thr": _Key(_integer(0, 100), 90),
+    "offld3sze": _Key(_size_between(0, 2 * GiB), 0),
 }
 
 _CLIENT: dict[str, _Key] = {
@@ -559,6 +608,13 @@ def _check_capacity(r: _Reader, path: str, s: dict[str, Any], given: set[str]) -
             default = "" if key in given else " (the default)"
             r.add(f"{path}.{key}",
                   f"{format_size(s[key])}{default} is larger than size {format_size(size)}")
+    if _valid(s["dssize"], s["dsmax"], s["dsblock"]):
+        if s["dssize"] > s["dsmax"]:
+            r.add(f"{path}.dssize", f"{format_size(s['dssize'])} is larger than dsmax "
+                                    f"{format_size(s['dsmax'])}")
+        if s["dsmax"] < 2 * s["dsblock"]:
+            r.add(f"{path}.dsmax", f"{format_size(s['dsmax'])} holds less than two dsblocks "
+                                   f"(a header block and a data block)")
 
 
 def _check_unique(r: _Reader, rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -684,6 +740,7 @@ initsize = "32MiB"
 entry_max = "32KiB"
 overflow = "MSGQ01OV"
 overflow_threshold = 70
+offload = "smds"
 
 [[structure]]
 name = "MSGQ01OV"

@@ -38,7 +38,10 @@ READY_AT = "R"  # entry_id, qtype, name, home, delivery_count: back on a ready q
 COLD_BY = "C"  # entry_id, owner: to the cold queue (its owner cold-started)
 MOVED_OUT = "O"  # entry_id: left for the overflow structure (its I is in the same record)
 MOVED_IN = "I"  # entry_id, qtype, name, data, put_time, delivery_count, home
-ARITY = {PUT: 6, LOCK: 3, DELETE: 2, READY_AT: 6, COLD_BY: 3, MOVED_OUT: 2, MOVED_IN: 8}
+BLOCK = "B"  # entry_id, page, data: payload stored in a data set's message block (docs/smds.md)
+MAPPED = "M"  # entry_id, map: the entry's payload is offloaded (after its P, whose data is empty)
+ARITY = {PUT: 6, LOCK: 3, DELETE: 2, READY_AT: 6, COLD_BY: 3, MOVED_OUT: 2, MOVED_IN: 8,
+         BLOCK: 4, MAPPED: 3}
 ADDS = (PUT, MOVED_IN)  # an entry appears
 REMOVES = (DELETE, MOVED_OUT)  # an entry goes
 
@@ -49,6 +52,8 @@ E_DATA, E_PUT_TIME = 4, 5  # P, I
 E_OWNER = 2  # L, C
 R_HOME, R_COUNT = 4, 5  # R
 I_COUNT, I_HOME = 6, 7  # I
+B_PAGE, B_DATA = 2, 3  # B
+M_MAP = 2  # M
 
 
 def effect_lists(body: Body) -> list[tuple[str, list[Effect]]]:
@@ -73,8 +78,9 @@ def waits_for_log(body: Body) -> bool:
 # -- the image row -----------------------------------------------------------------
 
 # A message as an image, a slot and both folds hold it.
-ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME = range(10)
-ROW_FIELDS = 10
+# MAP: the encoded data map of an offloaded message (its data then empty), else None.
+ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME, MAP = range(11)
+ROW_FIELDS = 11
 
 
 class Entry(Protocol):
@@ -90,13 +96,15 @@ class Entry(Protocol):
     where: str
     owner: str | None
     home: tuple[int, str] | None
+    map: Any  # a DataMap, or None
 
 
 def row_of(entry: Entry) -> list[Any]:
     """An engine entry as an image row."""
     home = [int(entry.home[0]), entry.home[1]] if entry.home else None
+    dmap = entry.map.encode() if entry.map is not None else None
     return [entry.entry_id, int(entry.qtype), entry.name, bytes(entry.data), entry.recoverable,
-            entry.put_time, entry.delivery_count, entry.where, entry.owner, home]
+            entry.put_time, entry.delivery_count, entry.where, entry.owner, home, dmap]
 
 
 def rows_of(entries: Iterable[Entry]) -> dict[int, list[Any]]:

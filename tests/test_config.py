@@ -59,7 +59,10 @@ def test_embedded_default_is_the_design_default():
     assert c.structure("MSGQ01") == config.StructureConfig(
         name="MSGQ01", size=64 * 1024**2, initsize=32 * 1024**2, entry_max=32 * 1024,
         overflow="MSGQ01OV", overflow_threshold=70, max_entries=64 * 1024**2 // 512,
-        overflow_exit="", queue_space_exit="")
+        overflow_exit="", queue_space_exit="", offload="smds", dsblock=256 * 1024, dsbufs=100,
+        dssize=64 * 1024**2, dsexpand=True, dsmax=16 * 1024**3, offld1thr=70,
+        offld1sze=32 * 1024, offld2thr=80, offld2sze=4 * 1024, offld3thr=90, offld3sze=0)
+    assert c.structure("MSGQ01OV").offload == c.structure("EMHQ01").offload == "none"
     assert (d.checkpoint_interval, d.checkpoint_log_volume, d.log_retention) == (
         3600.0, 256 * 1024**2, 0.0)
     assert (d.spark_master, d.spark_recovery_records) == ("local[*]", 5_000_000)
@@ -594,3 +597,21 @@ def test_exit_references_must_name_a_module_and_function():
 def test_spark_master_must_not_be_blank():
     with pytest.raises(ConfigError, match="daemon.spark_master: expected a Spark master URL"):
         loads(daemon(spark_master='" "'))
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("dsblock", '"12KiB"', "power of two"),
+    ("dsblock", '"2MiB"', "between"),
+    ("dsbufs", "0", "between"),
+    ("offload", '"disk"', "expected one of none, smds"),
+    ("dsexpand", '"yes"', "expected true or false"),
+    ("offld1thr", "101", "between"),
+    ("dssize", '"32GiB"', "larger than dsmax"),
+])
+def test_bad_smds_keys_are_named(tmp_path, key, value, says):
+    """Each SMDS key of DESIGN §11 is checked, and the error names the key and why."""
+    path = tmp_path / "c.toml"
+    path.write_text(f'[[structure]]\nname = "S"\nsize = "1MiB"\n{key} = {value}\n')
+    with pytest.raises(config.ConfigError) as caught:
+        load(path)
+    assert f"structure[0].{key}" in str(caught.value) and says in str(caught.value)

@@ -43,9 +43,10 @@ EXIT_UNREACHABLE: Final = 3
 # Table cells holding data are cut here, so one message cannot blow up a table.
 DATA_WIDTH: Final = 60
 
-QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups")
+QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups", "smds",
+                      "usage")
 # Displays of DESIGN §7 whose daemon side comes later.
-LATER_KINDS: Final = ("smds", "smdsconn", "cfstatus")
+LATER_KINDS: Final = ("smdsconn", "cfstatus")
 # Subcommands of DESIGN §7 whose daemon side comes later, with their help.
 LATER_COMMANDS: Final = {
     "reset-smds": "reset the shared message data set status of a structure",
@@ -308,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("kind", choices=QUERY_KINDS + LATER_KINDS, metavar="KIND",
                      help=f"one of: {', '.join(QUERY_KINDS + LATER_KINDS)}")
     sub.add_argument("--structure", help="only this structure")
+    sub.add_argument("--type", choices=("smds",), default="smds",
+                     help="what display usage shows: smds (data sets and buffer pools)")
 
     sub = command("put", "put a message; prints its entry id")
     sub.add_argument("structure", metavar="STRUCTURE")

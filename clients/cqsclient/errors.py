@@ -37,6 +37,7 @@ __all__ = [
     "OverflowRejected",
     "ProtocolViolation",
     "ShuttingDown",
+    "SmdsFull",
     "SmdsUnavailable",
     "StructureFailed",
     "StructureFull",
@@ -88,6 +89,13 @@ class SmdsUnavailable(CQSError):
     """The shared message data set holding (or to hold) the payload is unavailable."""
 
     reason = Reason.SMDS_UNAVAILABLE
+
+
+class SmdsFull(CQSError):
+    """The client's shared message data set has no room for this payload and cannot
+    expand (at dsmax, or dsexpand off); deleting messages makes room."""
+
+    reason = Reason.SMDS_FULL
 
 
 class MessageTooLarge(CQSError):
@@ -200,6 +208,7 @@ REASONS: dict[str, type[CQSError]] = {
         UnknownStructure,
         InvalidRequest,
         ShuttingDown,
+        SmdsFull,
     )
 }
 

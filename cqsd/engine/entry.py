@@ -5,15 +5,22 @@ is longer than ``entry_max``, segment entries on the type's staging queue. The
 head keeps the whole payload so a read needs no reassembly; the segments hold
 zero-copy slices of it and occupy their own list entries and data elements, so
 capacity is counted as a coupling facility would count it.
+
+An offloaded message (DESIGN §11) keeps no payload here: its ``map`` says where
+in the data set of structure ``store`` it lies, and it costs the elements of
+its encoded map, however long the payload.
 """
 
 from sortedcontainers import SortedDict
+
+from ..smds.datamap import DataMap
 
 ELEMENT = 512  # bytes in a CF data element (seed 004, "List Structure Components")
 ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (DESIGN §3)
 
 # Where an entry is. Staged segments are never reachable by entry id.
 READY, LOCKED, COLD, STAGED = "ready", "locked", "cold", "staged"
+DELETED = "deleted"  # an offloaded message on the clean-up queue (LH 4) until its delete is durable
 
 
 def elements(nbytes: int) -> int:
@@ -26,7 +33,7 @@ class Entry:
 
     __slots__ = (
         "entry_id", "qtype", "name", "data", "recoverable", "put_time",
-        "delivery_count", "owner", "where", "elements", "segments", "home",
+        "delivery_count", "owner", "where", "elements", "segments", "home", "map", "store",
     )
 
     def __init__(self, entry_id: int, qtype: int, name: str, data: bytes | memoryview,
@@ -43,10 +50,17 @@ class Entry:
         self.elements: int = elements_  # this entry's own elements, segments excluded
         self.segments: "Queue | None" = None  # staging sublist of a long message
         self.home: tuple[int, str] | None = None  # the queue a suspended entry came from
+        self.map: DataMap | None = None  # where an offloaded payload is (data is then empty)
+        self.store: str | None = None  # the structure whose data sets hold it
 
     @property
     def key(self) -> tuple[int, str]:
         return (self.qtype, self.name)
+
+    @property
+    def length(self) -> int:
+        """Payload bytes, offloaded or not."""
+        return len(self.data) if self.map is None else self.map.length
 
     @property
     def total_elements(self) -> int:
@@ -58,7 +72,7 @@ class Entry:
 
     def __repr__(self) -> str:
         return (
-            f"Entry({self.entry_id}, {self.qtype}:{self.name}, {len(self.data)}B, "
+            f"Entry({self.entry_id}, {self.qtype}:{self.name}, {self.length}B, "
             f"{self.where}, owner={self.owner}, deliveries={self.delivery_count})"
         )
 

@@ -32,6 +32,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..smds.datamap import DataMap
 from .entry import Entry
 from .errors import CQSError, Reason
 from .events import Altered, Event, ExitFailed, OverflowMode, OverflowStatus, QueueWork
@@ -100,6 +101,7 @@ class StructurePair:
         self.readable = primary.readable
         self.events = primary.events
         self.pressure = False  # a put reached the threshold: the daemon should call relieve()
+        self.offloading = any(s.offload_rules is not None for s in self.structures())
         self._status: set[Key] = set()  # the names in overflow status
         self._moving: dict[Key, None] = {}  # selected names whose messages are being moved
         self._trigger = NEVER  # data elements in use at which a put raises pressure
@@ -115,20 +117,30 @@ class StructurePair:
 
     # -- requests ------------------------------------------------------------
 
-    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True) -> Entry:
+    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
+            dmap: DataMap | None = None) -> Entry:
         """Put a message; a queue in overflow status gets it in the overflow structure.
         Raises STRUCTURE_FULL, or OVERFLOW_REJECTED for a queue in overflow status
         when there is no overflow structure, it is full, or the queue space exit
-        says no."""
+        says no. ``dmap``: offloaded to the data set of the structure ``target``
+        named."""
         if self._status:
             key = (parse_qtype(qtype), check_name(name))
             if key in self._status:
-                return self._put_over(key, data, recoverable)
+                return self._put_over(key, data, recoverable, dmap)
         primary = self.primary
-        entry = primary.put(qtype, name, data, recoverable)
+        entry = primary.put(qtype, name, data, recoverable, dmap)
         if primary.elements_used >= self._trigger:
             self.pressure = True
         return entry
+
+    def target(self, qtype: int | str, name: str) -> Structure:
+        """The structure a put to this queue goes to now (``put`` routes the same
+        way while nothing changes in between)."""
+        key = (parse_qtype(qtype), check_name(name))
+        if key in self._status and self.overflow is not None:
+            return self.overflow
+        return self.primary
 
     def read(self, client: str, qtype: int | str, name: str) -> Entry:
         """Lock the first message of a queue, by id across both structures."""
@@ -326,22 +338,23 @@ class StructurePair:
         moved = nbytes = 0
         while moving and moved < limit:
             key = next(iter(moving))
-            head = primary.head_id(key)
-            if head is None:
+            batch = primary.movable(key, limit - moved)
+            if not batch:
                 del moving[key]
                 continue
-            size = len(primary.entry(head).data)
-            if moved and nbytes + size > MOVE_BYTES:
-                break  # the next batch takes it: this one's record stays in bounds
-            try:
-                primary.transfer(head, overflow)
+            for entry in batch:
+                size = len(entry.data)
+                if moved and nbytes + size > MOVE_BYTES:
+                    return moved  # the next batch takes it: this one's record stays in bounds
+                try:
+                    primary.transfer(entry.entry_id, overflow)
+                except CQSError as err:
+                    if err.reason != Reason.STRUCTURE_FULL:
+                        raise
+                    moving.clear()
+                    break
                 nbytes += size
-            except CQSError as err:
-                if err.reason != Reason.STRUCTURE_FULL:
-                    raise
-                moving.clear()
-                break
-            moved += 1
+                moved += 1
         if not moving:
             self._arm(step=True)
         return moved
@@ -464,10 +477,11 @@ class StructurePair:
             return self.overflow
         return self.primary
 
-    def _put_over(self, key: Key, data: bytes, recoverable: bool) -> Entry:
+    def _put_over(self, key: Key, data: bytes, recoverable: bool,
+                  dmap: DataMap | None) -> Entry:
         overflow = self._overflow_for(key, len(data))
         try:
-            return overflow.put(*key, data, recoverable)
+            return overflow.put(*key, data, recoverable, dmap)
         except CQSError as err:
             raise _rejected(err, f"{_show(key)} is in overflow status") from None
 

@@ -15,6 +15,14 @@ Side effects the daemon needs but the reply does not carry are left in
 ``events`` (empty→non-empty transitions, fullness changes) and, for keys a
 waiter watches, in ``readable``; the caller drains both after each request.
 
+A structure may offload payloads to shared message data sets (DESIGN §11):
+``offloads`` says which, and a put given a data map keeps only the map. The
+data sets themselves are the daemon's; what the engine adds is the entry's
+cost, the ``B``/``P``/``M`` effects, and the clean-up queue (LH 4): a deleted
+offloaded message stays there, still charged, until the daemon says its
+delete is durable (``stamp_deleted``, ``clean_up``), because until then a
+crash could bring it back and its pages must not be reused.
+
 A structure may be paired with an overflow structure (``pair_with``; the
 routing between the two is ``pair.py``). The two then share their id clock,
 their waiter sets, their events and the SERIAL in-flight set, and each knows the
@@ -28,13 +36,31 @@ from typing import Any, NamedTuple
 
 from sortedcontainers import SortedDict
 
-from ..records import COLD_BY, DELETE, LOCK, MOVED_IN, MOVED_OUT, PUT, READY_AT
-from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, Queue, elements
+from collections import deque
+
+import msgpack
+
+from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
+from ..smds.datamap import DataMap
+from ..smds.offload import offloads
+from .entry import (
+    COLD,
+    DELETED,
+    ELEMENT,
+    ENTRY_CONTROLS,
+    LOCKED,
+    READY,
+    STAGED,
+    Entry,
+    Queue,
+    elements,
+)
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
 from .ids import Ids
 from .qtypes import (
     COLD_LH,
+    DELETE_LH,
     FIRST_CLIENT_LH,
     LIST_HEADERS,
     LOCK_LH,
@@ -69,6 +95,7 @@ class Put(NamedTuple):
     name: str
     data: bytes
     recoverable: bool = True
+    dmap: DataMap | None = None  # the payload is offloaded there (the daemon wrote it)
 
 
 class Delete(NamedTuple):
@@ -95,7 +122,7 @@ class Checked(NamedTuple):
     """A commit that passed every check and can no longer fail (``check_commit``)."""
 
     ops: list[Op]
-    puts: list[tuple[QueueType, str, bytes, bool]]  # each Put, parsed, in order
+    puts: list[tuple[QueueType, str, bytes, bool, DataMap | None]]  # each Put, parsed, in order
 
 
 class Structure:
@@ -110,12 +137,14 @@ class Structure:
         entry_max: int = DEFAULT_ENTRY_MAX,
         max_entries: int | None = None,
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        offload_rules: tuple[tuple[int, int], ...] | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.name = name
         self.size = size
         self.current_size = initsize or size
         self.entry_max = entry_max
+        self.offload_rules = offload_rules  # None: no SMDS; else (offldNthr, offldNsze) rules
         self.max_deliveries = max_deliveries
         self.elements_total = self.current_size // ELEMENT
         self.entries_total = max_entries or size // ELEMENT
@@ -130,6 +159,8 @@ class Structure:
         self._locked_per_key: dict[Key, int] = {}
         self._serial_busy: set[Key] = set()
         self._cold: dict[int, Entry] = {}
+        self._deleted: list[Entry] = []  # offloaded, deleted since the last stamp_deleted
+        self._cleanup: deque[tuple[int, Entry]] = deque()  # LH 4: (LSN of the delete, entry)
         self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
         self.events: list[Event] = []
         # what happened to recoverable messages (records.py, docs/recovery.md)
@@ -148,12 +179,58 @@ class Structure:
 
     # -- requests ------------------------------------------------------------
 
-    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True) -> Entry:
-        """Put a message at the end of its queue. Raises STRUCTURE_FULL if it does not fit."""
+    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
+            dmap: DataMap | None = None) -> Entry:
+        """Put a message at the end of its queue. Raises STRUCTURE_FULL if it does not fit.
+        With ``dmap`` the payload ``data`` is in a data set already: the entry keeps
+        the map, and ``data`` only goes to the log (``B`` effects)."""
         qtype = parse_qtype(qtype)
         check_name(name)
-        self._reserve(*self.cost(len(data)), f"put of {len(data)} bytes to {qtype.name}:{name}")
-        return self._put_effect(self._insert(qtype, name, data, recoverable))
+        self._reserve(*self._cost(len(data), dmap),
+                      f"put of {len(data)} bytes to {qtype.name}:{name}")
+        return self._put_effect(self._insert(qtype, name, data, recoverable, dmap=dmap), data)
+
+    def offloads(self, nbytes: int) -> bool:
+        """Whether a payload of ``nbytes`` put here goes to a data set (DESIGN §11):
+        over ``entry_max`` always, smaller ones by the offload rules as the
+        structure fills."""
+        rules = self.offload_rules
+        if rules is None:
+            return False
+        return offloads(nbytes, 100 * self.elements_used / max(1, self.elements_total),
+                        self.entry_max, rules)
+
+    def stamp_deleted(self, lsn: int) -> list[Entry]:
+        """The offloaded messages deleted since the last call, whose pages the daemon
+        now frees pending ``lsn``, the record holding their deletes. The recoverable
+        ones wait on the clean-up queue until ``clean_up`` says it is durable; a
+        non-recoverable one's delete is never logged, so it goes at once."""
+        deleted, self._deleted = self._deleted, []
+        for entry in deleted:
+            if entry.recoverable and lsn:
+                self._cleanup.append((lsn, entry))
+            else:
+                self._discard(entry)
+        return deleted
+
+    def clean_up(self, durable: int) -> int:
+        """Drop from the clean-up queue every message whose delete is now durable;
+        returns how many went."""
+        cleanup, count = self._cleanup, 0
+        while cleanup and cleanup[0][0] <= durable:
+            self._discard(cleanup.popleft()[1])
+            count += 1
+        return count
+
+    def offloaded(self) -> Iterator[Entry]:
+        """Every offloaded message whose pages are in use, the clean-up queue's
+        included: what a space map is rebuilt from."""
+        for entry in self._entries.values():
+            if entry.map is not None:
+                yield entry
+        yield from self._deleted
+        for _, entry in self._cleanup:
+            yield entry
 
     def read(self, client: str, qtype: int | str, name: str) -> Entry:
         """Lock the first message of a queue for ``client``. Raises NO_MESSAGE."""
@@ -236,10 +313,10 @@ class Structure:
             if type(op) is Put:
                 qtype = parse_qtype(op.qtype)
                 check_name(op.name)
-                elements_, entries = self.cost(len(op.data))
+                elements_, entries = self._cost(len(op.data), op.dmap)
                 need_elements += elements_
                 need_entries += entries
-                puts.append((qtype, op.name, op.data, bool(op.recoverable)))
+                puts.append((qtype, op.name, op.data, bool(op.recoverable), op.dmap))
                 continue
             assert not isinstance(op, Put)  # for mypy: the type() test above is faster
             if op.entry_id in seen:
@@ -391,11 +468,11 @@ class Structure:
         per_queue: dict[Key, list[Entry]] = {}
         slow = []
         used_elements = used_entries = count = 0
-        for eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home in rows:
+        for eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home, dmap in rows:
             count += 1
-            if where != READY or len(data) > step:
+            if where != READY or len(data) > step or dmap is not None:
                 slow.append((eid, qtype, name, data, recoverable, put_time, deliveries, where,
-                             owner, home))
+                             owner, home, dmap))
                 continue
             n = (len(data) + ENTRY_CONTROLS + ELEMENT - 1) // ELEMENT
             e = Entry(eid, qtype, name, data, recoverable, put_time, n)
@@ -435,8 +512,11 @@ class Structure:
         where: str = READY,
         owner: str | None = None,
         home: tuple[int, str] | None = None,
+        dmap: DataMap | list[Any] | None = None,
     ) -> Entry:
-        """Re-create a message as an image or a log fold recorded it.
+        """Re-create a message as an image or a log fold recorded it. An offloaded
+        one (``dmap``, encoded or not) keeps its map only: ``data``, which a
+        materialising fold fills, is dropped.
 
         Space is taken without the full check: an image is what was there, and a
         structure configured smaller than its content shows as over-full in stats
@@ -444,10 +524,13 @@ class Structure:
         """
         if entry_id in self._entries:
             raise CQSError(Reason.INVALID_REQUEST, f"entry {entry_id} restored twice")
-        cost_elements, cost_entries = self.cost(len(data))
+        if dmap is not None and not isinstance(dmap, DataMap):
+            dmap = DataMap.decode(dmap)
+        cost_elements, cost_entries = self._cost(len(data), dmap)
         self.elements_used += cost_elements
         self.entries_used += cost_entries
-        entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time)
+        entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time,
+                             dmap)
         entry.home = (QueueType(home[0]), home[1]) if home else None
         if where == LOCKED:
             assert owner is not None, f"entry {entry_id} locked by nobody"
@@ -489,11 +572,12 @@ class Structure:
         is) and STRUCTURE_FULL (of ``target``) if it does not fit, changing nothing.
         """
         entry = self._find(entry_id)
-        if entry.where != READY:
+        if entry.where != READY or entry.map is not None:
+            what = "offloaded" if entry.map is not None else entry.where
             raise CQSError(
                 Reason.INVALID_REQUEST,
-                f"entry {entry_id} on {_show(entry.key)} is {entry.where}; only ready "
-                "messages move to the overflow structure",
+                f"entry {entry_id} on {_show(entry.key)} is {what}; only ready messages "
+                "kept in memory move to the overflow structure",
             )
         target._admit(entry)  # placed there first, so the queue is never seen empty
         self._unplace(entry)
@@ -528,6 +612,20 @@ class Structure:
         """The id of the first ready message of a queue, or None if it has none."""
         queue = self._queues.get(key)
         return None if queue is None else queue.entries.peekitem(0)[0]
+
+    def movable(self, key: Key, limit: int) -> list[Entry]:
+        """Up to ``limit`` ready messages of a queue that overflow processing can
+        move, in id order: those kept in memory (an offloaded one costs one
+        element, and its data set belongs to this structure)."""
+        queue = self._queues.get(key)
+        out: list[Entry] = []
+        if queue is not None:
+            for entry in queue.entries.values():
+                if entry.map is None:
+                    out.append(entry)
+                    if len(out) == limit:
+                        break
+        return out
 
     def has_ready(self, key: Key) -> bool:
         return key in self._queues
@@ -616,7 +714,9 @@ class Structure:
     def header_stats(self) -> list[Row]:
         """Entries and data elements on each list header that holds any."""
         rows = []
-        for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked()))):
+        cleanup = self._deleted + [e for _, e in self._cleanup]
+        for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked())),
+                         (DELETE_LH, cleanup)):
             if pool:  # heads only: a long message's segments stay on its staging queue
                 rows.append({"lh": lh, "entries": len(pool),
                              "elements": sum(e.elements for e in pool)})
@@ -645,6 +745,12 @@ class Structure:
             return elements(nbytes), 1
         whole, rest = divmod(nbytes, step)
         return whole * elements(step) + (elements(rest) if rest else 0), whole + (1 if rest else 0)
+
+    def _cost(self, nbytes: int, dmap: DataMap | None) -> tuple[int, int]:
+        """(data elements, list entries) of a message, offloaded to ``dmap`` or not."""
+        if dmap is None:
+            return self.cost(nbytes)
+        return elements(len(msgpack.packb(dmap.encode()))), 1
 
     def __iter__(self) -> Iterator[Entry]:
         """Every message head, in entry-id order (for images and checks)."""
@@ -718,16 +824,25 @@ class Structure:
         return ids.last
 
     def _insert_reserved(self, qtype: QueueType, name: str, data: bytes,
-                         recoverable: bool) -> Entry:
-        self._reserve(*self.cost(len(data)), "commit")
-        return self._put_effect(self._insert(qtype, name, data, recoverable))
+                         recoverable: bool, dmap: DataMap | None) -> Entry:
+        self._reserve(*self._cost(len(data), dmap), "commit")
+        return self._put_effect(self._insert(qtype, name, data, recoverable, dmap=dmap), data)
 
     # Effects are what the log records: the outcome of a request for each recoverable
     # message it touched, never the request itself, so replay needs no configuration.
 
-    def _put_effect(self, e: Entry) -> Entry:
+    def _put_effect(self, e: Entry, payload: bytes) -> Entry:
         if e.recoverable:
-            self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, e.data, e.put_time))
+            dmap = e.map
+            if dmap is None:
+                self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, e.data, e.put_time))
+                return e
+            # recovery logging (seed 000): each block, then the entry with its map
+            view = memoryview(payload)
+            self.effects += [(BLOCK, e.entry_id, r.page, view[offset:offset + nbytes])
+                             for r, offset, nbytes in dmap.pieces()]
+            self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, b"", e.put_time))
+            self.effects.append((MAPPED, e.entry_id, dmap.encode()))
         return e
 
     def _ready_effect(self, e: Entry) -> None:
@@ -744,13 +859,17 @@ class Structure:
         recoverable: bool,
         entry_id: int | None = None,
         put_time: int | None = None,
+        dmap: DataMap | None = None,
     ) -> Entry:
         """Add a message whose space is reserved. Its 2nd..nth segments go to the
-        staging queue first and its head last, as IMS puts the first record last."""
+        staging queue first and its head last, as IMS puts the first record last;
+        an offloaded one (``dmap``) has none and keeps no payload."""
         now = self.ids.clock()
         step = self.entry_max
         segments = None
-        if len(data) > step:
+        if dmap is not None:
+            data = b""
+        elif len(data) > step:
             view = memoryview(data)
             first_id = self._new_id(now)
             stype = staging_type(qtype)
@@ -769,9 +888,11 @@ class Structure:
             self.last_id = max(self.last_id, entry_id)
         entry = Entry(
             entry_id, qtype, name, data, recoverable, put_time or now,
-            elements(min(len(data), step)),
+            self._cost(0, dmap)[0] if dmap is not None else elements(min(len(data), step)),
         )
         entry.segments = segments
+        if dmap is not None:
+            entry.map, entry.store = dmap, self.name
         self._entries[entry_id] = entry
         self._place(entry)
         return entry
@@ -813,6 +934,13 @@ class Structure:
 
     def _free(self, entry: Entry) -> None:
         del self._entries[entry.entry_id]
+        if entry.map is not None:  # to the clean-up queue, still charged (stamp_deleted)
+            entry.where = DELETED
+            self._deleted.append(entry)
+            return
+        self._discard(entry)
+
+    def _discard(self, entry: Entry) -> None:
         self.elements_used -= entry.total_elements
         self.entries_used -= entry.total_entries
         if entry.segments is not None:

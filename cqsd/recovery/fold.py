@@ -56,7 +56,7 @@ def _apply(image: dict[int, list], effects: list, structure: str) -> int:
         if kind == PUT or kind == MOVED_IN:
             count, home = (0, None) if kind == PUT else (effect[I_COUNT], effect[I_HOME])
             image[eid] = [eid, effect[E_QTYPE], effect[E_NAME], effect[E_DATA], True,
-                          effect[E_PUT_TIME], count, "ready", None, home]
+                          effect[E_PUT_TIME], count, "ready", None, home, None]
             last_id = max(last_id, eid)
             continue
         row = image.get(eid)

@@ -34,6 +34,7 @@ from ..storage.datadir import DataDir
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .connections import Connections
+from .datasets import DataSets
 from .eventlog import log_event
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
@@ -77,6 +78,8 @@ class Daemon:
         self.shutting_down = False
         self.stopped = trio.Event()
         self.relief = Relief(self.registry, self.settle, self.spawn)
+        self.datasets = DataSets(config, self.datadir.root, self.datadir.repository,
+                                 self.registry)
         self.nursery: trio.Nursery | None = None
         self.journal: Journal | None = None
         self.connections: Connections | None = None
@@ -88,15 +91,18 @@ class Daemon:
         try:
             self.journal = journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
             journal.on_failure = lambda err: self.stop(f"no more acknowledgements: {err}")
+            journal.sync_data = self.datasets.sync
+            journal.on_durable = self.datasets.durable
             self.checkpoints = Checkpoints(self.config, self.datadir, journal,
                                            self.registry.physical, self.spawn)
             self.operations = Operations(self.config, self.datadir, self.registry, self.clients,
-                                         journal, self.checkpoints, self.waiters, self.settle,
-                                         self.spawn)
+                                         journal, self.checkpoints, self.waiters, self.datasets,
+                                         self.settle, self.spawn)
             self.connections = Connections(self.config, journal, self.limits.max_frame,
                                            self.limits.max_reply, self.clients, self.dispatch,
                                            self._connection_failed)
             held, crashed = self.operations.restart()
+            self.datasets.start()
             listeners = await self.connections.listen()
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
@@ -118,9 +124,12 @@ class Daemon:
                 serving.cancel()
                 await self.connections.drain()
                 nursery.cancel_scope.cancel()
+            journal.finish_held_back(self.datasets.sync_now)
             self._stopped_without_image(journal.failed)
+            self.datasets.durable(journal.durable)
             journal.close()
             self._save_images()
+            self.datasets.close()
             log.info("stopped")
         finally:
             if self.journal is not None:
@@ -198,11 +207,15 @@ class Daemon:
             if s.readable:
                 self.waiters.serve(s)
             record = s.take_record()
+            lsn = 0
             if record is not None:
                 urgent = waits_for_log(record)
                 lsn = self._log(record, urgent)
                 if urgent:
                     wait_for = lsn or NEVER
+            if s.offloading:
+                for structure in s.structures():
+                    self.datasets.freed(structure, lsn)
         return wait_for
 
     def _log(self, record: dict, urgent: bool) -> int:
@@ -213,8 +226,9 @@ class Daemon:
         except RecordTooLarge as err:
             journal.fail(err, "log_record_refused")
             return 0
+        after_data = self.datasets.take_unsynced()
         for part in parts:
-            lsn = journal.append(part, urgent)
+            lsn = journal.append(part, urgent, after_data)
         self.checkpoints.note_logged()
         return lsn
 

@@ -7,6 +7,7 @@ what the request did. A handler whose reply comes later (a read with
 ``wait``, a Spark job) defers a task and returns ``DEFERRED``.
 """
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,8 @@ def op_put(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
     """put {structure, queue, qtype?, data, recoverable?} -> {entry_id}"""
     d.limits.check_message(data, recoverable)
     s = d.registry.structure(structure)
-    return {"entry_id": s.put(qtype, queue, data, recoverable).entry_id}
+    return {"entry_id": d.datasets.put(s, _client(session), qtype, queue, data,
+                                       recoverable).entry_id}
 
 
 def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
@@ -74,7 +76,7 @@ def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
     got = read_up_to(s, _client(session), key, n, d.limits.reply_bytes)
     if got:
-        return {"messages": [wire.message(e) for e in got]}
+        return {"messages": _messages(d, s, _client(session), got)}
     if not wait:
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
     if not 0 < wait <= d.config.daemon.max_wait:
@@ -98,11 +100,27 @@ async def _wait_read(d: "Daemon", session: Session, rid: int, s: StructurePair, 
             if d.shutting_down:
                 session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
         else:
-            session.reply(rid, {"messages": [wire.message(e) for e in waiter.messages]})
+            try:
+                session.reply(rid, {"messages": _messages(d, s, waiter.client, waiter.messages)})
+            except CQSError as err:
+                session.fail(rid, err.reason, err.message)
     if waiter.failed:
         session.fail(rid, Reason.STRUCTURE_FAILED, f"structure {s.name} failed during the wait")
     elif waiter.messages is None and not d.shutting_down:
         session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
+
+
+def _messages(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> list[Result]:
+    """The messages a read locked, with their payloads; if one cannot be read from
+    its data set, every lock goes back untouched and the read fails."""
+    try:
+        return [wire.message(e, d.datasets.payload(e)) for e in got]
+    except CQSError:
+        for e in got:
+            with contextlib.suppress(CQSError):  # unless peer recovery gave it back already
+                s.unlock(client, e.entry_id)
+        d.settle()
+        raise
 
 
 def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: str | None,
@@ -117,8 +135,9 @@ def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: st
         if size >= d.limits.reply_bytes:
             found, after = found[:i], position(found[i - 1])
             break
-        size += len(e.data)
-    return {"messages": [wire.browsed(e) for e in found], "cursor": list(after) if after else None}
+        size += e.length
+    return {"messages": [wire.browsed(e, d.datasets.payload(e)) for e in found],
+            "cursor": list(after) if after else None}
 
 
 def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
@@ -149,7 +168,7 @@ def op_commit(d: "Daemon", session: Session, rid: int, structure: str,
     s = d.registry.structure(structure)
     batch = [_commit_op(kind, f) for kind, f in requests.commit_ops(ops)]
     d.limits.check_commit(batch)
-    results = s.commit(_client(session), batch)
+    results = d.datasets.commit(s, _client(session), batch)
     return {"entry_ids": [e.entry_id for op, e in zip(batch, results, strict=True)
                           if type(op) is Put]}
 

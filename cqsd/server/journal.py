@@ -15,9 +15,17 @@ only lock do not wake the flusher: nobody waits for them, and the next fsync
 covers them. A write or fsync error is final (the fsyncgate lesson): nothing more
 is acknowledged, every waiting reply becomes an error, and the daemon stops so
 that a restart recovers from what is really on disk.
+
+A record that names message blocks of a data set (an offloaded recoverable put)
+must not reach the log before those blocks are on disk. Such a record, and
+every record after it (the log keeps request order), is held back in memory
+with the LSN it will get; the flusher fsyncs the data sets (``sync_data``),
+then appends what it held and fsyncs the log as usual. A request waits for one
+more fsync, not for a hand-off of its own.
 """
 
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
@@ -45,17 +53,25 @@ class Journal:
         self._flushed = trio.Event()
         self._fsync_average = 0.0
         self._held: set = set()  # sessions with replies waiting for a flush
+        self._held_back: list[dict] = []  # records waiting for sync_data, in order
+        self.sync_data: Callable[[], Awaitable[None]] | None = None  # fsyncs the data sets
+        self.on_durable: Callable[[int], None] | None = None  # after each flush
         self.on_failure = None  # called once with the error
 
     @property
     def position(self) -> int:
-        return self.writer.appended_lsn
+        return self.writer.appended_lsn + len(self._held_back)
 
-    def append(self, body: dict, urgent: bool = True) -> int:
+    def append(self, body: dict, urgent: bool = True, after_data: bool = False) -> int:
         """Append a record; returns its LSN (0 if the log has failed: nothing is logged).
-        ``urgent``: a reply waits for it, so start an fsync now."""
+        ``urgent``: a reply waits for it, so start an fsync now. ``after_data``: it
+        names data-set blocks, so it waits for ``sync_data`` (see the module note)."""
         if self.failed is not None:
             return 0
+        if after_data or self._held_back:
+            self._held_back.append(body)
+            self._work.set()
+            return self.position
         try:
             lsn = self.writer.append(body)
         except logstream.LogstreamError as err:
@@ -87,6 +103,8 @@ class Journal:
         while self.failed is None:
             await self._work.wait()
             self._work = trio.Event()
+            if self._held_back:
+                await self._append_held_back()
             target = self.writer.appended_lsn
             if target <= self.durable:
                 continue
@@ -102,11 +120,36 @@ class Journal:
             self._wake()
             await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 
+    async def _append_held_back(self) -> None:
+        """The records held back before now, appended once the blocks written before
+        them are on disk."""
+        count = len(self._held_back)
+        assert self.sync_data is not None  # set wherever records are held back
+        await self.sync_data()
+        self._write_held_back(count)
+
+    def finish_held_back(self, sync_now: Callable[[], None]) -> None:
+        """At a clean stop: whatever is still held back, appended after ``sync_now``."""
+        if self._held_back and self.failed is None:
+            sync_now()
+            self._write_held_back(len(self._held_back))
+            self.durable = self.writer.flush()
+
+    def _write_held_back(self, count: int) -> None:
+        held, self._held_back = self._held_back[:count], self._held_back[count:]
+        try:
+            for body in held:
+                self.writer.append(body)
+        except (logstream.LogstreamError, ValueError) as err:
+            self.fail(err)
+
     def _wake(self) -> None:
         held, self._held = self._held, set()
         for session in held:
             if session.release(self.durable, self.failed):
                 self._held.add(session)
+        if self.on_durable is not None and self.failed is None:
+            self.on_durable(self.durable)
         flushed, self._flushed = self._flushed, trio.Event()
         flushed.set()
 

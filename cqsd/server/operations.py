@@ -27,6 +27,7 @@ from ..storage import image
 from ..storage.datadir import DataDir
 from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
 from .clients import Clients
+from .datasets import DataSets
 from .journal import WRITER, Journal
 from .registry import Registry
 from .waiters import ReadWaiters
@@ -37,7 +38,8 @@ log = structlog.get_logger()
 class Operations:
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, clients: Clients,
                  journal: Journal, checkpoints: Checkpoints, waiters: ReadWaiters,
-                 settle: Callable[[], int], spawn: Callable[..., None]) -> None:
+                 datasets: DataSets, settle: Callable[[], int],
+                 spawn: Callable[..., None]) -> None:
         self.config = config
         self.datadir = datadir
         self.registry = registry
@@ -45,6 +47,7 @@ class Operations:
         self.journal = journal
         self.checkpoints = checkpoints
         self.waiters = waiters
+        self.datasets = datasets
         self.settle = settle
         self.spawn = spawn
         self._recovering: set[str] = set()
@@ -153,6 +156,8 @@ class Operations:
 
     def _install(self, new: StructurePair) -> None:
         self.registry.install(new)
+        for s in new.structures():
+            self.datasets.reopen(s.name)
         self.clients.announce(new)
 
     def rebuild(self, name: str, size: int | None) -> dict[str, Any]:

@@ -11,7 +11,12 @@ from . import wire
 if TYPE_CHECKING:
     from .daemon import Daemon
 
-KINDS = ("structures", "queues", "clients", "locks", "headers", "backups")
+KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "smds", "usage")
+# DESIGN §11: the columns of display smds and display usage --type smds
+SMDS_COLUMNS = ("structure", "owner", "size", "used_percent", "dsblock", "dsbufs", "dsexpand",
+                "status", "access")
+USAGE_COLUMNS = ("structure", "owner", "size", "used_percent", "buffers", "lru_hit_percent",
+                 "waits", "lowest_free")
 
 
 def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
@@ -19,6 +24,11 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
     unknown kind, UNKNOWN_STRUCTURE or STRUCTURE_FAILED for the structure."""
     if kind == "backups":
         return repository.backups(d.datadir.repository, structure)
+    if kind in ("smds", "usage"):
+        if structure is not None:
+            d.registry.pair_of(structure)  # UNKNOWN_STRUCTURE, STRUCTURE_FAILED
+        columns = SMDS_COLUMNS if kind == "smds" else USAGE_COLUMNS
+        return [{c: row[c] for c in columns} for row in d.datasets.rows(structure)]
     registry = d.registry
     if kind == "structures" and structure in registry.failed:
         return [_failed(structure)]

@@ -43,7 +43,8 @@ class Registry:
         sc = self.config.structure(name)
         return Structure(sc.name, size or sc.size, initsize=size or sc.initsize,
                          entry_max=sc.entry_max, max_entries=sc.max_entries,
-                         max_deliveries=self.config.daemon.max_deliveries)
+                         max_deliveries=self.config.daemon.max_deliveries,
+                         offload_rules=sc.offload_rules)
 
     def structure(self, name: str) -> StructurePair:
         """The available pair a client calls ``name``; raises STRUCTURE_FAILED or

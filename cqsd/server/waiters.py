@@ -82,7 +82,7 @@ def read_up_to(structure: Structure, client: str, key: Key, n: int, budget: int)
         while len(got) < n and size < budget:
             entry = structure.read(client, *key)
             got.append(entry)
-            size += len(entry.data)
+            size += entry.length
     except CQSError as err:
         if err.reason != Reason.NO_MESSAGE:
             raise

@@ -5,20 +5,21 @@ from ..engine import Entry, QueueType
 TYPE_NAMES = [None] + [t.name for t in QueueType]  # by number, without an enum lookup
 
 
-def message(entry: Entry) -> dict:
+def message(entry: Entry, data: bytes | memoryview) -> dict:
+    """``data``: the payload, which an offloaded entry does not hold itself."""
     return {
         "entry_id": entry.entry_id,
         "queue": entry.name,
         "qtype": TYPE_NAMES[entry.qtype],
-        "data": entry.data,
+        "data": data,
         "recoverable": entry.recoverable,
         "put_time": entry.put_time,
         "delivery_count": entry.delivery_count,
     }
 
 
-def browsed(entry: Entry) -> dict:
-    out = message(entry)
+def browsed(entry: Entry, data: bytes | memoryview) -> dict:
+    out = message(entry, data)
     out["where"] = entry.where
     out["owner"] = entry.owner
     if entry.home is not None:

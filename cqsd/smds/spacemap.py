@@ -122,6 +122,11 @@ class SpaceMap:
         return self.blocks * self.dsblock
 
     @property
+    def pending_pages(self) -> int:
+        """Pages freed and waiting for their delete to be durable."""
+        return self._pending_pages
+
+    @property
     def free_blocks(self) -> int:
         return len(self._returned) + self.blocks - self._fresh
 

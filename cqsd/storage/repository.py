@@ -34,6 +34,15 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX backups_by_structure ON backups (structure, finished)",
     ],
+    [  # 2: the shared message data sets
+        """CREATE TABLE smds (
+            structure TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            created INTEGER NOT NULL,   -- the data set's identity (its header's created, ns)
+            map_time INTEGER,           -- timestamp of the space map saved at a clean close
+            PRIMARY KEY (structure, owner)
+        )""",
+    ],
 ]
 
 
@@ -108,3 +117,33 @@ def backups(path: Path, structure: str | None = None) -> list[dict]:
         db.close()
     return [{**dict(r), "lsn_from": json.loads(r["lsn_from"]), "lsn_to": json.loads(r["lsn_to"])}
             for r in rows]
+
+
+def record_smds(path: Path, structure: str, owner: str, created: int,
+                map_time: int | None) -> None:
+    """Remember a data set's identity and the timestamp of its saved space map
+    (None while it is open: a map saved before is no longer current)."""
+    db = connect(path)
+    try:
+        db.execute("INSERT INTO smds (structure, owner, created, map_time) VALUES (?, ?, ?, ?)"
+                   " ON CONFLICT (structure, owner) DO UPDATE SET created = excluded.created,"
+                   " map_time = excluded.map_time", (structure, owner, created, map_time))
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+
+
+def smds_dataset(path: Path, structure: str, owner: str) -> dict | None:
+    """What the repository holds of a data set ({created, map_time}), or None."""
+    if not Path(path).exists():
+        return None
+    db = connect(path)
+    try:
+        row = db.execute("SELECT created, map_time FROM smds WHERE structure = ? AND owner = ?",
+                         (structure, owner)).fetchone()
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+    return dict(row) if row is not None else None

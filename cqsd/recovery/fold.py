@@ -7,6 +7,7 @@ against it and a test can compare it with a live engine.
 from collections.abc import Iterable
 
 from ..records import (
+    BLOCK,
     COLD_BY,
     COUNT,
     DELETE,
@@ -20,6 +21,9 @@ from ..records import (
     I_COUNT,
     I_HOME,
     LOCK,
+    M_MAP,
+    MAP,
+    MAPPED,
     MOVED_IN,
     MOVED_OUT,
     NAME,
@@ -59,6 +63,8 @@ def _apply(image: dict[int, list], effects: list, structure: str) -> int:
                           effect[E_PUT_TIME], count, "ready", None, home, None]
             last_id = max(last_id, eid)
             continue
+        if kind == BLOCK:  # maps only: the bytes are in the data set already
+            continue
         row = image.get(eid)
         if row is None:
             raise FoldError(f"structure {structure}: effect {kind} on entry {eid}, "
@@ -74,6 +80,8 @@ def _apply(image: dict[int, list], effects: list, structure: str) -> int:
             row[WHERE], row[OWNER] = "ready", None
         elif kind == COLD_BY:
             row[WHERE], row[OWNER] = "cold", effect[E_OWNER]
+        elif kind == MAPPED:
+            row[MAP] = effect[M_MAP]
         else:
             raise FoldError(f"structure {structure}: unknown effect kind {kind!r}")
     return last_id

@@ -15,15 +15,25 @@ from collections import defaultdict
 
 import cqsclient
 
+from .harness import STRUCTURES
+
 WORKER = r"""
 import json, os, random, sys, time
 import cqsclient
 from cqsclient.errors import CQSError
 
-address, name, journal_path, stop_path, seed = sys.argv[1:6]
+address, name, journal_path, stop_path, seed, large = sys.argv[1:7]
 rng = random.Random(int(seed))
 journal = open(journal_path, "a", buffering=1)
 n = 0
+
+def body(data):
+    # its identity, then with `large` a filler of 40 KB to 2 MB that the checker can
+    # verify, so that a large message must come back byte for byte
+    if large == "0":
+        return data.encode()
+    seq = data.split("-")[1]
+    return (data + "|" + f"{int(seq):08d}" * rng.randrange(5_000, 250_000)).encode()
 
 def note(**kw):
     journal.write(json.dumps(kw) + "\n")
@@ -38,12 +48,12 @@ def session():
         if roll < 0.45:
             n += 1
             data = f"{name}-{n}"
-            eid = s.put(queue, data.encode())
+            eid = s.put(queue, body(data))
             note(op="put", eid=eid, data=data, queue=queue)
         elif roll < 0.6:
             datas = [f"{name}-{n + i + 1}" for i in range(3)]
             n += 3
-            eids = s.put_batch(queue, [d.encode() for d in datas])
+            eids = s.put_batch(queue, [body(d) for d in datas])
             for eid, data in zip(eids, datas):
                 note(op="put", eid=eid, data=data, queue=queue)
         elif roll < 0.85:
@@ -59,7 +69,7 @@ def session():
                 data = f"{name}-{n}"
                 note(op="try", eid=m.entry_id)
                 with s.unit_of_work() as uow:
-                    uow.put(queue, data.encode())
+                    uow.put(queue, body(data))
                     uow.delete(m.entry_id)
                 # the commit is acknowledged: both happened
                 note(op="del", eid=m.entry_id)
@@ -75,7 +85,7 @@ while not os.path.exists(stop_path) and time.monotonic() < deadline:
 """
 
 
-def start_workers(daemon, n, seed):
+def start_workers(daemon, n, seed, large=False):
     stop = daemon.dir / "stop"
     procs, journals = [], []
     for i in range(n):
@@ -83,7 +93,7 @@ def start_workers(daemon, n, seed):
         journals.append(journal)
         procs.append(subprocess.Popen(
             [sys.executable, "-c", WORKER, daemon.address, f"W{i}", str(journal), str(stop),
-             str(seed + i)]))
+             str(seed + i), "1" if large else "0"]))
     return procs, journals, stop
 
 
@@ -111,7 +121,7 @@ def check(journals, found):
                 deleted.add(rec["eid"])
     seen = [m for q in found.values() for m in q]
     by_id = {m.entry_id: m for m in seen}
-    payloads = [m.data.decode() for m in seen]
+    payloads = [identity(m) for m in seen]
     assert len(payloads) == len(set(payloads)), "a message appears twice"
     assert len(by_id) == len(seen)
     missing = [eid for eid in puts if eid not in tried and eid not in by_id]
@@ -123,22 +133,44 @@ def check(journals, found):
         assert ids == sorted(ids), f"{queue} is not FIFO"
         for (worker, q), sequence in order.items():
             if q == queue:
-                mine = [m.data.decode() for m in msgs if m.data.decode().split("-")[0] == worker]
+                mine = [identity(m) for m in msgs if identity(m).split("-")[0] == worker]
                 rank = {d: i for i, d in enumerate(sequence)}
                 ranks = [rank[d] for d in mine if d in rank]
                 assert ranks == sorted(ranks), f"{worker} on {queue} out of put order"
     return len(puts), len(deleted), len(seen)
 
 
+def identity(m):
+    """A message's identity (worker-sequence), once its filler checks out."""
+    ident, _, filler = m.data.decode().partition("|")
+    if filler:
+        stamp = f"{int(ident.split('-')[1]):08d}"
+        assert filler == stamp * (len(filler) // 8), f"{ident} came back with wrong bytes"
+    return ident
+
+
 def test_sigkill_at_random_moments_loses_no_acknowledged_work(make_daemon):
     """Five SIGKILL/restart cycles under load from three workers keep every acknowledgement."""
+    crash_under_load(make_daemon(), cycles=5, large=False)
+
+
+def test_sigkill_with_large_offloaded_puts_in_flight_loses_nothing(make_daemon):
+    """The same with payloads of 40 KB to 2 MB offloaded to SMDS: nothing acknowledged
+    is lost, nothing comes back with wrong bytes."""
+    smds = STRUCTURES.replace('overflow = "MSGQ01OV"', 'overflow = "MSGQ01OV"\noffload = "smds"')
+    d = make_daemon(structures=smds)
+    crash_under_load(d, cycles=3, large=True, least=10)
+    assert list((d.data / "smds" / "MSGQ01").glob("W*.smds"))
+
+
+def crash_under_load(d, cycles, large, least=50):
     seed = int(os.environ.get("CQSD_CRASH_SEED", random.randrange(1 << 30)))
     print(f"crash test seed {seed}")
     rng = random.Random(seed)
-    d = make_daemon().start()
-    procs, journals, stop = start_workers(d, 3, seed)
+    d.start()
+    procs, journals, stop = start_workers(d, 3, seed, large)
     try:
-        for _ in range(5):
+        for _ in range(cycles):
             time.sleep(rng.uniform(0.3, 1.2))  # the random moment of the crash, not a sync
             d.kill()
             d.restart()
@@ -154,7 +186,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_work(make_daemon):
         for p in procs:
             p.wait(60)
     puts, deletes, left = check(journals, survivors(d))
-    assert puts > 50, f"the workload made too little progress ({puts} puts)"
+    assert puts > least, f"the workload made too little progress ({puts} puts)"
     replays = [e["records_replayed"] for e in d.events("structure_rebuilt")
                if e["structure"] == "MSGQ01"]
     assert max(replays) > 0

@@ -131,3 +131,65 @@ def test_data_sets_live_where_design_says(make_daemon):
         with cqsclient.connect(d.address, client=client) as c:
             c.structure("MSGQ01").put("Q", payload(100_000, 1))
     assert sorted(os.listdir(d.data / "smds" / "MSGQ01")) == ["ONE.smds", "TWO.smds"]
+
+
+def test_a_clean_stop_saves_each_space_map_and_a_crash_rebuilds_it(make_daemon):
+    """Restart processing: after a clean stop the saved space map is used (its
+    timestamp matches the repository's), after a SIGKILL it is rebuilt from the
+    structure, and either way the data set goes on holding every message."""
+    d = make_daemon(structures=SMDS).start()
+    with cqsclient.connect(d.address, client="MAPS") as c:
+        ids = c.structure("MSGQ01").put_batch("Q", [payload(300_000, i) for i in range(3)])
+    d.stop()
+    seen = len(d.lines)
+    d.restart()
+    assert d.events("smds_opened", seen, owner="MAPS")[0]["how"] == "saved map"
+    d.kill()
+    seen = len(d.lines)
+    d.restart()
+    opened = d.events("smds_opened", seen, owner="MAPS")[0]
+    assert (opened["how"], opened["rebuild_reason"]) == ("rebuilt", "no-map")
+    with cqsclient.connect(d.address, client="MAPS") as c:
+        s = c.structure("MSGQ01")
+        assert [m.data for m in s.browse("Q")] == [payload(300_000, i) for i in range(3)]
+        more = s.put("Q", payload(300_000, 3))  # the rebuilt map hands out free space only
+        assert s.browse("Q")[-1].entry_id == more
+        assert [m.entry_id for m in s.browse("Q")][:3] == ids
+
+
+def test_a_down_level_data_set_is_named_and_isolated(make_daemon):
+    """A data set replaced by an older copy fails the newest block's check at start:
+    its messages get SMDS_UNAVAILABLE, never wrong bytes, while another client's
+    data set and messages kept in memory carry on."""
+    d = make_daemon(structures=SMDS).start()
+    with cqsclient.connect(d.address, client="OLD") as c:
+        c.structure("MSGQ01").put("Q", payload(100_000, 1))
+    d.stop()
+    path = d.data / "smds" / "MSGQ01" / "OLD.smds"
+    older = path.read_bytes()
+    d.restart()
+    with cqsclient.connect(d.address, client="OLD") as c:
+        c.structure("MSGQ01").put("Q", payload(100_000, 2))
+    with cqsclient.connect(d.address, client="NEW") as c:
+        c.structure("MSGQ01").put("OTHER", payload(100_000, 3))
+    d.stop()
+    path.write_bytes(older)
+    seen = len(d.lines)
+    d.restart()
+    failed = d.events("smds_open_failed", seen, owner="OLD")
+    assert failed and "down-level" in failed[0]["error"]
+    with cqsclient.connect(d.address, client="NEW") as c:
+        s = c.structure("MSGQ01")
+        with pytest.raises(CQSError) as unavailable:
+            s.browse("Q")
+        assert unavailable.value.reason == "SMDS_UNAVAILABLE"
+        with pytest.raises(CQSError) as unreadable:
+            s.read("Q")
+        assert unreadable.value.reason == "SMDS_UNAVAILABLE" and "down-level" in str(
+            unreadable.value)
+        locked = {r["queue"]: r["locked"] for r in c.query("queues", "MSGQ01")}
+        assert locked["Q"] == 0  # the read's lock went back
+        assert s.read("OTHER").data == payload(100_000, 3)
+        small = s.put("Q2", b"kept in memory")
+        assert s.read("Q2").entry_id == small
+    assert d.proc.poll() is None

@@ -205,6 +205,8 @@ class Structure:
         now frees pending ``lsn``, the record holding their deletes. The recoverable
         ones wait on the clean-up queue until ``clean_up`` says it is durable; a
         non-recoverable one's delete is never logged, so it goes at once."""
+        if not self._deleted:
+            return []
         deleted, self._deleted = self._deleted, []
         for entry in deleted:
             if entry.recoverable and lsn:

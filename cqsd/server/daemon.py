@@ -79,7 +79,7 @@ class Daemon:
         self.stopped = trio.Event()
         self.relief = Relief(self.registry, self.settle, self.spawn)
         self.datasets = DataSets(config, self.datadir.root, self.datadir.repository,
-                                 self.registry)
+                                 self.registry, self.limits)
         self.nursery: trio.Nursery | None = None
         self.journal: Journal | None = None
         self.connections: Connections | None = None

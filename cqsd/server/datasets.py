@@ -33,6 +33,7 @@ from ..engine.structure import Op
 from ..smds import BufferPool, DataMap, DataSetDamage, ExpandFailed, NoSpace, SmdsError, SpaceMap
 from ..smds.dataset import DataSet, path_of
 from ..storage import repository
+from .limits import Limits, offload_bound
 from .registry import Registry
 
 log = structlog.get_logger()
@@ -41,8 +42,9 @@ Key = tuple[str, str]  # (structure, owner)
 
 class DataSets:
     def __init__(self, config: Config, data_dir: Path, repository_path: Path,
-                 registry: Registry) -> None:
+                 registry: Registry, limits: Limits) -> None:
         self.config = config
+        self.limits = limits
         self.data_dir = data_dir
         self.repository = repository_path
         self.registry = registry
@@ -58,12 +60,16 @@ class DataSets:
     def put(self, pair: StructurePair, client: str, qtype: int | str, name: str, data: bytes,
             recoverable: bool) -> Entry:
         """Put a message, offloading its payload if the structure it goes to says so."""
+        if not pair.offloading:
+            return pair.put(qtype, name, data, recoverable)
         target = pair.target(qtype, name)
         if not target.offloads(len(data)):
             return pair.put(qtype, name, data, recoverable)
         key = (parse_qtype(qtype), check_name(name))
         dataset, dmap = self._place(target.name, client, key, data)
         try:
+            if recoverable:
+                self.limits.check_offloaded(len(data), offload_bound(len(dmap.ranges)))
             entry = pair.put(qtype, name, data, recoverable, dmap)
         except BaseException:
             self._give_back(dataset, [dmap])
@@ -73,8 +79,11 @@ class DataSets:
 
     def commit(self, pair: StructurePair, client: str, ops: list[Op]) -> list[Entry]:
         """A commit whose puts are offloaded as single puts are: all or nothing."""
+        if not pair.offloading:
+            return pair.commit(client, ops)
         placed: list[tuple[DataSet, DataMap]] = []
         batch: list[Op] = []
+        extra = 0
         try:
             for op in ops:
                 if type(op) is Put:
@@ -84,7 +93,11 @@ class DataSets:
                         dataset, dmap = self._place(target.name, client, key, op.data)
                         placed.append((dataset, dmap))
                         op = op._replace(dmap=dmap)
+                        if op.recoverable:
+                            extra += offload_bound(len(dmap.ranges))
                 batch.append(op)
+            if extra:
+                self.limits.check_commit(batch, extra)
             results = pair.commit(client, batch)
         except BaseException:
             for dataset, dmap in placed:

@@ -31,7 +31,11 @@ from logstream.record import MAX_BODY
 
 from ..engine import CQSError, Put, Reason
 from ..records import (
+    B_DATA,
+    BLOCK,
     E_DATA,
+    M_MAP,
+    MAPPED,
     EFFECTS,
     MOVED_IN,
     MOVED_OUT,
@@ -48,7 +52,10 @@ RECORD_BUDGET = MAX_BODY - RECORD_HEADROOM
 # a queue type, a 15-byte name, a home (type and name), a client name, a time
 # and a count, each with its msgpack header, is under 80 bytes.
 EFFECT_BOUND = 96
-_LINKED = (PUT, MOVED_IN, MOVED_OUT)  # effects that must stay in their record
+# An offloaded put's B effect beyond its data (kind, id, page, a bin header), and
+# each range's share of its M effect's map (a page and a count).
+BLOCK_BOUND, RANGE_BOUND = 48, 20
+_LINKED = (PUT, MOVED_IN, MOVED_OUT, BLOCK, MAPPED)  # effects that must stay in their record
 # A reply's share of its frame beyond the payloads: ids, names, times per message.
 REPLY_HEADROOM = 2 * FRAME_HEADROOM
 
@@ -74,9 +81,10 @@ class Limits:
                            f"recoverable message of {len(data)} bytes exceeds {self.recoverable}, "
                            "the most one log record holds; put it non-recoverable or smaller")
 
-    def check_commit(self, batch: list) -> None:
-        """Raises MESSAGE_TOO_LARGE if a commit's log record could not hold it."""
-        logged = EFFECT_BOUND * len(batch)
+    def check_commit(self, batch: list, extra: int = 0) -> None:
+        """Raises MESSAGE_TOO_LARGE if a commit's log record could not hold it
+        (``extra``: what logging its offloaded puts adds, ``offload_bound``)."""
+        logged = EFFECT_BOUND * len(batch) + extra
         for op in batch:
             if type(op) is Put:
                 self.check_message(op.data, op.recoverable)
@@ -87,6 +95,23 @@ class Limits:
                            f"commit of {len(batch)} operations would log {logged} bytes; one "
                            f"commit is one log record of at most {RECORD_BUDGET}: split the unit "
                            "of work")
+
+
+    def check_offloaded(self, nbytes: int, extra: int) -> None:
+        """Raises MESSAGE_TOO_LARGE if a recoverable put of ``nbytes``, offloaded so
+        that logging its blocks and map adds ``extra``, could not be one record."""
+        if nbytes + EFFECT_BOUND + extra > RECORD_BUDGET:
+            raise CQSError(Reason.MESSAGE_TOO_LARGE,
+                           f"recoverable message of {nbytes} bytes, logged block by block, "
+                           f"exceeds {RECORD_BUDGET - EFFECT_BOUND - extra}, the most one log "
+                           "record holds at this structure's dsblock; put it non-recoverable "
+                           "or smaller")
+
+
+def offload_bound(ranges: int) -> int:
+    """What logging an offloaded put of ``ranges`` ranges adds to its record beyond
+    its payload: a B effect per range and the M effect."""
+    return ranges * (BLOCK_BOUND + RANGE_BOUND) + EFFECT_BOUND
 
 
 class RecordTooLarge(Exception):
@@ -106,8 +131,13 @@ def bound(record: dict) -> int:
 def _bound(effects: list) -> int:
     total = EFFECT_BOUND * len(effects)
     for effect in effects:
-        if effect[0] == PUT or effect[0] == MOVED_IN:
+        kind = effect[0]
+        if kind == PUT or kind == MOVED_IN:
             total += len(effect[E_DATA])
+        elif kind == BLOCK:
+            total += len(effect[B_DATA]) + BLOCK_BOUND - EFFECT_BOUND
+        elif kind == MAPPED:
+            total += RANGE_BOUND * len(effect[M_MAP][3]) // 2
     return total
 
 

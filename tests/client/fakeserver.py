@@ -321,7 +321,7 @@ class FakeServer:
             if not got:
                 break
             self._unpark(parked)
-            reply = ok(parked.rid, messages=[wire.message(e) for e in got])
+            reply = ok(parked.rid, messages=[wire.message(e, e.data) for e in got])
             afters.append(lambda c=parked.conn, r=reply: c.send(r))
 
     def _unpark(self, parked: Parked) -> None:
@@ -369,7 +369,7 @@ class FakeServer:
         key = (parse_qtype(qtype), check_name(queue))
         got = read_up_to(pair, conn.client, key, n, self.max_message)
         if got:
-            return {"messages": [wire.message(e) for e in got]}
+            return {"messages": [wire.message(e, e.data) for e in got]}
         if not wait:
             raise CQSError(Reason.NO_MESSAGE, f"no readable message on {queue}")
         self.parked.append(Parked(conn, rid, pair, key, n))
@@ -379,7 +379,7 @@ class FakeServer:
 
     def op_browse(self, conn, rid, structure, queue, qtype, cursor, limit):
         found, after = self._pair(structure).browse(qtype, queue, after=cursor, limit=limit)
-        return {"messages": [wire.browsed(e) for e in found],
+        return {"messages": [wire.browsed(e, e.data) for e in found],
                 "cursor": list(after) if after else None}
 
     def op_delete(self, conn, rid, structure, entry_id, operator):

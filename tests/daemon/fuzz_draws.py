@@ -16,7 +16,7 @@ CLIENTS = ["A", "B", "C", "D"]
 MAX_CLIENTS = 4  # the checker and three fuzzing clients: CLIENT_LIMIT is reachable
 MAX_PEERS = 6
 MAX_WAIT = 30
-CAPACITY = {"STRUCTURE_FULL", "OVERFLOW_REJECTED"}
+CAPACITY = {"STRUCTURE_FULL", "OVERFLOW_REJECTED", "SMDS_FULL"}
 KINDS = ["structures", "queues", "clients", "locks", "headers", "backups"]
 
 
@@ -30,6 +30,15 @@ class Shape:
     entry_max: int  # MSGQ01 and MSGQ01OV: the same, so a message costs the same in either
     ov: int
     threshold: int  # MSGQ01's overflow threshold (percent)
+    offload: bool = False  # MSGQ01 offloads payloads over entry_max to small data sets
+
+    def smds(self) -> str:
+        """MSGQ01's SMDS keys: only payloads over entry_max offloaded (the fill rules
+        off, so the model knows which), data sets small enough to expand and fill."""
+        if not self.offload:
+            return ""
+        return ('offload = "smds"\ndsblock = "64KiB"\ndssize = "512KiB"\ndsmax = "2MiB"\n'
+                "offld1thr = 100\noffld2thr = 100\noffld3thr = 100\n")
 
     def toml(self, grace: float, max_deliveries: int) -> tuple[str, str]:
         keys = (f'max_message = {self.max_message}\nmax_clients = {MAX_CLIENTS}\n'
@@ -38,7 +47,8 @@ class Shape:
                 f'max_wait = {MAX_WAIT}\nspark_master = "local[1]"\n')
         structures = (f'[[structure]]\nname = "MSGQ01"\nsize = {self.msgq}\n'
                       f'initsize = {self.initsize}\nentry_max = {self.entry_max}\n'
-                      f'overflow = "MSGQ01OV"\noverflow_threshold = {self.threshold}\n\n'
+                      f'overflow = "MSGQ01OV"\noverflow_threshold = {self.threshold}\n'
+                      f'{self.smds()}\n'
                       f'[[structure]]\nname = "MSGQ01OV"\nsize = {self.ov}\n'
                       f'entry_max = {self.entry_max}\n\n'
                       f'[[structure]]\nname = "SMALL"\nsize = "8KiB"\nentry_max = "1KiB"\n')
@@ -53,6 +63,9 @@ SHAPES = {
     "wide": Shape(1536 * KiB, 8 * MiB, 6 * MiB, 4 * KiB, 2 * MiB, 70),
     # recoverable payloads past the log's 16 MiB record limit
     "big": Shape(100 * MiB, 48 * MiB, 24 * MiB, 32 * KiB, 40 * MiB, 70),
+    # offloaded payloads through every request, SMDS_FULL reachable; overflow off, so
+    # every MSGQ01 message is in the primary and the model knows its cost
+    "smds": Shape(1536 * KiB, 512 * KiB, 256 * KiB, 4 * KiB, 256 * KiB, 100, offload=True),
 }
 
 # -- strategies ----------------------------------------------------------------------

@@ -92,8 +92,10 @@ def seen_view(m: dict) -> tuple:
 
 
 class Model:
-    def __init__(self, entry_max: dict[str, int], max_deliveries: int, grace: float) -> None:
+    def __init__(self, entry_max: dict[str, int], max_deliveries: int, grace: float,
+                 offloading: frozenset[str] = frozenset()) -> None:
         self.entry_max = entry_max  # structure (what clients address) -> entry_max
+        self.offloading = offloading  # structures whose payloads over entry_max are offloaded
         self.max_deliveries = max_deliveries
         self.grace = grace
         self.msgs: dict[int, Msg] = {}
@@ -131,7 +133,10 @@ class Model:
     def usage(self, structure: str) -> tuple[int, int, int]:
         """(data elements, list entries, messages) the structure must account for."""
         mine = [m for m in self.msgs.values() if m.structure == structure]
-        costs = [cost(m.digest[0], self.entry_max[structure]) for m in mine]
+        entry_max = self.entry_max[structure]
+        offloads = structure in self.offloading
+        costs = [(1, 1) if offloads and m.digest[0] > entry_max else cost(m.digest[0], entry_max)
+                 for m in mine]
         return sum(c[0] for c in costs), sum(c[1] for c in costs), len(mine)
 
     def ready_keys(self) -> set[tuple[str, Key]]:

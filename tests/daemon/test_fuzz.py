@@ -104,7 +104,7 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
 
     # -- set-up and tear-down ---------------------------------------------------------
 
-    @initialize(shape=st.sampled_from(["small"] * 4 + ["wide"] * 3 + ["big"]),
+    @initialize(shape=st.sampled_from(["small"] * 4 + ["wide"] * 3 + ["smds"] * 3 + ["big"]),
                 grace=st.sampled_from([0, 3600]), max_deliveries=st.sampled_from([1, 2]))
     def start(self, shape, grace, max_deliveries):
         self.shape, self.big = SHAPES[shape], shape == "big"
@@ -112,7 +112,8 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
         self.d = Daemon(keys_, structures_).start()
         self.max_frame = max_frame_for(self.shape.max_message)
         self.sizes = {"MSGQ01": self.shape.initsize, "MSGQ01OV": self.shape.ov, "SMALL": 8 * KiB}
-        self.model = Model({"MSGQ01": self.shape.entry_max, "SMALL": KiB}, max_deliveries, grace)
+        self.model = Model({"MSGQ01": self.shape.entry_max, "SMALL": KiB}, max_deliveries, grace,
+                           frozenset({"MSGQ01"} if self.shape.offload else ()))
         self.log_seen = 0
         self.unsynced = False  # a lock record may be the log's last, not yet synced
         self.connect_checker()

@@ -193,3 +193,23 @@ def test_a_down_level_data_set_is_named_and_isolated(make_daemon):
         small = s.put("Q2", b"kept in memory")
         assert s.read("Q2").entry_id == small
     assert d.proc.poll() is None
+
+
+def test_a_recoverable_offloaded_put_is_bounded_by_one_log_record(make_daemon):
+    """Logged block by block, a recoverable offloaded put must still be one record:
+    with 8 KiB blocks the largest one a plain put may be is refused, naming the
+    limit, while as non-recoverable 20 MiB is stored and read back."""
+    from cqsd.server.limits import Limits
+    d = make_daemon('max_message = "100MiB"', structures=SIXTEEN.replace(
+        'dssize = "8MiB"', 'dssize = "64MiB"\ndsblock = "8KiB"')).start()
+    largest = Limits(100 * MiB).recoverable
+    with cqsclient.connect(d.address, client="EDGE") as c:
+        s = c.structure("SMDS16")
+        with pytest.raises(CQSError) as refused:
+            s.put("EDGE", bytes(largest))
+        assert refused.value.reason == "MESSAGE_TOO_LARGE"
+        assert "block by block" in str(refused.value)
+        assert c.query("smds", "SMDS16")[0]["used_percent"] == 0  # its space went back
+        s.put("EDGE", payload(20 * MiB, 5), recoverable=False)
+        assert s.read("EDGE").data == payload(20 * MiB, 5)
+    assert d.proc.poll() is None

@@ -177,7 +177,7 @@ class DataSets:
             dataset.expand(sc.dsmax)
         except ExpandFailed as err:
             self._expand_off.add(key)
-            log.error("smds_expand_failed", structure=dataset.structure, owner=dataset.owner,
+            log.warning("smds_expand_failed", structure=dataset.structure, owner=dataset.owner,
                       size=old, dsmax=sc.dsmax, reason=err.reason, error=str(err),
                       action="dsexpand is now off for this data set; puts that need space "
                              "get SMDS_FULL")

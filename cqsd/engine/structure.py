@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from sortedcontainers import SortedDict
 
 from ..records import COLD_BY, DELETE, LOCK, MOVED_IN, MOVED_OUT, PUT, READY_AT
+from .counts import Counts
 from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, Queue, elements
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
@@ -136,6 +137,7 @@ class Structure:
         self.effects: list[tuple[Any, ...]] = []
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
+        self.counts = Counts()
 
     @property
     def last_id(self) -> int:
@@ -165,6 +167,9 @@ class Structure:
         if not queue.entries:
             self._drop_queue(queue)
         self._lock(entry, client)
+        self.counts.reads += 1
+        if entry.delivery_count > 1:
+            self.counts.redeliveries += 1
         if entry.recoverable:
             self.effects.append((LOCK, entry.entry_id, client))
         return entry
@@ -176,6 +181,7 @@ class Structure:
         self._check_deletable(client, entry)
         self._take(entry)
         self._free(entry)
+        self.counts.deletes += 1
         if entry.recoverable:
             self.effects.append((DELETE, entry.entry_id))
         return entry
@@ -723,6 +729,7 @@ class Structure:
     # message it touched, never the request itself, so replay needs no configuration.
 
     def _put_effect(self, e: Entry) -> Entry:
+        self.counts.puts += 1
         if e.recoverable:
             self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, e.data, e.put_time))
         return e
@@ -850,6 +857,7 @@ class Structure:
 
     def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
         if failed and entry.delivery_count >= self.max_deliveries:
+            self.counts.suspends += 1
             if entry.home is None:
                 entry.home = (entry.qtype, entry.name)
             entry.qtype = SUSPEND

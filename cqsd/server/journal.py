@@ -46,6 +46,12 @@ class Journal:
         self._fsync_average = 0.0
         self._held: set = set()  # sessions with replies waiting for a flush
         self.on_failure = None  # called once with the error
+        self.observe = None  # called after each fsync with its seconds and records
+
+    @property
+    def fsync_average(self) -> float:
+        """Seconds an fsync of the log takes, a moving average."""
+        return self._fsync_average
 
     @property
     def position(self) -> int:
@@ -90,7 +96,7 @@ class Journal:
             target = self.writer.appended_lsn
             if target <= self.durable:
                 continue
-            started = time.perf_counter()
+            started, before = time.perf_counter(), self.durable
             try:
                 if self._fsync_average < INLINE_FSYNC:
                     self.durable = self.writer.flush(target)
@@ -98,7 +104,10 @@ class Journal:
                     self.durable = await trio.to_thread.run_sync(self.writer.flush, target)
             except logstream.LogstreamError as err:
                 self.fail(err)
-            self._fsync_average = 0.8 * self._fsync_average + 0.2 * (time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self._fsync_average = 0.8 * self._fsync_average + 0.2 * seconds
+            if self.observe is not None:
+                self.observe(seconds, target - before)
             self._wake()
             await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 from ..engine import CQSError, QueueType, Reason, StructurePair
 from ..engine.reports import Row
 from ..storage import repository
-from . import wire
+from . import status, wire
 
 if TYPE_CHECKING:
     from .daemon import Daemon
 
-KINDS = ("structures", "queues", "clients", "locks", "headers", "backups")
+KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "status", "jobs")
 
 
 def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
@@ -19,6 +19,10 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
     unknown kind, UNKNOWN_STRUCTURE or STRUCTURE_FAILED for the structure."""
     if kind == "backups":
         return repository.backups(d.datadir.repository, structure)
+    if kind == "status":
+        return [status.snapshot(d)]
+    if kind == "jobs":
+        return [j for j in d.checkpoints.jobs.rows() if structure in (None, j["structure"])]
     registry = d.registry
     if kind == "structures" and structure in registry.failed:
         return [_failed(structure)]
@@ -38,7 +42,8 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
                 for s in chosen for client in sorted(s.client_stats())
                 for e in s.client_locks(client)]
     if kind == "clients":
-        return [{"client": name, "peer": session.peer, "tcp": session.over_tcp,
+        return [{"client": name, "operator": session.operator, "peer": session.peer,
+                 "tcp": session.over_tcp,
                  "interests": len(session.interests),
                  "locks": sum(s.client_stats().get(name, 0) for s in chosen)}
                 for name, session in sorted(d.clients.sessions.items())]

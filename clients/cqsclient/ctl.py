@@ -513,7 +513,8 @@ def _follow_job(client: cqsclient.Client, args: argparse.Namespace, kind: str,
     """Make ``call`` (a request that runs a Spark job) while showing the job's stages
     on stderr as they end; with --no-wait, return ``{job, kind, structure}`` once
     the daemon has started the job (the job belongs to the daemon: it goes on)."""
-    before = {j["id"] for j in client.query("jobs", args.structure)}
+    # a job running already serves this request too (the daemon joins it)
+    before = {j["id"] for j in client.query("jobs", args.structure) if j["state"] != "running"}
     outcome: list[Any] = []
     worker = threading.Thread(target=lambda: outcome.append(_outcome(call)), daemon=True)
     worker.start()

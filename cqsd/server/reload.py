@@ -2,7 +2,8 @@
 without a restart.
 
 What reloads: the ``[[client]]`` list (names, secrets, rights), ``log_level``,
-``log_file`` and the TLS certificate, key and client CA (for connections made
+``log_file`` and the TLS certificate, key and client CA (re-read on every
+SIGHUP, so certificates renewed in place are picked up; for connections made
 from then on). A registered session's rights change at once; a session whose
 client is no longer listed (or lost the operator right its operator session
 needs) is cut off. Everything else that differs from the running config is
@@ -72,9 +73,10 @@ def apply(d: Daemon) -> dict:
         return {"reloaded": [], "restart_needed": [], "error": str(err)}
     reload, restart = changes(d.config, new)
     config = merged(d.config, new, reload)
-    if any(k.removeprefix("daemon.") in TLS for k in reload):
-        try:
+    if config.daemon.tls_cert and "daemon.tls_cert" not in restart:
+        try:  # re-read even when the paths are the same: certificates renewed in place
             d.connections.reload_tls(config.daemon)
+            reload.append("tls certificates")
         except (OSError, ssl.SSLError) as err:
             log.error("reload_failed", problems=[f"TLS: {err}"],
                       action="the TLS certificates stay as they were")

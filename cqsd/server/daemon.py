@@ -12,8 +12,11 @@ hand-offs and log records (``settle``) — only the dispatcher writes the log,
 and it logs effects (STYLE §4).
 
 Task tree: run → (signals, flusher, poller, checkpoint triggers, overflow
-moves, listeners → connections, grace timers of dropped clients), every
-long-lived task supervised (docs/robustness.md).
+moves, listeners → connections, grace timers of dropped clients, the
+monitoring listener, the systemd watchdog), every long-lived task supervised
+(docs/robustness.md). Operations (docs/operations.md) add who may do what
+(access.py, checked here before each handler), sd_notify (notify.py) and the
+SIGHUP reload (reload.py).
 """
 
 import os

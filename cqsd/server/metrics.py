@@ -190,7 +190,7 @@ def _structures(d: "Daemon", rows: list[dict]) -> Iterator[Metric]:
               for name, doc, field, scale in table]
     counters = {k: CounterMetricFamily(f"cqsd_{k}", f"{doc.capitalize()}, by structure",
                                        labels=labels) for k, doc in COUNTS.items()}
-    recovering = set(d.operations._recovering)
+    recovering = set(d.operations.recovering)
     for row in rows:
         up = row["status"] == "available"
         available.add_metric([row["name"]], int(up and row["name"] not in recovering))

@@ -50,6 +50,11 @@ class Operations:
         self.spawn = spawn
         self._recovering: set[str] = set()
 
+    @property
+    def recovering(self) -> set[str]:
+        """The structures an operator's recover is rebuilding now."""
+        return self._recovering
+
     def restart(self) -> tuple[set[str], set[str]]:
         """Rebuild every structure from its image and the log; returns the clients whose
         locks survived a clean stop, and those whose locks a crash left behind."""

@@ -32,7 +32,7 @@ def snapshot(d: "Daemon") -> dict[str, Any]:
         "operator_sessions": operators,
         "connections": len(d.connections.sessions) if d.connections is not None else 0,
         "structures": [_structure(d, name, now) for name in d.registry.names()],
-        "recovering": sorted(d.operations._recovering),
+        "recovering": sorted(d.operations.recovering),
         "log": _log(d),
         "jobs_running": len(d.checkpoints.jobs.running),
     }

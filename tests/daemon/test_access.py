@@ -3,6 +3,8 @@ NOT_AUTHORIZED and a not_authorized event naming the client, the request and the
 object; what the rights allow goes through."""
 
 import hashlib
+import os
+import stat
 
 import pytest
 
@@ -149,3 +151,11 @@ def test_registration_is_refused_and_logged(daemon):
     with pytest.raises(NotAuthorized):
         cqsclient.connect(daemon.address, client="NOBODY", secret=SECRET)
     assert len(daemon.wait_for("not_authorized", 2, after=before, op="register")) == 2
+
+
+def test_socket_mode_and_group_let_other_users_connect(make_daemon):
+    """socket_mode and socket_group give the Unix socket the bits and group asked for."""
+    group = os.getgid()
+    d = make_daemon(f'socket_mode = 0o660\nsocket_group = "{group}"').start()
+    st = os.stat(d.socket)
+    assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group

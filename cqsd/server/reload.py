@@ -83,10 +83,10 @@ def apply(d: Daemon) -> dict:
             reload = [k for k in reload if k.removeprefix("daemon.") not in TLS]
             config = merged(d.config, new, reload)
     _install(d, config)
-    log.info("reloaded", reloaded=reload, restart_needed=restart)
     if restart:
         log.warning("restart_needed", keys=restart,
                     action="these changes take effect at the next restart")
+    log.info("reloaded", reloaded=reload, restart_needed=restart)  # the last word of a reload
     return {"reloaded": reload, "restart_needed": restart}
 
 

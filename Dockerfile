@@ -1,10 +1,50 @@
-# A stub until the operations issue: installs cqsd and runs the daemon on its
-# embedded default configuration.
-FROM python:3.11-slim
-RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+# cqsd in a container (docs/operations.md, "Run in a container").
+#
+#   docker build -t cqsd .
+#   docker run -d --name cqsd -v cqsd-data:/var/lib/cqsd -p 127.0.0.1:9410:9410 cqsd
+#
+# The base is Eclipse Temurin's Java 21 runtime on Ubuntu 24.04: the Java that
+# Spark's checkpoint and recovery jobs need, and Python 3.12 from Ubuntu. The
+# daemon runs as the unprivileged user cqsd under tini (signals forwarded,
+# Spark's children reaped), keeps its data in the volume /var/lib/cqsd, serves
+# /metrics and /healthz on 9410 (the health check uses it), and listens on TCP
+# 7410 when a config mounted at /etc/cqsd/cqsd.toml asks for it.
+ARG BASE=eclipse-temurin:21-jre-noble
+
+FROM ${BASE} AS build
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
     && rm -rf /var/lib/apt/lists/*
-WORKDIR /srv/cqsd
-COPY . /src/cqsd
-RUN pip install --no-cache-dir /src/cqsd/clients /src/cqsd
-VOLUME ["/srv/cqsd/cqsd-data"]
-CMD ["cqsd", "run"]
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY clients ./clients
+COPY cqsd ./cqsd
+COPY logstream ./logstream
+RUN python3 -m venv /opt/cqsd \
+    && /opt/cqsd/bin/pip install --no-cache-dir ./clients . \
+    && /opt/cqsd/bin/cqsd --version
+
+FROM ${BASE}
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 tini \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/cqsd \
+        --shell /usr/sbin/nologin cqsd \
+    && install -d -o cqsd -g cqsd -m 0750 /var/lib/cqsd /run/cqsd
+COPY --from=build /opt/cqsd /opt/cqsd
+COPY config/container.toml /etc/cqsd/cqsd.toml
+ENV PATH=/opt/cqsd/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/var/lib/cqsd
+USER 10001:10001
+WORKDIR /var/lib/cqsd
+VOLUME ["/var/lib/cqsd"]
+EXPOSE 7410 9410
+# Healthy once recovery is done and the daemon serves; a long recovery has the
+# start period before failures count.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=5m --retries=3 \
+    CMD ["python3", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:9410/healthz', timeout=4).status != 200)"]
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["cqsd", "run", "--config", "/etc/cqsd/cqsd.toml"]

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         daemon = Daemon(config, sink)
+        daemon.config_path = args.config
     except ConfigError as err:
         print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
         return 2

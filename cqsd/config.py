@@ -118,6 +118,10 @@ class DaemonConfig:
     spark_master: str  # master URL the SRDS jobs run on
     spark_recovery_records: int  # crash-restart log tails longer than this use the Spark job
     job_timeout: float  # seconds an SRDS job may run before it is killed
+    socket_mode: int  # permission bits of the Unix socket
+    socket_group: str  # group of the Unix socket ("" = the daemon's own)
+    metrics_listen: str  # "host:port" of the Prometheus /metrics and /healthz listener; "" = off
+    tls_client_ca: str  # PEM CA certificates TLS clients must present a certificate of; "" = none
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -170,6 +174,12 @@ class ClientConfig:
 
     name: str
     secret_sha256: str  # lowercase hex
+    # Authorization (server/access.py); None = unrestricted.
+    structures: tuple[str, ...] | None = None  # primaries it may use
+    put_queues: tuple[str, ...] | None = None  # queue-name patterns it may put to
+    read_queues: tuple[str, ...] | None = None  # queue-name patterns it may read from
+    operator: bool = False  # may it run operator requests and open operator sessions
+    tls_cn: str = ""  # the certificate common name that maps to it ("" = its name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,6 +390,43 @@ def _sha256(value: object) -> str:
     return text.lower()
 
 
+def _boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _socket_mode(value: object) -> int:
+    """An integer (TOML's 0o660) or an octal string ("0660") of permission bits."""
+    if isinstance(value, str) and re.fullmatch(r"0?[0-7]{3}", value):
+        value = int(value, 8)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0o777:
+        raise _Bad(f'expected permission bits such as 0o660 or "0660", got {_show(value)}')
+    if not value & 0o600 == 0o600:
+        raise _Bad(f"the daemon's own user needs read and write (0o600), got {value:#o}")
+    return value
+
+
+def _list(item: Callable[[object], str]) -> Callable[[object], tuple[str, ...]]:
+    def check(value: object) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise _Bad(f"expected an array of strings, got {_show(value)}")
+        return tuple(item(v) for v in value)
+    return check
+
+
+_QUEUE_PATTERN_RE = re.compile(r"[\x21-\x29\x2b-\x7e]{1,15}\*?|\*")
+
+
+def _queue_pattern(value: object) -> str:
+    """A queue name, or a prefix of one ending in ``*`` ("TRAN*"; "*" is every queue)."""
+    text = _string(value)
+    if not _QUEUE_PATTERN_RE.fullmatch(text):
+        raise _Bad(f"{_show(text)} is not a queue pattern: a queue name (1 to 15 printable "
+                   "ASCII characters, no space) optionally ending in *, or * alone")
+    return text
+
+
 def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(candidates), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
@@ -426,6 +473,10 @@ _DAEMON: dict[str, _Key] = {
     "spark_master": _Key(_spark_master, "local[*]"),
     "spark_recovery_records": _Key(_integer(0), 5_000_000),
     "job_timeout": _Key(_seconds(0, inclusive=False), 3600),
+    "socket_mode": _Key(_socket_mode, 0o600),
+    "socket_group": _Key(_string, ""),
+    "metrics_listen": _Key(_tcp, ""),
+    "tls_client_ca": _Key(_string, ""),
 }
 
 _structure_size = _size_between(DATA_ELEMENT, MAX_STRUCTURE_SIZE)
@@ -456,6 +507,12 @@ _STRUCTURE: dict[str, _Key] = {
 _CLIENT: dict[str, _Key] = {
     "name": _Key(_client_name, _REQUIRED),
     "secret_sha256": _Key(_sha256, _REQUIRED),
+    "structures": _Key(_list(_structure_name), None),
+    "queues": _Key(_list(_queue_pattern), None),  # both put_queues and read_queues
+    "put_queues": _Key(_list(_queue_pattern), None),
+    "read_queues": _Key(_list(_queue_pattern), None),
+    "operator": _Key(_boolean, False),
+    "tls_cn": _Key(_string, ""),
 }
 
 _TABLES = {"daemon": _DAEMON, "structure": _STRUCTURE, "client": _CLIENT}
@@ -536,7 +593,7 @@ def _read_document(r: _Reader, doc: Mapping[str, object]) -> Config | None:
         daemon_table = {}
     daemon = _read_daemon(r, daemon_table)
     structures = _read_structures(r, doc.get("structure", []))
-    clients = _read_clients(r, doc.get("client", []))
+    clients = _read_clients(r, doc.get("client", []), structures)
     if isinstance(daemon["tcp"], str) and daemon["tcp"] and not clients:
         r.add("daemon.tcp", "registering over TCP needs a secret, "
               "but no [[client]] with a secret_sha256 is defined")
@@ -566,6 +623,11 @@ def _read_daemon(r: _Reader, table: Mapping[str, object]) -> dict[str, Any]:
 
 def _check_tls(r: _Reader, d: dict[str, Any]) -> None:
     cert, key = d["tls_cert"], d["tls_key"]
+    ca = d["tls_client_ca"]
+    if _valid(ca, cert) and ca and not cert:
+        r.add("daemon.tls_client_ca", "client certificates need TLS: set tls_cert and tls_key")
+    elif _valid(ca) and ca:
+        _check_file(r, "tls_client_ca", ca)
     if not _valid(cert, key) or not (cert or key):
         return
     if not (cert and key):
@@ -575,10 +637,15 @@ def _check_tls(r: _Reader, d: dict[str, Any]) -> None:
         r.add("daemon.tls_cert" if cert else "daemon.tls_key",
               "TLS applies to the TCP listener only, but daemon.tcp is off")
     for name, path in (("tls_cert", cert), ("tls_key", key)):
-        if path and not os.path.isfile(path):
-            r.add(f"daemon.{name}", f"no such file: {path}")
-        elif path and not os.access(path, os.R_OK):
-            r.add(f"daemon.{name}", f"cannot read file: {path}")
+        if path:
+            _check_file(r, name, path)
+
+
+def _check_file(r: _Reader, name: str, path: str) -> None:
+    if not os.path.isfile(path):
+        r.add(f"daemon.{name}", f"no such file: {path}")
+    elif not os.access(path, os.R_OK):
+        r.add(f"daemon.{name}", f"cannot read file: {path}")
 
 
 def _read_structures(r: _Reader, value: object) -> list[dict[str, Any]]:
@@ -654,9 +721,24 @@ def _check_overflow(r: _Reader, rows: list[tuple[str, dict[str, Any]]]) -> None:
             owner[overflow] = f"{s['name']} ({path})"
 
 
-def _read_clients(r: _Reader, value: object) -> list[dict[str, Any]]:
+def _read_clients(r: _Reader, value: object, structures: list[dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
     rows = [(path, r.keys(path, table, _CLIENT)[0]) for path, table in r.array("client", value)]
     _check_unique(r, rows)
+    overflows = {s["overflow"]: s["name"] for s in structures if _valid(s["overflow"])}
+    primaries = [s["name"] for s in structures if s["name"] not in overflows]
+    for path, c in rows:
+        for name in c["structures"] if _valid(c["structures"]) and c["structures"] else ():
+            if name in overflows:
+                r.add(f"{path}.structures", f"{name} is the overflow structure of "
+                      f"{overflows[name]}: name {overflows[name]}, which covers both")
+            elif name not in primaries and primaries:
+                r.add(f"{path}.structures", f"no structure named {name} is defined"
+                      + _did_you_mean(name, primaries))
+        queues = c.pop("queues")
+        for key in ("put_queues", "read_queues"):
+            if c[key] is None:
+                c[key] = queues
     return [c for _, c in rows]
 
 
@@ -732,6 +814,10 @@ log_retention = 0
 spark_master = "local[*]"
 spark_recovery_records = 5000000
 job_timeout = 3600
+socket_mode = 0o600
+socket_group = ""
+metrics_listen = ""
+tls_client_ca = ""
 
 [[structure]]
 name = "MSGQ01"

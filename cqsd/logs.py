@@ -46,3 +46,8 @@ def configure(level: str = "info", path: str = "") -> _Sink:
         cache_logger_on_first_use=False,
     )
     return sink
+
+
+def set_level(level: str) -> None:
+    """Log events of ``level`` and above from now on (a SIGHUP reload)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]))

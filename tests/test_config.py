@@ -615,3 +615,60 @@ def test_bad_smds_keys_are_named(tmp_path, key, value, says):
     with pytest.raises(config.ConfigError) as caught:
         load(path)
     assert f"structure[0].{key}" in str(caught.value) and says in str(caught.value)
+
+
+# --- operations keys and client rights ------------------------------------------------
+
+
+def test_socket_mode_group_and_monitoring_keys():
+    """socket_mode takes TOML octal or an octal string, socket_group a name, metrics_listen
+    an address; the defaults keep the socket 0600 and monitoring off."""
+    assert (load(None).daemon.socket_mode, load(None).daemon.metrics_listen) == (0o600, "")
+    d = loads(daemon(socket_mode="0o660", socket_group='"cqsd"',
+                     metrics_listen='"127.0.0.1:9410"')).daemon
+    assert (d.socket_mode, d.socket_group, d.metrics_listen) == (0o660, "cqsd", "127.0.0.1:9410")
+    assert loads(daemon(socket_mode='"0640"')).daemon.socket_mode == 0o640
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"socket_mode": "0o066"}, "daemon.socket_mode: the daemon's own user needs read and write"),
+    ({"socket_mode": '"rw"'}, "daemon.socket_mode: expected permission bits"),
+    ({"metrics_listen": '"9410"'}, "daemon.metrics_listen: expected \"host:port\""),
+    ({"tls_client_ca": '"ca.pem"'}, "daemon.tls_client_ca: client certificates need TLS"),
+])
+def test_operations_keys_are_checked(keys, message):
+    """Each new [daemon] key says what is wrong with a bad value."""
+    assert any(p.startswith(message) for p in problems(daemon(**keys))), problems(daemon(**keys))
+
+
+def test_client_rights_are_read():
+    """structures, queues (both directions unless put_queues or read_queues say otherwise),
+    operator and tls_cn; absent means unrestricted and no operator right."""
+    text = ONE_STRUCTURE + ONE_CLIENT + 'structures = ["S1"]\nqueues = ["TRAN*"]\n' \
+        'read_queues = ["LTERM*", "*"]\noperator = true\ntls_cn = "ims1.example"\n'
+    c = loads(text).client("IMS1")
+    assert (c.structures, c.put_queues, c.read_queues) == (("S1",), ("TRAN*",), ("LTERM*", "*"))
+    assert (c.operator, c.tls_cn) == (True, "ims1.example")
+    plain = loads(ONE_STRUCTURE + ONE_CLIENT).client("IMS1")
+    assert (plain.structures, plain.put_queues, plain.read_queues, plain.operator) == (
+        None, None, None, False)
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ('structures = ["NOPE"]', "client[0].structures: no structure named NOPE"),
+    ('queues = ["TR*AN"]', 'client[0].queues: "TR*AN" is not a queue pattern'),
+    ('put_queues = "TRAN*"', "client[0].put_queues: expected an array of strings"),
+    ('operator = "yes"', 'client[0].operator: expected true or false, got "yes"'),
+])
+def test_client_rights_are_checked(lines, message):
+    """A right that cannot be meant is refused, naming the key."""
+    found = problems(ONE_STRUCTURE + ONE_CLIENT + lines + "\n")
+    assert any(p.startswith(message) for p in found), found
+
+
+def test_a_client_names_a_primary_not_its_overflow():
+    """Rights name the primary structure, which covers its overflow structure."""
+    text = ('[[structure]]\nname = "P"\nsize = "1MiB"\noverflow = "POV"\n'
+            '[[structure]]\nname = "POV"\nsize = "1MiB"\n' + ONE_CLIENT + 'structures = ["POV"]\n')
+    assert problems(text) == ["client[0].structures: POV is the overflow structure of P: "
+                              "name P, which covers both"]

@@ -271,6 +271,7 @@ def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     cafile: str | None = None,
+    operator: bool = False,
 ) -> Client:
     """An unopened Client: use ``async with cqsclient.aio.connect(...) as c``.
 
@@ -278,7 +279,8 @@ def connect(
     address or missing client name is raised here, the rest on entering.
     """
     return Client(
-        parse_address(address), client_name(client), secret, cold, timeout, ssl_context, cafile
+        parse_address(address), client_name(client), secret, cold, timeout, ssl_context, cafile,
+        operator,
     )
 
 
@@ -308,8 +310,10 @@ class Client:
         timeout: float | None,
         ssl_context: ssl.SSLContext | None,
         cafile: str | None,
+        operator: bool = False,
     ) -> None:
         self.name = name
+        self._operator = operator
         self.address = address.text
         self._parsed = address
         self._secret = secret
@@ -369,7 +373,7 @@ class Client:
         try:
             with anyio.fail_after(timeout):
                 session: ops.Session = await self._do(
-                    ops.register(self.name, self._secret, self._cold)
+                    ops.register(self.name, self._secret, self._cold, self._operator)
                 )
         except TimeoutError as error:
             raise CannotConnect(

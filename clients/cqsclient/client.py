@@ -83,6 +83,7 @@ def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     cafile: str | None = None,
+    operator: bool = False,
 ) -> Client:
     """Connect to the daemon at *address* and register as *client*.
 
@@ -93,6 +94,9 @@ def connect(
     *timeout* bounds connecting and registering, not later requests (a read
     may wait as long as it asks to). For ``tls://`` addresses, *ssl_context*
     (else a default context, trusting *cafile* if given) checks the server.
+    ``operator=True`` opens an operator session, as cqsctl does: it takes no
+    ``max_clients`` slot and never collides with another session of the same
+    name (the client must be allowed operator requests).
 
     Raises ValueError for a malformed address or a missing client name,
     CannotConnect (a ConnectionLost) if the daemon cannot be reached or drops
@@ -103,7 +107,7 @@ def connect(
     name = client_name(client)
     sock = open_socket(parsed, timeout, ssl_context, cafile)
     connection = Connection(sock, parsed.text, timeout)
-    call = ops.register(name, secret, cold)
+    call = ops.register(name, secret, cold, operator)
     try:
         session = call.finish(connection.roundtrip(call.request))
     except ConnectionLost as error:

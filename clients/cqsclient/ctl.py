@@ -1,8 +1,11 @@
 """cqsctl, the operator's command line (DESIGN §7), a thin shell over the cqsclient SDK.
 
-Every subcommand connects, registers under a throwaway client name, makes
-its requests, prints the result and deregisters. Output is an aligned table
-(or a field list for a single message) by default, JSON with ``--json``.
+Every subcommand connects, opens an operator session (it takes no
+``max_clients`` slot and never collides with another cqsctl, whatever the
+name), makes its requests, prints the result and deregisters. Output is an
+aligned table (or a field list for a single message) by default, with sizes,
+times and durations made readable (readable.py), and JSON with ``--json``,
+which keeps every number in its one unit.
 
 Data in the output: in tables a payload is shown as text when it is printable
 UTF-8 and as ``hex:…`` otherwise, cut to 60 characters; ``read`` shows it
@@ -19,15 +22,18 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import json
 import os
+import ssl
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any, Final, TextIO
 
 import cqsclient
+from cqsclient import readable
 from cqsclient.errors import ConnectionLost, CQSError
 from cqsclient.model import Message
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
@@ -43,8 +49,9 @@ EXIT_UNREACHABLE: Final = 3
 # Table cells holding data are cut here, so one message cannot blow up a table.
 DATA_WIDTH: Final = 60
 
-QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups", "smds",
-                      "usage")
+QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups", "jobs",
+                      "smds", "usage")
+PROGRESS_POLL: Final = 0.5  # seconds between looks at a long job's progress
 # Displays of DESIGN §7 whose daemon side comes later.
 LATER_KINDS: Final = ("smdsconn", "cfstatus")
 # Subcommands of DESIGN §7 whose daemon side comes later, with their help.
@@ -82,10 +89,7 @@ def _printable_lines(text: str) -> bool:
 
 
 def _format_time(ns: Any) -> str:
-    if not isinstance(ns, int):
-        return _cell(ns)
-    moment = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _cell(readable.moment_ns(ns))
 
 
 def _cell(value: Any) -> str:
@@ -269,10 +273,23 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument(
         "--secret",
         default=default(None),
-        help="the client's secret (default: $CQSD_SECRET)",
+        help="the client's secret (default: $CQSD_SECRET); visible to other users in ps, "
+        "so prefer --secret-file",
+    )
+    parser.add_argument(
+        "--secret-file",
+        default=default(None),
+        help="a file whose first line is the secret (default: $CQSD_SECRET_FILE)",
     )
     parser.add_argument(
         "--cafile", default=default(None), help="CA certificates for a tls:// address"
+    )
+    parser.add_argument(
+        "--certfile", default=default(None),
+        help="client certificate (PEM) for a tls:// daemon that asks for one",
+    )
+    parser.add_argument(
+        "--keyfile", default=default(None), help="its private key (default: in --certfile)"
     )
     parser.add_argument(
         "--timeout",
@@ -292,8 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of cqsctl."""
     parser = argparse.ArgumentParser(
         prog="cqsctl",
-        description="Operate a cqsd daemon: display, put, read, browse, delete, requeue, dequeue, "
-                    "checkpoint, recover, alter, rebuild, delete-structure.",
+        description="Operate a cqsd daemon: status, display, put, read, browse, delete, requeue, "
+                    "dequeue, checkpoint, recover, alter, rebuild, delete-structure.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
     parser.add_argument("--version", action="version", version=f"cqsctl {cqsclient.__version__}")
@@ -305,7 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, parents=[common])
 
-    sub = command("display", "display structures, queues, clients, locks, headers or backups")
+    command("status", "the daemon at a glance: version, uptime, clients, structures and their "
+            "fullness, the log and fsync latency, checkpoints, recovery in progress")
+
+    sub = command("display", "display structures, queues, clients, locks, headers, backups or jobs")
     sub.add_argument("kind", choices=QUERY_KINDS + LATER_KINDS, metavar="KIND",
                      help=f"one of: {', '.join(QUERY_KINDS + LATER_KINDS)}")
     sub.add_argument("--structure", help="only this structure")
@@ -351,15 +371,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--qtype", default="TRAN", help="queue type (default TRAN)")
     sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
-    sub = command("checkpoint", "checkpoint a structure to its SRDS (waits for the job and "
-                  "reports it)")
+    sub = command("checkpoint", "checkpoint a structure to its SRDS (waits for the job, "
+                  "showing its stages, and reports it)")
     sub.add_argument("structure", metavar="STRUCTURE")
+    _no_wait(sub)
 
     sub = command("recover", "recover a structure from its SRDS and the logstream (RECOVER "
                   "CFSTRUCT); it is failed meanwhile")
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--purge", action="store_true",
                      help="empty the structure instead (TYPE(PURGE)): nothing is recovered")
+    _no_wait(sub)
 
     sub = command("alter", "change a structure's current size (SETXCF START,ALTER)")
     sub.add_argument("structure", metavar="STRUCTURE")
@@ -380,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _no_wait(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--no-wait", action="store_true",
+                     help="return once the job has started; follow it with `display jobs`")
+
+
 # --- the commands --------------------------------------------------------------
 
 
@@ -391,9 +418,15 @@ class Report:
         self.text = text
 
 
+def cmd_status(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    snapshot = client.query("status")[0]
+    return Report(snapshot, readable.status(snapshot, format_table))
+
+
 def cmd_display(client: cqsclient.Client, args: argparse.Namespace) -> Report:
     rows = client.query(args.kind, args.structure)
-    return Report(rows, format_table(rows) if rows else f"(no {args.kind})")
+    text = format_table([readable.row(r) for r in rows]) if rows else f"(no {args.kind})"
+    return Report(rows, text)
 
 
 def cmd_put(client: cqsclient.Client, args: argparse.Namespace) -> Report:
@@ -457,15 +490,62 @@ def cmd_dequeue(client: cqsclient.Client, args: argparse.Namespace) -> Report:
 
 
 def cmd_checkpoint(client: cqsclient.Client, args: argparse.Namespace) -> Report:
-    r = client.checkpoint(args.structure)
+    r = _follow_job(client, args, "checkpoint", lambda: client.checkpoint(args.structure))
+    if "job" in r:
+        return _started(r)
     return Report(r, f"checkpoint of {r['structure']} in {r['slot']}: {r['rows']} messages, "
                      f"{r['records']} log records folded, {r['seconds']}s")
 
 
 def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report:
-    r = client.recover(args.structure, purge=args.purge)
+    r = _follow_job(client, args, "recover",
+                    lambda: client.recover(args.structure, purge=args.purge))
+    if "job" in r:
+        return _started(r)
     return Report(r, f"{r['structure']} recovered ({r['source']}): {r['messages']} messages, "
                      f"{r['records_replayed']} log records replayed, {r['seconds']}s")
+
+
+def _started(r: dict[str, Any]) -> Report:
+    return Report(r, f"{r['kind']} of {r['structure']} started as job {r['job']}; "
+                     "follow it with `cqsctl display jobs`")
+
+
+def _follow_job(client: cqsclient.Client, args: argparse.Namespace, kind: str,
+                call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Make ``call`` (a request that runs a Spark job) while showing the job's stages
+    on stderr as they end; with --no-wait, return ``{job, kind, structure}`` once
+    the daemon has started the job (the job belongs to the daemon: it goes on)."""
+    # a job running already serves this request too (the daemon joins it)
+    before = {j["id"] for j in client.query("jobs", args.structure) if j["state"] != "running"}
+    outcome: list[Any] = []
+    worker = threading.Thread(target=lambda: outcome.append(_outcome(call)), daemon=True)
+    worker.start()
+    shown: dict[int, str | None] = {}
+    while not outcome:
+        for job in client.query("jobs", args.structure):
+            if job["id"] in before or job["kind"] != kind:
+                continue
+            if args.no_wait:
+                return {"job": job["id"], "kind": kind, "structure": args.structure}
+            if job["stage"] != shown.get(job["id"]):
+                shown[job["id"]] = job["stage"]
+                if job["stage"] is not None and not args.json:
+                    elapsed = readable.duration(time.time() - job["started"])
+                    print(f"{kind} {args.structure}: {job['stage']} done ({elapsed})",
+                          file=sys.stderr, flush=True)
+        worker.join(PROGRESS_POLL)
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    result: dict[str, Any] = outcome[0]
+    return result
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except BaseException as error:  # noqa: BLE001 - handed to the main thread
+        return error
 
 
 def cmd_alter(client: cqsclient.Client, args: argparse.Namespace) -> Report:
@@ -486,6 +566,7 @@ def cmd_delete_structure(client: cqsclient.Client, args: argparse.Namespace) -> 
 
 # Each returns what to print, or None if it printed already.
 COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Report | None]]] = {
+    "status": cmd_status,
     "display": cmd_display,
     "put": cmd_put,
     "read": cmd_read,
@@ -549,10 +630,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ValueError) as error:
         _fail(str(error))
         return EXIT_USAGE
-    secret = args.secret if args.secret is not None else os.environ.get("CQSD_SECRET")
+    try:
+        secret = _secret(args)
+        context = _tls_context(args)
+    except (UsageError, OSError, ssl.SSLError) as error:
+        _fail(str(error))
+        return EXIT_USAGE
     try:
         with cqsclient.connect(
-            address, client=name, secret=secret, timeout=args.timeout, cafile=args.cafile
+            address, client=name, secret=secret, timeout=args.timeout, cafile=args.cafile,
+            ssl_context=context, operator=True,
         ) as client:
             report = COMMANDS[args.command](client, args)
         if report is not None:
@@ -569,6 +656,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout at /dev/null so the interpreter's final flush stays quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    """--secret, else --secret-file, else $CQSD_SECRET, else $CQSD_SECRET_FILE."""
+    if args.secret is not None:
+        return str(args.secret)
+    path = args.secret_file or (None if "CQSD_SECRET" in os.environ
+                                else os.environ.get("CQSD_SECRET_FILE"))
+    if path is None:
+        return os.environ.get("CQSD_SECRET")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"secret file {path}: {error}") from None
+
+
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """A client context presenting --certfile, if given (else the SDK's default)."""
+    if args.certfile is None:
+        return None
+    context = ssl.create_default_context(cafile=args.cafile)
+    context.load_cert_chain(args.certfile, args.keyfile)
+    return context
 
 
 def _client_name_or_usage(name: str) -> str:

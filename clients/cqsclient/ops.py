@@ -184,8 +184,9 @@ def _session(result: dict[str, Any]) -> Session:
     )
 
 
-def register(client: str, secret: str | None, cold: bool) -> Call:
-    """``register``: log in as *client*; the result is a :class:`Session`."""
+def register(client: str, secret: str | None, cold: bool, operator: bool = False) -> Call:
+    """``register``: log in as *client* (an *operator* session: cqsctl, no client
+    slot, locks of its own); the result is a :class:`Session`."""
     request = {
         "op": "register",
         "client": client,
@@ -193,6 +194,8 @@ def register(client: str, secret: str | None, cold: bool) -> Call:
         "cold": cold,
         "version": PROTOCOL_VERSION,
     }
+    if operator:
+        request["operator"] = True
     return Call(request, _session)
 
 

@@ -43,6 +43,7 @@ import msgpack
 from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
 from ..smds.datamap import DataMap
 from ..smds.offload import offloads
+from .counts import Counts
 from .entry import (
     COLD,
     DELETED,
@@ -167,6 +168,7 @@ class Structure:
         self.effects: list[tuple[Any, ...]] = []
         self.watched: set[Key] = set()
         self.readable: set[Key] = set()
+        self.counts = Counts()
 
     @property
     def last_id(self) -> int:
@@ -244,6 +246,9 @@ class Structure:
         if not queue.entries:
             self._drop_queue(queue)
         self._lock(entry, client)
+        self.counts.reads += 1
+        if entry.delivery_count > 1:
+            self.counts.redeliveries += 1
         if entry.recoverable:
             self.effects.append((LOCK, entry.entry_id, client))
         return entry
@@ -256,6 +261,7 @@ class Structure:
         self._check_deletable(client, entry, operator)
         self._take(entry)
         self._free(entry)
+        self.counts.deletes += 1
         if entry.recoverable:
             self.effects.append((DELETE, entry.entry_id))
         return entry
@@ -834,6 +840,7 @@ class Structure:
     # message it touched, never the request itself, so replay needs no configuration.
 
     def _put_effect(self, e: Entry, payload: bytes) -> Entry:
+        self.counts.puts += 1
         if e.recoverable:
             dmap = e.map
             if dmap is None:
@@ -983,6 +990,7 @@ class Structure:
 
     def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
         if failed and entry.delivery_count >= self.max_deliveries:
+            self.counts.suspends += 1
             if entry.home is None:
                 entry.home = (entry.qtype, entry.name)
             entry.qtype = SUSPEND

@@ -34,9 +34,12 @@ class LogBehindImage(Exception):
     """An image covers log records the log no longer has: the two do not belong together."""
 
 
+PROGRESS_EVERY = 200_000  # log records folded between two progress reports
+
+
 def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer: str,
                 log_end: int, srds: Path, spark_recover=None,
-                spark_records: int = 0) -> list[Rebuilt]:
+                spark_records: int = 0, progress=None) -> list[Rebuilt]:
     """Load images and fold the log into ``structures`` (empty, as configured).
 
     After a crash each structure starts from the newer of its base image and its
@@ -47,22 +50,25 @@ def rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer
     The garbage collector is paused meanwhile (a million new rows and entries would
     trigger collections that find nothing) and what survives is frozen out of it.
 
+    ``progress(text)``, if given, hears how far it got (the daemon tells systemd).
     ``log_end`` is the last LSN of ``writer`` on disk. Raises LogBehindImage if an
     image records a later position, ImageError, FoldError or a logstream error.
     """
     gc.disable()
     try:
         return _rebuild_all(structures, images, log_dir, writer, log_end, srds, spark_recover,
-                            spark_records)
+                            spark_records, progress or (lambda text: None))
     finally:
         gc.enable()
         gc.freeze()
 
 
 def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, writer: str,
-                 log_end: int, srds: Path, spark_recover, spark_records: int) -> list[Rebuilt]:
+                 log_end: int, srds: Path, spark_recover, spark_records: int,
+                 progress) -> list[Rebuilt]:
     plans = []
-    for s in structures:
+    for i, s in enumerate(structures, 1):
+        progress(f"recovering: loading {s.name} ({i} of {len(structures)})")
         clean_path, base_path = image.path_for(images, s.name), images / f"{s.name}.base"
         t0 = time.perf_counter()
         report = Rebuilt(s.name, clean=clean_path.exists())
@@ -93,8 +99,11 @@ def _rebuild_all(structures: list[Structure], images: Path, log_dir: Path, write
                                  f"the log in {log_dir} was trimmed up to {first - 1}")
     by_name = {s.name: (s, report, rows) for s, report, _, rows, _ in plans}
     last_ids = dict.fromkeys(by_name, 0)
-    for record in logstream.read(log_dir, start={writer: min(start.values(), default=0) + 1},
-                                 cut={writer: log_end}):
+    first_lsn = min(start.values(), default=0) + 1
+    for n, record in enumerate(logstream.read(log_dir, start={writer: first_lsn},
+                                              cut={writer: log_end})):
+        if n % PROGRESS_EVERY == 0:
+            progress(f"recovering: folding the log, record {record.lsn} of {log_end}")
         body = record.body
         if not isinstance(body, dict):
             continue

@@ -12,9 +12,6 @@ per structure at a time; an operator asking while one runs joins it.
 """
 
 import functools
-import json
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -25,7 +22,7 @@ import logstream
 from logstream.series import list_segments
 
 from ..config import Config
-from ..engine import CQSError, Reason, Structure
+from ..engine import Structure
 from ..srds import slots
 from ..srds.manifest import ManifestError
 from ..srds.slots import SlotError
@@ -33,79 +30,13 @@ from ..storage import image, repository
 from ..storage.datadir import DataDir
 from ..storage.image import ImageError
 from ..storage.repository import RepositoryError
+from .jobs import JobFailed, Jobs
 from .journal import WRITER, Journal
 
 log = structlog.get_logger()
 TRIGGER_POLL = 5.0  # seconds between checks of the automatic triggers
 RETRY_MAX = 300.0  # seconds: a failing automatic checkpoint is retried after 5, 10, ... 300
 NEVER = 1 << 62  # a byte count the log never reaches
-NICE = 10  # the job's CPU priority below the daemon's
-
-
-class JobFailed(CQSError):
-    def __init__(self, message: str) -> None:
-        super().__init__(Reason.INVALID_REQUEST, message)
-
-
-def job_command(config, args: list[str]) -> list[str]:
-    """``python -m cqsd.srds ARGS`` on this daemon's data directory and Spark master,
-    ending if the daemon does."""
-    d = config.daemon
-    return [sys.executable, "-m", "cqsd.srds", *args, "--data-dir", d.data_dir,
-            "--master", d.spark_master, "--parent", str(os.getpid())]
-
-
-def job_outcome(args: list[str], done) -> dict:
-    """A finished job's result: the JSON object on the last line it printed; JobFailed
-    says why there is none."""
-    if done.returncode != 0:
-        raise JobFailed(f"{' '.join(args[:3])} failed (exit {done.returncode}): "
-                        f"{_last_error(done.stderr)}")
-    try:
-        return json.loads(done.stdout.decode(errors="replace").strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        raise JobFailed(f"{' '.join(args[:3])} printed no result") from None
-
-
-def _niced() -> None:
-    os.nice(NICE)
-
-
-def _idle() -> None:
-    """A checkpoint only gets CPU the daemon leaves idle (SCHED_IDLE, Linux): with
-    nice alone, its JVM's bursts still delayed puts by milliseconds."""
-    os.nice(NICE)
-    if hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
-async def run_job(config, args: list[str], background: bool = False) -> dict:
-    """Run ``python -m cqsd.srds ARGS`` and return its result line; JobFailed says why
-    not. A ``background`` job runs on idle CPU only; otherwise it is niced."""
-    d = config.daemon
-    command = job_command(config, args)
-    started = time.monotonic()
-    with trio.move_on_after(d.job_timeout) as scope:
-        done = await trio.run_process(command, capture_stdout=True, capture_stderr=True,
-                                      check=False, preexec_fn=_idle if background else _niced)
-    if scope.cancelled_caught:
-        raise JobFailed(f"{' '.join(args[:3])}: killed after job_timeout {d.job_timeout}s")
-    result = job_outcome(args, done)
-    log.debug("job_done", args=args, seconds=round(time.monotonic() - started, 3))
-    return result
-
-
-def _last_error(stderr: bytes) -> str:
-    """The job's own words for what went wrong: its last error event, else its last line."""
-    lines = stderr.decode(errors="replace").strip().splitlines()
-    for line in reversed(lines):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("level") == "error":
-            return str(event.get("error") or event.get("message") or event.get("event"))
-    return lines[-1] if lines else "no output"
 
 
 class Checkpoints:
@@ -129,10 +60,12 @@ class Checkpoints:
         self.physical = physical
         self.spawn = spawn
         self.srds = datadir.srds
+        self.jobs = Jobs()  # checkpoint and recovery jobs, for display jobs
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
+        self.last_seconds: dict[str, float] = {}  # how long its last checkpoint took
         self._folded: dict[str, int] = {}  # log bytes a crash restart now folds for it
         writer = journal.writer
         for name in self.names:
@@ -254,6 +187,7 @@ class Checkpoints:
             raise
         self._retry.pop(name, None)
         self.last_time[name] = started
+        self.last_seconds[name] = round(time.time() - started, 3)
         log.info("checkpoint_taken", structure=name, slot=result.get("slot"),
                  rows=result.get("rows"), records=result.get("records"),
                  seconds=result.get("seconds"), lsn=result.get("lsn"))
@@ -268,8 +202,9 @@ class Checkpoints:
         if s is not None and not s.stats()["messages"]:
             return await self._empty(name, self.journal.position, s.last_id)
         async with self._one_job:
-            return await run_job(self.config, ["checkpoint", "--structure", name,
-                                               "--cut", f"{WRITER}={cut}"], background=True)
+            return await self.jobs.run(self.config, ["checkpoint", "--structure", name,
+                                                     "--cut", f"{WRITER}={cut}"],
+                                       background=True)
 
     async def _empty(self, name: str, position: int, last_id: int) -> dict:
         """An empty slot at ``position``, where ``name`` held no message: exact once

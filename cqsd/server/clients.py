@@ -8,8 +8,6 @@ back to their queues as failed deliveries, as CQS returns a failed member's
 work. A cold start instead moves them to the cold queue for the operator.
 """
 
-import hashlib
-import hmac
 from collections.abc import Callable
 
 import structlog
@@ -20,6 +18,7 @@ from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, encode_frame
 from ..config import Config
 from ..engine import CQSError, QueueType, Reason, StructurePair
 from . import wire
+from .access import OPERATOR_MARK, Access, is_operator_session
 from .registry import Registry
 from .session import Session
 
@@ -37,23 +36,30 @@ class Clients:
         self.sessions: dict[str, Session] = {}  # the connection each registered name holds
         self.pending: dict[str, trio.CancelScope] = {}  # grace timers of dropped clients
         self.interest: dict[Interest, set[Session]] = {}
+        self.access = Access(config)
+        self.operators = 0  # operator sessions among ``sessions``: they take no client slot
 
     # -- registration ------------------------------------------------------------
 
     def register(self, session: Session, client: str, secret: str | None,
-                 cold: bool) -> list[dict]:
+                 cold: bool, operator: bool = False) -> list[dict]:
         """Give ``client`` to ``session``; returns the locks it resyncs (none if
-        ``cold``: they go to the cold queue)."""
+        ``cold``: they go to the cold queue). An ``operator`` session (cqsctl) takes
+        no client slot and holds its locks as ``client:<session id>``, its own."""
         if session.client is not None:
             raise _bad(f"this connection is already registered as {session.client}")
         if not CLIENT_NAME.fullmatch(client):
             raise _bad(f"client name {client!r} must be {CLIENT_NAME_RULE}")
-        self._authorize(session, client, secret)
+        session.rights = self.access.authenticate(client, secret, session.over_tcp,
+                                                  session.cert_cn, operator)
+        session.name = client
+        if operator:
+            return self._operator_session(session, client)
         if client in self.sessions:
             raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
-        if len(self.sessions) >= self.config.daemon.max_clients:
-            raise CQSError(Reason.CLIENT_LIMIT,
-                           f"{len(self.sessions)} clients are registered, the maximum")
+        if len(self.sessions) - self.operators >= self.config.daemon.max_clients:
+            raise CQSError(Reason.CLIENT_LIMIT, f"{len(self.sessions) - self.operators} "
+                                                "clients are registered, the maximum")
         session.client = client
         self.sessions[client] = session
         pending = self.pending.pop(client, None)
@@ -71,24 +77,31 @@ class Clients:
         log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks))
         return locks
 
-    def _authorize(self, session: Session, client: str, secret: str | None) -> None:
-        known = {c.name: c.secret_sha256 for c in self.config.clients}
-        if not known:
-            if session.over_tcp:
-                raise CQSError(Reason.NOT_AUTHORIZED,
-                               "registration over TCP needs a configured client")
-            return
-        digest = hashlib.sha256(secret.encode()).hexdigest() if secret is not None else ""
-        if client not in known or not hmac.compare_digest(digest, known[client]):
-            raise CQSError(Reason.NOT_AUTHORIZED,
-                           f"client {client} is not authorized with that secret")
+    def _operator_session(self, session: Session, client: str) -> list[dict]:
+        session.client = f"{client}{OPERATOR_MARK}{session.id}"
+        session.operator = True
+        self.sessions[session.client] = session
+        self.operators += 1
+        log.info("register", client=session.client, peer=session.peer, operator=True)
+        return []
+
+    def reauthorize(self, config: Config) -> None:
+        """After a reload: each session gets its client's rights as they are now; one
+        whose client is no longer listed is cut off."""
+        self.config = config
+        self.access.reload(config)
+        for session in list(self.sessions.values()):
+            try:
+                session.rights = self.access.rights_for(session.name, session.operator)
+            except CQSError as err:
+                session.cut(err.message)
 
     def deregister(self, session: Session) -> None:
         """A normal end: the name is free at once, and its locks go back unfailed."""
         client = session.client
         assert client is not None
         session.deregistered = True
-        del self.sessions[client]  # before the reply: its name may register again at once
+        self._forget(session)  # before the reply: its name may register again at once
         for s in self.registry.pairs.values():
             s.release_client(client, failed=False)
         log.info("deregister", client=client)
@@ -101,18 +114,23 @@ class Clients:
         client = session.client
         if client is None or self.sessions.get(client) is not session:
             return
-        del self.sessions[client]
+        self._forget(session)
         if shutting_down:
             return
         log.info("connection_lost", client=client, peer=session.peer, cut_off=session.cut_off)
         self.schedule_peer_recovery(client)
+
+    def _forget(self, session: Session) -> None:
+        del self.sessions[session.client]
+        if session.operator:
+            self.operators -= 1
 
     # -- peer recovery -------------------------------------------------------------
 
     def schedule_peer_recovery(self, client: str) -> None:
         """Release a dropped client's locks after ``resync_grace`` unless it comes back."""
         grace = self.config.daemon.resync_grace
-        if grace == 0:
+        if grace == 0 or is_operator_session(client):  # an operator session never comes back
             self.recover_peer(client)
             return
         scope = trio.CancelScope()

@@ -17,10 +17,10 @@ connection, never the daemon (docs/robustness.md).
 """
 
 import functools
+import grp
 import os
 import resource
 import socket as stdlib_socket
-import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from cqsproto.requests import MAX_REGISTER_FRAME
 from ..config import Config
 from ..engine import Reason
 from ..storage.datadir import DataDirError
-from . import liveness
+from . import liveness, tls
 from .clients import Clients
 from .journal import Journal
 from .poller import RECEIVE_SIZE, TLS_TURN_FRAMES, TURN_FRAMES, Poller, Turn
@@ -61,6 +61,7 @@ class Connections:
         self.closing = False  # no new connections: the daemon is stopping
         self._gone = trio.Event()
         self._socket_made = False
+        self.tls_listeners: list[tls.Listener] = []
 
     # -- listening ---------------------------------------------------------------
 
@@ -68,17 +69,25 @@ class Connections:
         """The Unix socket, and TCP (with TLS) if configured: (listener, over_tcp)."""
         d = self.config.daemon
         _reserve_descriptors(d.max_connections)
-        listeners: list[tuple[trio.abc.Listener, bool]] = [(_unix_listener(d.socket), False)]
+        listeners: list[tuple[trio.abc.Listener, bool]] = [
+            (_unix_listener(d.socket, d.socket_mode, d.socket_group), False)]
         self._socket_made = True
         if d.tcp_address:
             host, port = d.tcp_address
             tcp = await trio.open_tcp_listeners(port, host=host)
             if d.tls_cert:
-                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-                context.load_cert_chain(d.tls_cert, d.tls_key)
-                tcp = [trio.SSLListener(t, context) for t in tcp]
+                current = tls.context(d)
+                tcp = self.tls_listeners = [tls.Listener(t, current) for t in tcp]
             listeners += [(t, True) for t in tcp]
         return listeners
+
+    def reload_tls(self, d) -> None:
+        """New connections get ``d``'s certificate and client CA from now on; raises
+        OSError or ssl.SSLError (the old ones stay) if they cannot be loaded."""
+        if self.tls_listeners:
+            current = tls.context(d)
+            for listener in self.tls_listeners:
+                listener.current = current
 
     async def serve(self, listeners, nursery: trio.Nursery, *,
                     task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -128,6 +137,13 @@ class Connections:
             return
         self.sessions.add(session)
         try:
+            if isinstance(stream, trio.SSLStream):
+                try:
+                    session.cert_cn = await tls.handshake(stream, d.handshake_timeout)
+                except (trio.BrokenResourceError, trio.TooSlowError, OSError) as err:
+                    log.info("tls_handshake_failed", peer=session.peer,
+                             error=str(err.__cause__ or err) or type(err).__name__)
+                    return
             await self._run(session, stream)
         except Exception as err:  # a bug costs this connection, not the daemon
             self.failed(session, err)
@@ -291,6 +307,14 @@ def _reserve_descriptors(connections: int) -> None:
                                "max_connections; connections past it are refused")
 
 
+def _gid(group: str) -> int:
+    """The id of ``group``, a name or a number; DataDirError if there is none."""
+    try:
+        return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise DataDirError(f"socket_group: no group named {group!r}") from None
+
+
 def _peer(stream) -> str:
     sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)
     try:
@@ -302,9 +326,10 @@ def _peer(stream) -> str:
     return "unix"
 
 
-def _unix_listener(path: str) -> trio.SocketListener:
-    """A Unix socket listener created mode 0600; a stale socket file is replaced,
-    a live one (another daemon answering on it) is refused."""
+def _unix_listener(path: str, mode: int = 0o600, group: str = "") -> trio.SocketListener:
+    """A Unix socket listener with permission bits ``mode`` and owned by ``group``
+    (created 0600, then opened up); a stale socket file is replaced, a live one
+    (another daemon answering on it) is refused."""
     p = Path(path)
     if p.exists() or p.is_symlink():
         if not p.is_socket():
@@ -325,6 +350,13 @@ def _unix_listener(path: str) -> trio.SocketListener:
         sock.bind(path)
     finally:
         os.umask(old)
-    os.chmod(path, 0o600)
+    try:
+        if group:
+            os.chown(path, -1, _gid(group))
+        os.chmod(path, mode)
+    except OSError as err:
+        sock.close()
+        raise DataDirError(f"socket {path}: cannot give it group {group!r} and mode "
+                           f"{mode:#o}: {err}") from err
     sock.listen(512)
     return trio.SocketListener(trio.socket.from_stdlib_socket(sock))

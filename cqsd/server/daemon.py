@@ -12,12 +12,16 @@ hand-offs and log records (``settle``) — only the dispatcher writes the log,
 and it logs effects (STYLE §4).
 
 Task tree: run → (signals, flusher, poller, checkpoint triggers, overflow
-moves, listeners → connections, grace timers of dropped clients), every
-long-lived task supervised (docs/robustness.md).
+moves, listeners → connections, grace timers of dropped clients, the
+monitoring listener, the systemd watchdog), every long-lived task supervised
+(docs/robustness.md). Operations (docs/operations.md) add who may do what
+(access.py, checked here before each handler), sd_notify (notify.py) and the
+SIGHUP reload (reload.py).
 """
 
 import os
 import signal
+import time
 from typing import Any
 
 import structlog
@@ -31,6 +35,7 @@ from ..engine import CQSError, QueueWork, Reason
 from ..records import waits_for_log
 from ..storage import image
 from ..storage.datadir import DataDir
+from . import notify, reload
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .connections import Connections
@@ -39,6 +44,7 @@ from .eventlog import log_event
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
 from .limits import Limits, RecordTooLarge, split
+from .metrics import Monitor
 from .operations import Operations
 from .registry import Registry
 from .relief import Relief
@@ -83,6 +89,10 @@ class Daemon:
         self.nursery: trio.Nursery | None = None
         self.journal: Journal | None = None
         self.connections: Connections | None = None
+        self.config_path: str | None = None  # the file SIGHUP re-reads (None: the default)
+        self.started = time.time()
+        self.ready = False  # recovered and listening (READY=1)
+        self.monitor = Monitor(self) if config.daemon.metrics_listen else None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the data directory, rebuild the structures, serve until SIGTERM/SIGINT
@@ -101,9 +111,13 @@ class Daemon:
             self.connections = Connections(self.config, journal, self.limits.max_frame,
                                            self.limits.max_reply, self.clients, self.dispatch,
                                            self._connection_failed)
+            if self.monitor is not None:
+                journal.observe = self.monitor.flushed
+            notify.status("recovering the structures", extend=True)
             held, crashed = self.operations.restart()
             self.datasets.start()
             listeners = await self.connections.listen()
+            monitoring = await _monitoring(self.config.daemon.metrics_listen)
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 self.spawn("flusher", journal.run)
@@ -116,9 +130,16 @@ class Daemon:
                 for client in sorted(held):
                     self.clients.schedule_peer_recovery(client)  # they may come back
                 self.spawn("signals", self._signals)
+                if monitoring:
+                    self.spawn("monitoring", self.monitor.serve, monitoring)
                 serving = await nursery.start(self.connections.serve, listeners, nursery)
+                self.ready = True
                 log.info("ready", socket=self.config.daemon.socket, tcp=self.config.daemon.tcp,
+                         metrics=self.config.daemon.metrics_listen,
                          structures=list(self.registry.pairs), pid=os.getpid())
+                notify.ready(f"serving {len(self.registry.pairs)} structures")
+                if (interval := notify.watchdog_interval()) is not None:
+                    self.spawn("watchdog", notify.watchdog, interval)
                 task_status.started(self)
                 await self.stopped.wait()
                 serving.cancel()
@@ -167,6 +188,8 @@ class Daemon:
             return
         result = DEFERRED
         try:
+            if session.rights is not None:  # a listed client with restricted rights
+                self.clients.access.check(session, op, args, self.registry.queue_of)
             result = HANDLERS[op](self, session, rid, **args)
         except (CQSError, ProtocolError) as err:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
@@ -265,9 +288,9 @@ class Daemon:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    if self.log_sink is not None:
-                        self.log_sink.reopen()
-                    log.info("logs_reopened")
+                    notify.reloading()
+                    reload.apply(self)
+                    notify.ready("reloaded")
                     continue
                 self.stop(signal.Signals(signum).name)
                 return
@@ -277,6 +300,7 @@ class Daemon:
         if not self.shutting_down:
             self.shutting_down = True
             log.info("stopping", why=why)
+            notify.stopping(why)
             self.stopped.set()
 
     def _save_images(self) -> None:
@@ -288,6 +312,14 @@ class Daemon:
 
 
 ENGINE_FILES = os.path.dirname(engine.__file__) + os.sep
+
+
+async def _monitoring(address: str) -> list[trio.SocketListener]:
+    """The monitoring listener's sockets (metrics_listen), none if it is off."""
+    if not address:
+        return []
+    host, _, port = address.rpartition(":")
+    return await trio.open_tcp_listeners(int(port), host=host.strip("[]"))
 
 
 def _raised_in_engine(err: BaseException) -> bool:

@@ -57,16 +57,17 @@ class DataSets:
 
     # -- the data path -----------------------------------------------------------------
 
-    def put(self, pair: StructurePair, client: str, qtype: int | str, name: str, data: bytes,
+    def put(self, pair: StructurePair, owner: str, qtype: int | str, name: str, data: bytes,
             recoverable: bool) -> Entry:
-        """Put a message, offloading its payload if the structure it goes to says so."""
+        """Put a message, offloading its payload to the data set of ``owner`` (the
+        configured client putting it) if the structure it goes to says so."""
         if not pair.offloading:
             return pair.put(qtype, name, data, recoverable)
         target = pair.target(qtype, name)
         if not target.offloads(len(data)):
             return pair.put(qtype, name, data, recoverable)
         key = (parse_qtype(qtype), check_name(name))
-        dataset, dmap = self._place(target.name, client, key, data)
+        dataset, dmap = self._place(target.name, owner, key, data)
         try:
             if recoverable:
                 self.limits.check_offloaded(len(data), offload_bound(len(dmap.ranges)))
@@ -77,8 +78,9 @@ class DataSets:
         self._write(dataset, entry, data)
         return entry
 
-    def commit(self, pair: StructurePair, client: str, ops: list[Op]) -> list[Entry]:
-        """A commit whose puts are offloaded as single puts are: all or nothing."""
+    def commit(self, pair: StructurePair, client: str, owner: str, ops: list[Op]) -> list[Entry]:
+        """A commit by ``client`` (the holder of its locks) whose puts are offloaded to
+        ``owner``'s data set as single puts are: all or nothing."""
         if not pair.offloading:
             return pair.commit(client, ops)
         placed: list[tuple[DataSet, DataMap]] = []
@@ -90,7 +92,7 @@ class DataSets:
                     target = pair.target(op.qtype, op.name)
                     if target.offloads(len(op.data)):
                         key = (parse_qtype(op.qtype), check_name(op.name))
-                        dataset, dmap = self._place(target.name, client, key, op.data)
+                        dataset, dmap = self._place(target.name, owner, key, op.data)
                         placed.append((dataset, dmap))
                         op = op._replace(dmap=dmap)
                         if op.recoverable:
@@ -105,7 +107,7 @@ class DataSets:
             raise
         for op, entry in zip(batch, results, strict=True):
             if type(op) is Put and op.dmap is not None:
-                self._write(self._open[(entry.store, client)], entry, op.data)
+                self._write(self._open[(entry.store, owner)], entry, op.data)
         return results
 
     def payload(self, entry: Entry) -> bytes | memoryview:

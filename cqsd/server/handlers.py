@@ -35,16 +35,16 @@ Result = dict[str, Any]
 
 
 def op_register(d: "Daemon", session: Session, rid: int, client: str, secret: str | None,
-                cold: bool, version: int) -> Result:
-    """register {client, secret?, cold?, version}
-    -> {version, server, max_message, structures, locks}"""
+                cold: bool, version: int, operator: bool) -> Result:
+    """register {client, secret?, cold?, version, operator?}
+    -> {version, server, max_message, structures, locks, client}"""
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
-    locks = d.clients.register(session, client, secret, cold)
+    locks = d.clients.register(session, client, secret, cold, operator)
     return {"version": PROTOCOL_VERSION, "server": "cqsd",
             "max_message": d.config.daemon.max_message,
-            "structures": list(d.registry.pairs), "locks": locks}
+            "structures": list(d.registry.pairs), "locks": locks, "client": session.client}
 
 
 def op_deregister(d: "Daemon", session: Session, rid: int) -> Result:
@@ -63,7 +63,7 @@ def op_put(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
     """put {structure, queue, qtype?, data, recoverable?} -> {entry_id}"""
     d.limits.check_message(data, recoverable)
     s = d.registry.structure(structure)
-    return {"entry_id": d.datasets.put(s, _client(session), qtype, queue, data,
+    return {"entry_id": d.datasets.put(s, _owner(session), qtype, queue, data,
                                        recoverable).entry_id}
 
 
@@ -168,7 +168,7 @@ def op_commit(d: "Daemon", session: Session, rid: int, structure: str,
     s = d.registry.structure(structure)
     batch = [_commit_op(kind, f) for kind, f in requests.commit_ops(ops)]
     d.limits.check_commit(batch)
-    results = d.datasets.commit(s, _client(session), batch)
+    results = d.datasets.commit(s, _client(session), _owner(session), batch)
     return {"entry_ids": [e.entry_id for op, e in zip(batch, results, strict=True)
                           if type(op) is Put]}
 
@@ -287,6 +287,13 @@ async def _finish(session: Session, rid: int, operation: Callable[..., Awaitable
 def _client(session: Session) -> str:
     assert session.client is not None  # dispatch refuses every op but register before it
     return session.client
+
+
+def _owner(session: Session) -> str:
+    """The configured client whose data sets hold what the session puts (an
+    operator session's own name carries its session number)."""
+    assert session.name is not None
+    return session.name
 
 
 def _bad(message: str) -> CQSError:

@@ -57,6 +57,12 @@ class Journal:
         self.sync_data: Callable[[], Awaitable[None]] | None = None  # fsyncs the data sets
         self.on_durable: Callable[[int], None] | None = None  # after each flush
         self.on_failure = None  # called once with the error
+        self.observe = None  # called after each fsync with its seconds and records
+
+    @property
+    def fsync_average(self) -> float:
+        """Seconds an fsync of the log takes, a moving average."""
+        return self._fsync_average
 
     @property
     def position(self) -> int:
@@ -108,7 +114,7 @@ class Journal:
             target = self.writer.appended_lsn
             if target <= self.durable:
                 continue
-            started = time.perf_counter()
+            started, before = time.perf_counter(), self.durable
             try:
                 if self._fsync_average < INLINE_FSYNC:
                     self.durable = self.writer.flush(target)
@@ -116,7 +122,10 @@ class Journal:
                     self.durable = await trio.to_thread.run_sync(self.writer.flush, target)
             except logstream.LogstreamError as err:
                 self.fail(err)
-            self._fsync_average = 0.8 * self._fsync_average + 0.2 * (time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self._fsync_average = 0.8 * self._fsync_average + 0.2 * seconds
+            if self.observe is not None:
+                self.observe(seconds, target - before)
             self._wake()
             await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 

@@ -8,7 +8,6 @@ not to the operator's connection (``detached``), so that a dropped
 connection does not leave a structure half-recovered.
 """
 
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,9 +24,11 @@ from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
 from ..storage import image
 from ..storage.datadir import DataDir
-from .checkpoints import Checkpoints, JobFailed, job_command, job_outcome, run_job
+from . import notify
+from .checkpoints import Checkpoints
 from .clients import Clients
 from .datasets import DataSets
+from .jobs import JobFailed
 from .journal import WRITER, Journal
 from .registry import Registry
 from .waiters import ReadWaiters
@@ -52,6 +53,11 @@ class Operations:
         self.spawn = spawn
         self._recovering: set[str] = set()
 
+    @property
+    def recovering(self) -> set[str]:
+        """The structures an operator's recover is rebuilding now."""
+        return self._recovering
+
     def restart(self) -> tuple[set[str], set[str]]:
         """Rebuild every structure from its image and the log; returns the clients whose
         locks survived a clean stop, and those whose locks a crash left behind."""
@@ -59,7 +65,8 @@ class Operations:
         for r in rebuild_all(self.registry.structures(), self.datadir.images,
                              self.datadir.logstream, WRITER, self.journal.position,
                              self.datadir.srds, self._spark_recover,
-                             self.config.daemon.spark_recovery_records):
+                             self.config.daemon.spark_recovery_records,
+                             lambda text: notify.status(text, extend=True)):
             log.info("structure_rebuilt", structure=r.structure, clean=r.clean, source=r.source,
                      messages=r.messages, records_replayed=r.replayed,
                      image_seconds=round(r.image_seconds, 3),
@@ -79,12 +86,9 @@ class Operations:
         args = ["recover", "--structure", name, "--to-image", str(path)]
         log.info("spark_recovery_started", structure=name)
         try:
-            done = subprocess.run(job_command(self.config, args), capture_output=True,
-                                  timeout=self.config.daemon.job_timeout, check=False)
-            result = job_outcome(args, done)
-        except subprocess.TimeoutExpired:
-            log.error("spark_recovery_failed", structure=name, error="job_timeout")
-            return None
+            result = self.checkpoints.jobs.run_before_serving(
+                self.config, args, lambda seconds: notify.status(
+                    f"recovering: {name} with the Spark job ({seconds:.0f} s)", extend=True))
         except JobFailed as err:
             log.error("spark_recovery_failed", structure=name, error=err.message)
             return None
@@ -147,7 +151,8 @@ class Operations:
                 (self.datadir.images / f"{s.name}.base").unlink(missing_ok=True)
                 continue
             path = self.datadir.images / f"{s.name}.recovered"
-            await run_job(self.config, ["recover", "--structure", s.name, "--to-image", str(path)])
+            await self.checkpoints.jobs.run(
+                self.config, ["recover", "--structure", s.name, "--to-image", str(path)])
             r = await trio.to_thread.run_sync(
                 load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable})
             path.unlink()

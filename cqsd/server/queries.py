@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING, Any
 from ..engine import CQSError, QueueType, Reason, StructurePair
 from ..engine.reports import Row
 from ..storage import repository
-from . import wire
+from . import status, wire
 
 if TYPE_CHECKING:
     from .daemon import Daemon
 
-KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "smds", "usage")
+KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "smds", "usage",
+         "status", "jobs")
 # DESIGN §11: the columns of display smds and display usage --type smds
 SMDS_COLUMNS = ("structure", "owner", "size", "used_percent", "dsblock", "dsbufs", "dsexpand",
                 "status", "access")
@@ -29,6 +30,10 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
             d.registry.pair_of(structure)  # UNKNOWN_STRUCTURE, STRUCTURE_FAILED
         columns = SMDS_COLUMNS if kind == "smds" else USAGE_COLUMNS
         return [{c: row[c] for c in columns} for row in d.datasets.rows(structure)]
+    if kind == "status":
+        return [status.snapshot(d)]
+    if kind == "jobs":
+        return [j for j in d.checkpoints.jobs.rows() if structure in (None, j["structure"])]
     registry = d.registry
     if kind == "structures" and structure in registry.failed:
         return [_failed(structure)]
@@ -48,7 +53,8 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
                 for s in chosen for client in sorted(s.client_stats())
                 for e in s.client_locks(client)]
     if kind == "clients":
-        return [{"client": name, "peer": session.peer, "tcp": session.over_tcp,
+        return [{"client": name, "operator": session.operator, "peer": session.peer,
+                 "tcp": session.over_tcp,
                  "interests": len(session.interests),
                  "locks": sum(s.client_stats().get(name, 0) for s in chosen)}
                 for name, session in sorted(d.clients.sessions.items())]

@@ -73,6 +73,14 @@ class Registry:
             return None
         return pair.primary if pair.primary.name == name else pair.overflow
 
+    def queue_of(self, name: str, entry_id: int) -> str | None:
+        """The queue holding message ``entry_id`` of pair ``name``, None if there is none."""
+        pair = self.pairs.get(name)
+        for s in pair.structures() if pair is not None else ():
+            if s.holds(entry_id):
+                return s.entry(entry_id).name
+        return None
+
     def structures(self) -> list[Structure]:
         """Every live structure, overflow structures included."""
         return [s for pair in self.pairs.values() for s in pair.structures()]

@@ -50,7 +50,11 @@ class Session:
         self.id = next(_ids)
         self.peer = peer
         self.over_tcp = over_tcp
-        self.client: str | None = None
+        self.client: str | None = None  # the lock owner: the name, or name:id (operator)
+        self.name: str | None = None  # the configured client it registered as
+        self.operator = False  # an operator session (cqsctl): no client slot
+        self.rights = None  # access.Rights, None for unrestricted
+        self.cert_cn: str | None = None  # the TLS client certificate's common name
         self.deregistered = False
         self.interests: set[tuple[str, int, str]] = set()
         self.max_frame = max_frame

@@ -336,7 +336,7 @@ class FakeServer:
             raise CQSError(Reason.UNKNOWN_STRUCTURE, f"no structure named {name!r}")
         return self.pairs[name]
 
-    def op_register(self, conn, rid, client, secret, cold, version):
+    def op_register(self, conn, rid, client, secret, cold, version, operator=False):
         if version != PROTOCOL_VERSION:
             raise CQSError(Reason.INVALID_REQUEST, f"protocol version {version}")
         if any(c.client == client and not c.deregistered for c in self.conns if c is not conn):

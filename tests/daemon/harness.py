@@ -5,6 +5,7 @@ Readiness is awaited by reading the daemon's "ready" log line, never by sleeping
 """
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -36,7 +37,7 @@ entry_max = "1KiB"
 
 class Daemon:
     def __init__(self, daemon_keys: str = "", structures: str = STRUCTURES, extra: str = "",
-                 prefix: tuple[str, ...] = ()):
+                 prefix: tuple[str, ...] = (), env: dict[str, str] | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="cq"))  # short: Unix socket paths are limited
         self.data = self.dir / "data"
         self.prefix = list(prefix)  # e.g. nsenter into a namespace with a small filesystem
@@ -47,6 +48,7 @@ class Daemon:
             f'[daemon]\ndata_dir = "{self.data}"\nsocket = "{self.socket}"\n'
             f"{daemon_keys}\n{structures}\n{extra}"
         )
+        self.env = env  # added to the daemon's environment
         self.proc: subprocess.Popen | None = None
         self.lines: list[dict] = []
         self._ready = threading.Event()
@@ -57,6 +59,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "cqsd", "run", "--config", str(self.config)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         threading.Thread(target=self._read_log, args=(self.proc,), daemon=True).start()
         if not self._ready.wait(timeout):

@@ -213,3 +213,14 @@ def test_a_recoverable_offloaded_put_is_bounded_by_one_log_record(make_daemon):
         s.put("EDGE", payload(20 * MiB, 5), recoverable=False)
         assert s.read("EDGE").data == payload(20 * MiB, 5)
     assert d.proc.poll() is None
+
+
+def test_an_operator_session_offloads_into_its_clients_data_set(make_daemon):
+    """cqsctl's sessions carry a session number in their name; what they put goes
+    to the data set of the configured client they registered as."""
+    d = make_daemon(structures=SMDS).start()
+    with cqsclient.connect(d.address, client="OPS", operator=True) as c:
+        s = c.structure("MSGQ01")
+        s.put("Q", payload(200_000, 1))
+        assert s.read("Q").data == payload(200_000, 1)
+    assert os.listdir(d.data / "smds" / "MSGQ01") == ["OPS.smds"]

@@ -1,0 +1,210 @@
+"""Who may do what: registration (names, secrets, client certificates, operator
+sessions) and the rights of each registered client, checked before every request.
+
+Design note. With no ``[[client]]`` in the config every client may do
+everything (the Unix socket's mode is the protection, as before). Once clients
+are listed, each has rights: the structures it may use, the queue-name
+patterns it may put to and read from, and whether it may run operator
+requests. A session carries its client's ``Rights`` (None: unrestricted, the
+fast path: one comparison a request); SIGHUP replaces them (reload.py).
+
+Requests are classified once, here: ``APPLICATION_OPS`` are what an
+application does with messages, every other op is an operator request. A new
+op is therefore an operator request until it is listed (a test checks every
+op is classified). Reading covers ``read``, ``browse`` and
+``register_interest``; a ``move`` reads its message's queue and puts to the
+target; an unlock to another queue puts there; a commit is checked op by op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from ..config import ClientConfig, Config
+from ..engine import CQSError, Reason
+
+log = structlog.get_logger()
+
+APPLICATION_OPS = frozenset({
+    "register", "deregister", "connect", "put", "read", "browse", "delete", "move", "unlock",
+    "commit", "register_interest", "deregister_interest",
+})
+OPERATOR_OPS = frozenset({
+    "query", "requeue", "dequeue", "checkpoint", "recover", "alter", "rebuild",
+    "delete_structure",
+})
+READS = frozenset({"read", "browse", "register_interest"})
+OPERATOR_MARK = ":"  # in an operator session's owner name; no client name holds one
+
+
+class Patterns:
+    """Queue-name patterns: names, and prefixes written with a trailing ``*``."""
+
+    __slots__ = ("exact", "prefixes", "text")
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        patterns = tuple(patterns)
+        self.text = ",".join(patterns) or "none"
+        self.exact = frozenset(p for p in patterns if not p.endswith("*"))
+        self.prefixes = tuple(p[:-1] for p in patterns if p.endswith("*"))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.exact or name.startswith(self.prefixes)
+
+    @property
+    def every(self) -> bool:
+        return "" in self.prefixes
+
+
+@dataclass(frozen=True)
+class Rights:
+    """What one client may do; None in a field means no restriction."""
+
+    structures: frozenset[str] | None
+    put: Patterns | None
+    read: Patterns | None
+    operator: bool
+
+    @classmethod
+    def of(cls, c: ClientConfig) -> Rights | None:
+        """The rights of a configured client; None if it may do everything."""
+        if c.operator and c.structures is None and c.put_queues is None and c.read_queues is None:
+            return None
+        return cls(None if c.structures is None else frozenset(c.structures),
+                   None if c.put_queues is None else Patterns(c.put_queues),
+                   None if c.read_queues is None else Patterns(c.read_queues), c.operator)
+
+
+QueueOf = Callable[[str, int], "str | None"]  # (structure, entry id) -> its queue, if it exists
+
+
+def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
+           overflow_of: Mapping[str, str]) -> str | None:
+    """What ``rights`` do not allow of request ``op`` (its object, as the log names
+    it), or None if they allow it all. Pure: ``queue_of`` looks a message up."""
+    structure = args.get("structure")
+    if structure is not None and rights.structures is not None:
+        if overflow_of.get(structure, structure) not in rights.structures:
+            return f"structure {structure}"
+    if op not in APPLICATION_OPS or (op == "delete" and args.get("operator")):
+        return None if rights.operator else "operator requests"
+    if op == "put":
+        return _queue(rights.put, "put to", args["queue"])
+    if op in READS:
+        queue = args["queue"]
+        if queue is None:  # a browse of the whole structure
+            return None if rights.read is None or rights.read.every else "every queue"
+        return _queue(rights.read, "read", queue)
+    if op == "move":
+        return _move(rights, structure, args["entry_id"], args["queue"], queue_of)
+    if op == "unlock" and args.get("queue") is not None:
+        return _queue(rights.put, "put to", args["queue"])
+    if op == "commit":
+        return _commit(rights, structure, args["ops"], queue_of)
+    return None
+
+
+def _queue(patterns: Patterns | None, verb: str, queue: str) -> str | None:
+    if patterns is None or queue in patterns:
+        return None
+    return f"{verb} queue {queue} (allowed: {patterns.text})"
+
+
+def _move(rights: Rights, structure: str, entry_id: int, target: str,
+          queue_of: QueueOf) -> str | None:
+    read = rights.read
+    if read is not None:
+        source = queue_of(structure, entry_id)
+        if source is not None and source not in read:
+            return f"read queue {source} (entry {entry_id}; allowed: {read.text})"
+    return _queue(rights.put, "put to", target)
+
+
+def _commit(rights: Rights, structure: str, ops: Any, queue_of: QueueOf) -> str | None:
+    for op in ops if isinstance(ops, list) else ():
+        if not isinstance(op, dict):
+            continue  # the handler refuses it
+        kind, queue = op.get("op"), op.get("queue")
+        if kind == "put" and isinstance(queue, str):
+            why = _queue(rights.put, "put to", queue)
+        elif kind == "move" and isinstance(queue, str) and type(op.get("entry_id")) is int:
+            why = _move(rights, structure, op["entry_id"], queue, queue_of)
+        elif kind == "unlock" and isinstance(queue, str):
+            why = _queue(rights.put, "put to", queue)
+        else:
+            why = None
+        if why is not None:
+            return why
+    return None
+
+
+class Access:
+    """The clients the config lists and their rights; ``reload`` swaps them."""
+
+    def __init__(self, config: Config) -> None:
+        self.reload(config)
+
+    def reload(self, config: Config) -> None:
+        self.clients = {c.name: c for c in config.clients}
+        self.rights = {c.name: Rights.of(c) for c in config.clients}
+        self.overflow_of = {sc.overflow: sc.name for sc in config.structures if sc.overflow}
+        self.client_ca = bool(config.daemon.tls_client_ca)
+
+    def authenticate(self, client: str, secret: str | None, over_tcp: bool,
+                     cert_cn: str | None, operator: bool) -> Rights | None:
+        """The rights ``client`` registers with; NOT_AUTHORIZED (logged) says why not."""
+        if not self.clients:
+            if over_tcp:
+                raise _refuse(client, "registration over TCP needs a configured client")
+            return None
+        c = self.clients.get(client)
+        digest = hashlib.sha256(secret.encode()).hexdigest() if secret is not None else ""
+        if c is None or not hmac.compare_digest(digest, c.secret_sha256):
+            raise _refuse(client, f"client {client} is not authorized with that secret")
+        if over_tcp and self.client_ca and cert_cn != (c.tls_cn or c.name):
+            raise _refuse(client, f"the client certificate (CN={cert_cn}) is not "
+                                  f"{client}'s (CN={c.tls_cn or c.name})")
+        if operator and not c.operator:
+            raise _refuse(client, f"client {client} may not open an operator session "
+                                  "(operator = false)")
+        return self.rights[client]
+
+    def rights_for(self, client: str, operator: bool) -> Rights | None:
+        """The rights a registered ``client`` has now (after a reload); NOT_AUTHORIZED
+        if it is no longer listed, or its operator session no longer allowed."""
+        if not self.clients:
+            return None
+        c = self.clients.get(client)
+        if c is None:
+            raise CQSError(Reason.NOT_AUTHORIZED, f"client {client} is no longer configured")
+        if operator and not c.operator:
+            raise CQSError(Reason.NOT_AUTHORIZED, f"client {client} may no longer run "
+                                                  "operator sessions")
+        return self.rights[client]
+
+    def check(self, session: Any, op: str, args: Mapping[str, Any], queue_of: QueueOf) -> None:
+        """Raise NOT_AUTHORIZED (and log it) if ``session`` may not run this request."""
+        rights = session.rights
+        if rights is None:
+            return
+        why = denied(rights, op, args, queue_of, self.overflow_of)
+        if why is not None:
+            log.warning("not_authorized", client=session.client, op=op, object=why)
+            raise CQSError(Reason.NOT_AUTHORIZED, f"{op}: client {session.client} may not "
+                                                  f"use {why}")
+
+
+def _refuse(client: str, why: str) -> CQSError:
+    log.warning("not_authorized", client=client, op="register", object=why)
+    return CQSError(Reason.NOT_AUTHORIZED, why)
+
+
+def is_operator_session(owner: str) -> bool:
+    """Whether a lock owner is an operator session (it never comes back for its locks)."""
+    return OPERATOR_MARK in owner

@@ -1,0 +1,260 @@
+"""The monitoring listener (``metrics_listen``): Prometheus ``/metrics`` and
+``/healthz`` over plain HTTP/1.0, with no client slot.
+
+Design note. Prometheus scrapes are rare (seconds apart) and the figures live
+in the engine, which only the event loop may touch, so the listener is a few
+lines of Trio on the daemon's own loop rather than prometheus-client's
+threaded server: a scrape runs the collector below on the loop, between two
+requests, and reads everything as it is at that instant. Histograms the
+journal feeds (fsync latency, records per fsync) are prometheus-client
+objects; everything else is read at scrape time. Queue depths are exported
+for the queues that hold or lend out messages, the same set ``display
+queues`` shows. A connection gets ``READ_TIMEOUT`` to send its request and at
+most ``MAX_SCRAPERS`` are served at once; others are closed unanswered.
+"""
+
+import json
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import psutil
+import structlog
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..engine import QueueType
+from ..engine.entry import ELEMENT
+from . import status
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = structlog.get_logger()
+READ_TIMEOUT = 5.0  # seconds a scraper has to send its request head
+MAX_HEAD = 8192  # bytes of request head read; a longer one is refused
+MAX_SCRAPERS = 8  # connections served at once
+# fsync latency buckets: from a fast NVMe flush (~50 µs) to a disk in trouble (seconds)
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                 0.5, 1.0, 2.5)
+RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)  # group commit sizes
+COUNTS = {"puts": "messages put", "reads": "messages read with a lock",
+          "redeliveries": "messages read again after an earlier delivery",
+          "deletes": "messages deleted",
+          "suspends": "failed deliveries that sent a message to its suspend queue"}
+
+
+class Monitor:
+    """The daemon's metrics registry and its HTTP listener."""
+
+    def __init__(self, d: "Daemon") -> None:
+        self.d = d
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.fsync_seconds = Histogram(
+            "cqsd_fsync_seconds", "Time one group-commit fsync of the log took",
+            buckets=FSYNC_BUCKETS, registry=self.registry)
+        self.fsync_records = Histogram(
+            "cqsd_fsync_records", "Log records one fsync made durable (acknowledgements "
+            "per fsync: group commit)", buckets=RECORD_BUCKETS, registry=self.registry)
+        self.registry.register(_Collector(d))
+        self._slots = trio.Semaphore(MAX_SCRAPERS)
+
+    def flushed(self, seconds: float, records: int) -> None:
+        """The journal's report of one fsync."""
+        self.fsync_seconds.observe(seconds)
+        self.fsync_records.observe(records)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def health(self) -> tuple[int, bytes]:
+        """200 while the daemon serves, 503 while it starts, stops or after a log failure."""
+        now = status.state(self.d)
+        body = {"status": now, "pid": os.getpid()}
+        return (200 if now == "ready" else 503), json.dumps(body).encode()
+
+    async def serve(self, listeners: list[trio.SocketListener]) -> None:
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            if self._slots.value == 0:
+                return
+            async with self._slots:
+                await self._answer(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        except Exception:  # noqa: BLE001 - a scrape must never cost the daemon
+            log.exception("metrics_request_failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _answer(self, stream: trio.SocketStream) -> None:
+        head = b""
+        with trio.move_on_after(READ_TIMEOUT):
+            while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < MAX_HEAD:
+                chunk = await stream.receive_some(MAX_HEAD)
+                if not chunk:
+                    break
+                head += chunk
+        parts = head.split(b"\r\n", 1)[0].split()
+        if len(parts) < 2:
+            return
+        method, path = parts[0], parts[1].split(b"?", 1)[0]
+        if method not in (b"GET", b"HEAD"):
+            code, ctype, body = 405, "text/plain", b"only GET\n"
+        elif path == b"/metrics":
+            code, ctype, body = 200, CONTENT_TYPE_LATEST, self.render()
+        elif path == b"/healthz":
+            code, body = self.health()
+            ctype = "application/json"
+        else:
+            code, ctype, body = 404, "text/plain", b"/metrics or /healthz\n"
+        reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed",
+                  503: "Service Unavailable"}[code]
+        header = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {ctype}\r\n"
+                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        await stream.send_all(header + (b"" if method == b"HEAD" else body))
+
+
+class _Collector(Collector):
+    """Everything read at scrape time."""
+
+    def __init__(self, d: "Daemon") -> None:
+        self.d = d
+        self.process = psutil.Process(os.getpid())
+
+    def collect(self) -> Iterator[Metric]:
+        d = self.d
+        snap = status.snapshot(d)
+        yield _gauge("cqsd_info", "The daemon's version", {"version": snap["version"]}, 1)
+        yield _gauge("cqsd_uptime_seconds", "Seconds since the daemon started", {},
+                     snap["uptime_seconds"])
+        yield _gauge("cqsd_ready", "1 while the daemon serves requests", {},
+                     int(snap["state"] == "ready"))
+        clients = GaugeMetricFamily("cqsd_clients", "Registered sessions", labels=["kind"])
+        clients.add_metric(["application"], snap["clients"])
+        clients.add_metric(["operator"], snap["operator_sessions"])
+        yield clients
+        yield _gauge("cqsd_max_clients", "Application clients allowed at once", {},
+                     snap["max_clients"])
+        yield _gauge("cqsd_connections", "Open connections", {}, snap["connections"])
+        yield from _structures(d, snap["structures"])
+        yield from _queues(d)
+        yield from _log(snap["log"])
+        running = GaugeMetricFamily("cqsd_jobs_running", "Spark jobs running", labels=[])
+        running.add_metric([], snap["jobs_running"])
+        yield running
+        yield from _process(self.process)
+
+
+def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=list(labels))
+    g.add_metric(list(labels.values()), value)
+    return g
+
+
+# (family, help, the status row's field, scale): gauges of an available structure
+STRUCTURE_GAUGES = (
+    ("cqsd_structure_size_bytes", "Current size", "current_size", 1),
+    ("cqsd_structure_max_size_bytes", "Maximum size (SIZE)", "size", 1),
+    ("cqsd_structure_used_bytes", "Bytes of data elements in use", "used_bytes", 1),
+    ("cqsd_structure_fullness_ratio", "Data elements in use over those available",
+     "percent_full", 0.01),
+    ("cqsd_structure_full", "1 while puts are refused", "full", 1),
+    ("cqsd_structure_messages", "Messages held", "messages", 1),
+    ("cqsd_locks_in_flight", "Messages locked by readers", "locked", 1),
+    ("cqsd_overflow_mode", "1 while the primary structure is in overflow mode",
+     "overflow_mode", 1),
+)
+# and of any structure, failed or not, when known
+CHECKPOINT_GAUGES = (
+    ("cqsd_checkpoint_age_seconds", "Seconds since the newest checkpoint's cut",
+     "checkpoint_age_seconds", 1),
+    ("cqsd_checkpoint_duration_seconds", "How long the last checkpoint took",
+     "checkpoint_seconds", 1),
+    ("cqsd_checkpoint_log_bytes", "Log bytes after the newest checkpoint (what a crash "
+     "restart folds)", "checkpoint_log_bytes", 1),
+)
+
+
+def _structures(d: "Daemon", rows: list[dict]) -> Iterator[Metric]:
+    labels = ["structure"]
+    available = GaugeMetricFamily("cqsd_structure_available",
+                                  "1 if available, 0 while failed or being recovered",
+                                  labels=labels)
+    gauges = [(GaugeMetricFamily(name, doc, labels=labels), field, scale, always)
+              for table, always in ((STRUCTURE_GAUGES, False), (CHECKPOINT_GAUGES, True))
+              for name, doc, field, scale in table]
+    counters = {k: CounterMetricFamily(f"cqsd_{k}", f"{doc.capitalize()}, by structure",
+                                       labels=labels) for k, doc in COUNTS.items()}
+    recovering = set(d.operations.recovering)
+    for row in rows:
+        up = row["status"] == "available"
+        available.add_metric([row["name"]], int(up and row["name"] not in recovering))
+        for family, field, scale, always in gauges:
+            if (up or always) and row.get(field) is not None:
+                family.add_metric([row["name"]], row[field] * scale)
+        s = d.registry.physical(row["name"]) if up else None
+        for k, counter in counters.items():
+            if s is not None:
+                counter.add_metric([row["name"]], getattr(s.counts, k))
+    yield available
+    yield from (family for family, *_ in gauges)
+    yield from counters.values()
+
+
+def _queues(d: "Daemon") -> Iterator[Metric]:
+    labels = ["structure", "qtype", "queue"]
+    depth = GaugeMetricFamily("cqsd_queue_depth", "Ready messages on a queue", labels=labels)
+    locked = GaugeMetricFamily("cqsd_queue_locked", "Messages of a queue locked by readers",
+                               labels=labels)
+    used = GaugeMetricFamily("cqsd_queue_bytes", "Bytes of data elements a queue's ready "
+                             "messages use", labels=labels)
+    overflow = GaugeMetricFamily("cqsd_queue_overflow",
+                                 "1 while a queue is in overflow status", labels=labels)
+    waiting = GaugeMetricFamily("cqsd_queue_waiting_reads", "Reads waiting on a queue",
+                                labels=labels)
+    for pair in d.registry.pairs.values():
+        for q in pair.queues(also=pair.watched):
+            key = [pair.name, q["qtype"], q["queue"]]
+            depth.add_metric(key, q["depth"])
+            locked.add_metric(key, q["locked"])
+            used.add_metric(key, q["elements"] * ELEMENT)
+            overflow.add_metric(key, int(q["overflow"]))
+            waiting.add_metric(key, d.waiters.count(pair.name, (QueueType[q["qtype"]], q["queue"])))
+    yield from (depth, locked, used, overflow, waiting)
+
+
+def _log(row: dict) -> Iterator[Metric]:
+    yield _gauge("cqsd_log_bytes", "Bytes of logstream segment files on disk", {}, row["bytes"])
+    yield _gauge("cqsd_log_segments", "Logstream segment files", {}, row["segments"])
+    yield _gauge("cqsd_log_appended_lsn", "Last log record appended", {}, row["appended_lsn"])
+    yield _gauge("cqsd_log_durable_lsn", "Last log record known durable", {}, row["durable_lsn"])
+    yield _gauge("cqsd_log_failed", "1 once a log write failed (the daemon stops)", {},
+                 int(row["failed"] is not None))
+
+
+def _process(p: psutil.Process) -> Iterator[Metric]:
+    """The daemon's own CPU and memory, and its jobs' (a Spark JVM and its workers)."""
+    cpu = CounterMetricFamily("cqsd_process_cpu_seconds", "CPU time of the daemon process",
+                              labels=["mode"])
+    times = p.cpu_times()
+    cpu.add_metric(["user"], times.user)
+    cpu.add_metric(["system"], times.system)
+    yield cpu
+    with p.oneshot():
+        yield _gauge("cqsd_process_resident_memory_bytes", "Resident memory of the daemon", {},
+                     p.memory_info().rss)
+        yield _gauge("cqsd_process_open_fds", "Open file descriptors", {}, p.num_fds())
+        yield _gauge("cqsd_process_threads", "Threads", {}, p.num_threads())
+    rss = 0
+    for child in p.children(recursive=True):
+        try:
+            rss += child.memory_info().rss
+        except psutil.Error:
+            pass  # it ended meanwhile
+    yield _gauge("cqsd_jobs_resident_memory_bytes",
+                 "Resident memory of the daemon's child processes (Spark jobs)", {}, rss)

@@ -1,0 +1,100 @@
+"""SIGHUP: reopen the log file, and re-read the config file to apply what can change
+without a restart.
+
+What reloads: the ``[[client]]`` list (names, secrets, rights), ``log_level``,
+``log_file`` and the TLS certificate, key and client CA (re-read on every
+SIGHUP, so certificates renewed in place are picked up; for connections made
+from then on). A registered session's rights change at once; a session whose
+client is no longer listed (or lost the operator right its operator session
+needs) is cut off. Everything else that differs from the running config is
+named in a ``restart_needed`` event and left as it runs; a file that does not
+load is named in ``reload_failed`` and nothing changes.
+
+``changes`` is pure: what differs, split into what reloads and what needs a
+restart; ``apply`` is the daemon's side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ssl
+from typing import TYPE_CHECKING
+
+import structlog
+
+from .. import logs
+from ..config import Config, ConfigError, load
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = structlog.get_logger()
+RELOADABLE = ("log_level", "log_file", "tls_cert", "tls_key", "tls_client_ca")
+TLS = ("tls_cert", "tls_key", "tls_client_ca")
+
+
+def changes(old: Config, new: Config) -> tuple[list[str], list[str]]:
+    """(keys that reload, keys that need a restart) where ``new`` differs from ``old``."""
+    reload, restart = [], []
+    for field in dataclasses.fields(old.daemon):
+        key = field.name
+        if getattr(old.daemon, key) == getattr(new.daemon, key):
+            continue
+        # TLS on or off changes the listener itself
+        tls_switched = key in TLS and bool(old.daemon.tls_cert) != bool(new.daemon.tls_cert)
+        (reload if key in RELOADABLE and not tls_switched else restart).append(f"daemon.{key}")
+    if old.clients != new.clients:
+        reload.append("client")
+    old_structures = {s.name: s for s in old.structures}
+    for s in new.structures:
+        if old_structures.pop(s.name, None) != s:
+            restart.append(f"structure {s.name}")
+    restart += [f"structure {name}" for name in old_structures]
+    return reload, restart
+
+
+def merged(old: Config, new: Config, reload: list[str]) -> Config:
+    """``old`` with the reloadable keys of ``new``: what the daemon runs with now."""
+    keys = {k.removeprefix("daemon."): getattr(new.daemon, k.removeprefix("daemon."))
+            for k in reload if k.startswith("daemon.")}
+    return dataclasses.replace(old, daemon=dataclasses.replace(old.daemon, **keys),
+                               clients=new.clients)
+
+
+def apply(d: Daemon) -> dict:
+    """Reload ``d``'s config file; returns what was reloaded and what needs a restart."""
+    if d.log_sink is not None:
+        d.log_sink.reopen()
+    log.info("logs_reopened")
+    try:
+        new = load(d.config_path)
+    except ConfigError as err:
+        log.error("reload_failed", problems=err.problems, action="nothing changed")
+        return {"reloaded": [], "restart_needed": [], "error": str(err)}
+    reload, restart = changes(d.config, new)
+    config = merged(d.config, new, reload)
+    if config.daemon.tls_cert and "daemon.tls_cert" not in restart:
+        try:  # re-read even when the paths are the same: certificates renewed in place
+            d.connections.reload_tls(config.daemon)
+            reload.append("tls certificates")
+        except (OSError, ssl.SSLError) as err:
+            log.error("reload_failed", problems=[f"TLS: {err}"],
+                      action="the TLS certificates stay as they were")
+            reload = [k for k in reload if k.removeprefix("daemon.") not in TLS]
+            config = merged(d.config, new, reload)
+    _install(d, config)
+    if restart:
+        log.warning("restart_needed", keys=restart,
+                    action="these changes take effect at the next restart")
+    log.info("reloaded", reloaded=reload, restart_needed=restart)  # the last word of a reload
+    return {"reloaded": reload, "restart_needed": restart}
+
+
+def _install(d: Daemon, config: Config) -> None:
+    for room in (d, d.clients, d.connections, d.registry, d.checkpoints, d.operations):
+        room.config = config
+    if d.log_sink is not None and d.log_sink.path != config.daemon.log_file:
+        d.log_sink.path = config.daemon.log_file
+        d.log_sink.reopen()
+    logs.set_level(config.daemon.log_level)
+    d.clients.reauthorize(config)

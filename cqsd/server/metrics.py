@@ -143,6 +143,7 @@ class _Collector(Collector):
         yield _gauge("cqsd_connections", "Open connections", {}, snap["connections"])
         yield from _structures(d, snap["structures"])
         yield from _queues(d)
+        yield from _smds(d)
         yield from _log(snap["log"])
         running = GaugeMetricFamily("cqsd_jobs_running", "Spark jobs running", labels=[])
         running.add_metric([], snap["jobs_running"])
@@ -226,6 +227,27 @@ def _queues(d: "Daemon") -> Iterator[Metric]:
             overflow.add_metric(key, int(q["overflow"]))
             waiting.add_metric(key, d.waiters.count(pair.name, (QueueType[q["qtype"]], q["queue"])))
     yield from (depth, locked, used, overflow, waiting)
+
+
+def _smds(d: "Daemon") -> Iterator[Metric]:
+    """Each data set's size and fullness, and its structure's buffer pool (DESIGN §11)."""
+    labels = ["structure", "owner"]
+    families = [(GaugeMetricFamily(f"cqsd_smds_{field}", doc, labels=labels), field)
+                for field, doc in (
+                    ("size", "Bytes a shared message data set is formatted to"),
+                    ("used_percent", "Percent of a data set's pages not available to a put"),
+                    ("lru_hit_percent", "Percent of reads served by the structure's buffer pool"),
+                    ("waits", "Reads that found every buffer of the pool in use"),
+                    ("lowest_free", "Fewest free buffers seen in the structure's pool"))]
+    available = GaugeMetricFamily("cqsd_smds_available", "1 while a data set can be used",
+                                  labels=labels)
+    for row in d.datasets.rows(None):
+        key = [row["structure"], row["owner"]]
+        for family, field in families:
+            family.add_metric(key, row[field])
+        available.add_metric(key, 1 if row["status"] == "ACTIVE" else 0)
+    yield available
+    yield from (family for family, _ in families)
 
 
 def _log(row: dict) -> Iterator[Metric]:

@@ -224,3 +224,20 @@ def test_an_operator_session_offloads_into_its_clients_data_set(make_daemon):
         s.put("Q", payload(200_000, 1))
         assert s.read("Q").data == payload(200_000, 1)
     assert os.listdir(d.data / "smds" / "MSGQ01") == ["OPS.smds"]
+
+
+def test_data_sets_are_in_the_metrics(make_daemon):
+    """/metrics has each data set's size and fullness and its pool's figures."""
+    from .harness import free_port
+    from .test_metrics import samples, scrape
+    port = free_port()
+    d = make_daemon(f'metrics_listen = "127.0.0.1:{port}"', structures=SMDS).start()
+    with cqsclient.connect(d.address, client="SEEN") as c:
+        s = c.structure("MSGQ01")
+        s.put("Q", payload(2 * MiB, 1))
+        s.browse("Q")
+    got = samples(scrape(port)[1])
+    mine = frozenset({("structure", "MSGQ01"), ("owner", "SEEN")})
+    assert got[("cqsd_smds_size", mine)] == 64 * MiB
+    assert 0 < got[("cqsd_smds_used_percent", mine)] < 100
+    assert got[("cqsd_smds_available", mine)] == 1

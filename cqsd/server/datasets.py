@@ -317,8 +317,9 @@ class DataSets:
         return s.offloaded() if s is not None else iter(())
 
     def reopen(self, structure: str) -> None:
-        """After a recovery or a rebuild replaced the structure: its data sets'
-        space maps are rebuilt from the new instance's entries."""
+        """After a recovery replaced the structure: its data sets' space maps are
+        rebuilt from what the new instance holds. (A rebuild copies the entries
+        as they are, so the maps, pending frees included, stay right.)"""
         for key in [k for k in self._open if k[0] == structure]:
             dataset = self._open[key]
             try:

@@ -125,6 +125,8 @@ class Operations:
         finally:
             self._recovering.discard(name)
         self._install(new)
+        for s in new.structures():  # what the data sets hold is now what the log says
+            self.datasets.reopen(s.name)
         for owner in sorted(set(new.client_stats()) - set(self.clients.sessions)):
             new.release_client(owner)
         self.settle()
@@ -161,8 +163,6 @@ class Operations:
 
     def _install(self, new: StructurePair) -> None:
         self.registry.install(new)
-        for s in new.structures():
-            self.datasets.reopen(s.name)
         self.clients.announce(new)
 
     def rebuild(self, name: str, size: int | None) -> dict[str, Any]:

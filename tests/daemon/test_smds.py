@@ -241,3 +241,19 @@ def test_data_sets_are_in_the_metrics(make_daemon):
     assert got[("cqsd_smds_size", mine)] == 64 * MiB
     assert 0 < got[("cqsd_smds_used_percent", mine)] < 100
     assert got[("cqsd_smds_available", mine)] == 1
+
+
+def test_rebuild_and_alter_keep_offloaded_messages(make_daemon):
+    """A structure copy (rebuild, with a new size) and an alter carry offloaded
+    messages over untouched, and the data set's space stays accounted."""
+    d = make_daemon(structures=SMDS).start()
+    with cqsclient.connect(d.address, client="COPY") as c:
+        s = c.structure("MSGQ01")
+        ids = s.put_batch("Q", [payload(500_000, i) for i in range(4)])
+        s.delete(s.read("Q").entry_id)
+        used = c.query("smds", "MSGQ01")[0]["used_percent"]
+        c.rebuild("MSGQ01", size=48 * MiB)
+        c.alter("MSGQ01", 40 * MiB)
+        assert [m.entry_id for m in s.browse("Q")] == ids[1:]
+        assert [m.data for m in s.browse("Q")] == [payload(500_000, i) for i in range(1, 4)]
+        assert c.query("smds", "MSGQ01")[0]["used_percent"] == used

@@ -26,7 +26,7 @@ class Entry:
 
     __slots__ = (
         "entry_id", "qtype", "name", "data", "recoverable", "put_time",
-        "delivery_count", "owner", "where", "elements", "segments", "home",
+        "delivery_count", "owner", "where", "elements", "segments", "home", "map",
     )
 
     def __init__(self, entry_id: int, qtype: int, name: str, data: bytes | memoryview,
@@ -43,6 +43,7 @@ class Entry:
         self.elements: int = elements_  # this entry's own elements, segments excluded
         self.segments: "Queue | None" = None  # staging sublist of a long message
         self.home: tuple[int, str] | None = None  # the queue a suspended entry came from
+        self.map = None  # the DataMap of a payload offloaded to an SMDS (cqsd.smds)
 
     @property
     def key(self) -> tuple[int, str]:

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from sortedcontainers import SortedDict
 
 from ..records import COLD_BY, DELETE, LOCK, MOVED_IN, MOVED_OUT, PUT, READY_AT
+from ..smds.datamap import DataMap
 from .entry import COLD, ELEMENT, ENTRY_CONTROLS, LOCKED, READY, STAGED, Entry, Queue, elements
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
@@ -390,11 +391,11 @@ class Structure:
         per_queue: dict[Key, list[Entry]] = {}
         slow = []
         used_elements = used_entries = count = 0
-        for eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home in rows:
+        for row in rows:
+            eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home, dm = row
             count += 1
-            if where != READY or len(data) > step:
-                slow.append((eid, qtype, name, data, recoverable, put_time, deliveries, where,
-                             owner, home))
+            if where != READY or len(data) > step or dm is not None:
+                slow.append(row)
                 continue
             n = (len(data) + ENTRY_CONTROLS + ELEMENT - 1) // ELEMENT
             e = Entry(eid, qtype, name, data, recoverable, put_time, n)
@@ -434,8 +435,10 @@ class Structure:
         where: str = READY,
         owner: str | None = None,
         home: tuple[int, str] | None = None,
+        datamap: list | None = None,
     ) -> Entry:
-        """Re-create a message as an image or a log fold recorded it.
+        """Re-create a message as an image or a log fold recorded it (``datamap``: the
+        encoded data map of an offloaded payload).
 
         Space is taken without the full check: an image is what was there, and a
         structure configured smaller than its content shows as over-full in stats
@@ -448,6 +451,7 @@ class Structure:
         self.entries_used += cost_entries
         entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time)
         entry.home = (QueueType(home[0]), home[1]) if home else None
+        entry.map = DataMap.decode(datamap) if datamap is not None else None
         if where == LOCKED:
             assert owner is not None, f"entry {entry_id} locked by nobody"
             self._unplace(entry)

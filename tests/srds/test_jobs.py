@@ -5,7 +5,9 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
+from crc32c import crc32c
 
 import logstream
 from cqsd.engine import Structure
@@ -15,6 +17,7 @@ from cqsd.srds import jobs, manifest, slots
 from cqsd.storage import image, repository
 
 from .histories import History, Seeded
+from .test_slots import before_maps
 
 S = "MSGQ01"
 
@@ -235,6 +238,30 @@ def test_structure_names_with_special_characters_work_as_paths(spark, tmp_path):
     assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
     assert image.read_rows(Path(jobs.recover(spark, tmp_path, name)["image"]), name)[1] == {
         1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None, None]}
+
+
+def test_a_slot_written_before_data_maps_is_the_base_of_the_next_checkpoint(spark, tmp_path):
+    """Slot files with a ``ref`` column instead of ``map`` (before SMDS) are read by
+    Spark as rows with no map, under the offloaded puts logged since."""
+    datamap = ["IMS1", 3, crc32c(b"big"), [64, 1]]
+    write_log(tmp_path, [("cqsd", 1, 1, {"s": S, "e": [["P", 1, 1, "A", b"x", 1]]}),
+                         ("cqsd", 2, 2, {"s": S, "e": [["P", 2, 1, "A", b"y", 2]]})])
+    jobs.checkpoint(spark, tmp_path, S)
+    slot = slots.valid_slots(tmp_path / "srds", S)[0]
+    with slots.locked(tmp_path / "srds", S) as directory:
+        staged = slots.staging_dir(directory, "old")
+        staged.mkdir()
+        old = before_maps(slots.table_of(slots.read_rows(slot).values()))
+        pq.write_table(old, staged / "part-0.parquet")
+        slots.install(directory, staged, slot.name, slot.lsn, slot.last_id, slot.time)
+    offloaded = [["B", 3, 64, b"big"], ["P", 3, 1, "A", b"", 4], ["M", 3, datamap]]
+    write_log(tmp_path, [("cqsd", 3, 3, {"s": S, "e": [["L", 1, "IMS1"]]}),
+                         ("cqsd", 4, 4, {"s": S, "e": offloaded})])
+    jobs.checkpoint(spark, tmp_path, S)
+    assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == {
+        1: [1, 1, "A", b"x", True, 1, 1, "locked", "IMS1", None, None],
+        2: [2, 1, "A", b"y", True, 2, 0, "ready", None, None, None],
+        3: [3, 1, "A", b"big", True, 4, 0, "ready", None, None, datamap]}
 
 
 def test_the_report_shows_slots_and_the_tail_per_writer(spark, tmp_path, history):

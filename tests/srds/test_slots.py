@@ -210,9 +210,12 @@ def test_an_offloaded_row_keeps_its_payload_and_its_map_unless_asked_not_to(tmp_
 def test_a_slot_file_written_before_data_maps_is_read_with_no_maps(tmp_path):
     """Slot files of the format before SMDS (a string column ``ref`` where ``map`` is
     now) still load: every row has a nil map."""
-    table = slots.table_of([row(1), row(2)])
-    old = table.set_column(table.schema.get_field_index("map"), "ref",
-                           pa.array([None, None], pa.string()))
     path = tmp_path / "old.parquet"
-    pq.write_table(old, path)
+    pq.write_table(before_maps(slots.table_of([row(1), row(2)])), path)
     assert list(slots.iter_rows([path])) == [row(1), row(2)]
+
+
+def before_maps(table: pa.Table) -> pa.Table:
+    """A slot table as cqsd wrote it before SMDS: ``ref``, a null string, for ``map``."""
+    return table.set_column(table.schema.get_field_index("map"), "ref",
+                            pa.nulls(table.num_rows, pa.string()))

@@ -18,7 +18,7 @@ from .smds.datamap import DataMap
 from .smds.errors import BadDataMap
 
 
-def decode(structure: str, eid: int, datamap) -> DataMap:
+def decode(structure: str, eid: int, datamap: object) -> DataMap:
     """The data map of an ``M`` effect; raises FoldError if it is not one."""
     try:
         return DataMap.decode(datamap)

@@ -7,7 +7,12 @@ zero-copy slices of it and occupy their own list entries and data elements, so
 capacity is counted as a coupling facility would count it.
 """
 
+from typing import TYPE_CHECKING
+
 from sortedcontainers import SortedDict
+
+if TYPE_CHECKING:
+    from ..smds.datamap import DataMap
 
 ELEMENT = 512  # bytes in a CF data element (seed 004, "List Structure Components")
 ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (DESIGN §3)
@@ -43,7 +48,7 @@ class Entry:
         self.elements: int = elements_  # this entry's own elements, segments excluded
         self.segments: "Queue | None" = None  # staging sublist of a long message
         self.home: tuple[int, str] | None = None  # the queue a suspended entry came from
-        self.map = None  # the DataMap of a payload offloaded to an SMDS (cqsd.smds)
+        self.map: "DataMap | None" = None  # where a payload offloaded to an SMDS is
 
     @property
     def key(self) -> tuple[int, str]:

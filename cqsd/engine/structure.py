@@ -435,7 +435,7 @@ class Structure:
         where: str = READY,
         owner: str | None = None,
         home: tuple[int, str] | None = None,
-        datamap: list | None = None,
+        datamap: list[Any] | None = None,
     ) -> Entry:
         """Re-create a message as an image or a log fold recorded it (``datamap``: the
         encoded data map of an offloaded payload).

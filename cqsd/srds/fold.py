@@ -6,22 +6,22 @@ window over each entry's rows in log order, partitioned by (structure, id).
 Because entry ids are never reused within a structure, each entry's history is
 independent of every other's, so the window is the whole fold:
 
-- an entry is present at the end if its last add (``B`` slot row, ``P``, ``I``)
-  comes after its last removal (``D``, ``O``);
+- an entry is present at the end if its last add (``base`` slot row, ``P``,
+  ``I``) comes after its last removal (``D``, ``O``);
 - qtype, name, home and the base delivery count come from its last *reset*
-  (``B``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
+  (``base``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
   ``L`` rows after it;
-- where and owner come from the last of ``B P I R L C``; data and put time
-  from the last add;
+- where and owner come from the last of ``base P I R L C``; put time from
+  the last add, data and map from the last add or ``M``;
 - an ``L D R C O M`` whose previous add/remove row is missing or a removal is
   the reference fold's FoldError; Spark raises it from inside the plan with
   ``raise_error``, and ``raised`` turns it back into a FoldError.
 
 Offloaded payloads are materialised first (``_materialise``): each entry's
-``B`` and ``M`` rows are grouped and handed, in log order, to the reference
-fold's ``cqsd.blocks.Blocks``, which gives each ``M`` row its payload (or names the
-problem, raised like an orphan). The ``B`` rows go; ``M`` then sets data and
-map like the last add, and the window above is unchanged.
+``B`` and ``M`` rows are grouped and handed, in log order, to
+``cqsd.blocks.Blocks`` as in the reference fold, which gives each ``M`` row its
+payload (or names the problem, raised like an orphan). The ``B`` rows go, and
+the window above takes ``M`` rows as they come.
 
 The output keeps the window's partitioning, so each partition (each written
 file) is sorted by (structure, id) at no extra cost.

@@ -52,7 +52,7 @@ def filled(names: int, messages: int, skewed: bool) -> Structure:
         name = f"Q{i:05d}"
         for _ in range(n):
             eid += 1
-            rows.append([eid, 1, name, b"x", True, eid, 0, "ready", None, None])
+            rows.append([eid, 1, name, b"x", True, eid, 0, "ready", None, None, None])
     s.load(rows)
     del rows
     # the daemon freezes what a restart loaded out of the collector (cqsd/recovery/

@@ -38,8 +38,9 @@ READY_AT = "R"  # entry_id, qtype, name, home, delivery_count: back on a ready q
 COLD_BY = "C"  # entry_id, owner: to the cold queue (its owner cold-started)
 MOVED_OUT = "O"  # entry_id: left for the overflow structure (its I is in the same record)
 MOVED_IN = "I"  # entry_id, qtype, name, data, put_time, delivery_count, home
-BLOCK = "B"  # entry_id, page, data: payload stored in a data set's message block (docs/smds.md)
-MAPPED = "M"  # entry_id, map: the entry's payload is offloaded (after its P, whose data is empty)
+# An offloaded recoverable put (docs/smds.md): its B effects, then P with empty data, then M.
+BLOCK = "B"  # entry_id, page, data: the payload bytes of the message block at data-set page
+MAPPED = "M"  # entry_id, map: the payload is offloaded; map is DataMap.encode()
 ARITY = {PUT: 6, LOCK: 3, DELETE: 2, READY_AT: 6, COLD_BY: 3, MOVED_OUT: 2, MOVED_IN: 8,
          BLOCK: 4, MAPPED: 3}
 ADDS = (PUT, MOVED_IN)  # an entry appears
@@ -77,8 +78,10 @@ def waits_for_log(body: Body) -> bool:
 
 # -- the image row -----------------------------------------------------------------
 
-# A message as an image, a slot and both folds hold it.
-# MAP: the encoded data map of an offloaded message (its data then empty), else None.
+# A message as an image, a slot and both folds hold it. MAP is the data map of an
+# offloaded payload (DataMap.encode()), else None; DATA is then empty where only the
+# map is kept (the daemon's images, the restart fold) and the payload where the
+# bytes are materialised (what the Spark jobs write).
 ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME, MAP = range(11)
 ROW_FIELDS = 11
 
@@ -96,15 +99,15 @@ class Entry(Protocol):
     where: str
     owner: str | None
     home: tuple[int, str] | None
-    map: Any  # a DataMap, or None
+    map: Any  # a cqsd.smds DataMap, or None for a payload kept in memory
 
 
 def row_of(entry: Entry) -> list[Any]:
     """An engine entry as an image row."""
     home = [int(entry.home[0]), entry.home[1]] if entry.home else None
-    dmap = entry.map.encode() if entry.map is not None else None
+    datamap = entry.map.encode() if entry.map is not None else None
     return [entry.entry_id, int(entry.qtype), entry.name, bytes(entry.data), entry.recoverable,
-            entry.put_time, entry.delivery_count, entry.where, entry.owner, home, dmap]
+            entry.put_time, entry.delivery_count, entry.where, entry.owner, home, datamap]
 
 
 def rows_of(entries: Iterable[Entry]) -> dict[int, list[Any]]:

@@ -1,7 +1,23 @@
-"""The record and row formats: the reply rule and an entry as a row."""
+"""The record and row formats: the reply rule and an entry as a row, data map included."""
 
 from cqsd.engine import Structure
-from cqsd.records import COUNT, HOME, ROW_FIELDS, WHERE, row_of, waits_for_log
+from cqsd.records import (
+    ARITY,
+    B_DATA,
+    B_PAGE,
+    BLOCK,
+    COUNT,
+    DATA,
+    HOME,
+    M_MAP,
+    MAP,
+    MAPPED,
+    ROW_FIELDS,
+    WHERE,
+    row_of,
+    waits_for_log,
+)
+from cqsd.smds import DataMap, Range
 
 
 def test_a_reply_waits_for_any_record_but_one_of_locks_alone():
@@ -22,3 +38,23 @@ def test_an_entry_becomes_the_row_an_image_holds():
     assert len(row) == ROW_FIELDS
     assert row[:4] == [e.entry_id, 3, "Q", b"data"]
     assert (row[COUNT], row[WHERE], row[HOME]) == (1, "ready", [1, "Q"])
+
+
+def test_an_offloaded_entry_s_row_carries_its_encoded_data_map():
+    """row_of gives a data map as DataMap.encode() (nil for a payload in memory), which
+    DataMap.decode takes back; the entry's data is what it holds, here none."""
+    s = Structure("S", 1 << 20)
+    kept, offloaded = s.put("TRAN", "Q", b"data"), s.put("TRAN", "Q", b"")
+    offloaded.map = DataMap.of("IMS1", b"x" * 5000, [Range(64, 2)])
+    assert row_of(kept)[MAP] is None
+    row = row_of(offloaded)
+    assert (row[DATA], row[MAP]) == (b"", ["IMS1", 5000, offloaded.map.crc, [64, 2]])
+    assert DataMap.decode(row[MAP]) == offloaded.map
+
+
+def test_blocks_and_maps_make_a_record_that_waits_for_the_log():
+    """B and M are not locks: a record of them, or of blocks alone, is durable before
+    its reply."""
+    assert waits_for_log({"s": "S", "e": [["B", 1, 64, b"x"]]})
+    assert waits_for_log({"s": "S", "e": [["M", 1, ["IMS1", 1, 0, [64, 1]]]]})
+    assert ARITY[BLOCK] == 4 and ARITY[MAPPED] == 3 and (B_PAGE, B_DATA, M_MAP) == (2, 3, 2)

@@ -11,6 +11,7 @@ in the data set of structure ``store`` it lies, and it costs the elements of
 its encoded map, however long the payload.
 """
 
+
 from sortedcontainers import SortedDict
 
 from ..smds.datamap import DataMap

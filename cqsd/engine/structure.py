@@ -31,14 +31,12 @@ one id order, one message in flight if SERIAL, one empty→non-empty transition.
 """
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from sortedcontainers import SortedDict
-
-from collections import deque
-
 import msgpack
+from sortedcontainers import SortedDict
 
 from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
 from ..smds.datamap import DataMap
@@ -316,7 +314,7 @@ class Structure:
         seen: set[int] = set()
         need_elements = need_entries = 0
         freed_elements = freed_entries = 0
-        puts: list[tuple[QueueType, str, bytes, bool]] = []
+        puts: list[tuple[QueueType, str, bytes, bool, DataMap | None]] = []
         for op in ops:
             if type(op) is Put:
                 qtype = parse_qtype(op.qtype)
@@ -476,11 +474,11 @@ class Structure:
         per_queue: dict[Key, list[Entry]] = {}
         slow = []
         used_elements = used_entries = count = 0
-        for eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home, dmap in rows:
+        for row in rows:
+            eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home, dm = row
             count += 1
-            if where != READY or len(data) > step or dmap is not None:
-                slow.append((eid, qtype, name, data, recoverable, put_time, deliveries, where,
-                             owner, home, dmap))
+            if where != READY or len(data) > step or dm is not None:
+                slow.append(row)
                 continue
             n = (len(data) + ENTRY_CONTROLS + ELEMENT - 1) // ELEMENT
             e = Entry(eid, qtype, name, data, recoverable, put_time, n)

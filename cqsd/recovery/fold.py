@@ -2,14 +2,25 @@
 
 Pure Python over image rows (``records.py``), so the Spark job can be checked
 against it and a test can compare it with a live engine.
+
+Offloaded payloads (docs/smds.md) fold one of two ways. *Maps only* — the
+daemon's restart — skips ``B`` effects, whose bytes are already in the data
+set, so restart memory does not grow with offloaded data; ``M`` sets the
+row's map. *Materialising* — what the Spark jobs do, and this fold as their
+oracle — keeps each ``B`` (``cqsd.blocks``) until the ``M`` of its entry,
+which sets the row's map and its data, the blocks' bytes checked against the map.
 """
 
 from collections.abc import Iterable
 
+from ..blocks import Blocks, decode
 from ..records import (
+    B_DATA,
+    B_PAGE,
     BLOCK,
     COLD_BY,
     COUNT,
+    DATA,
     DELETE,
     E_DATA,
     E_NAME,
@@ -40,20 +51,25 @@ from ..records import (
 )
 
 
-def fold(image: dict[int, list], records: Iterable[dict], structure: str) -> int:
+def fold(image: dict[int, list], records: Iterable[dict], structure: str, *,
+         materialise: bool = False) -> int:
     """Apply every record of ``structure`` to ``image`` in place; returns the highest
-    entry id put by the records (0 if none)."""
+    entry id put by the records (0 if none). ``materialise`` gives offloaded rows
+    their payload from the ``B`` effects (which may precede their ``M`` by any
+    number of records of this call); ``B`` effects left without an ``M`` belong
+    to puts that never completed and are dropped. Raises FoldError."""
+    blocks = Blocks(structure) if materialise else None
     last_id = 0
     for body in records:
         if body.get(STRUCTURE) == structure:
-            last_id = max(last_id, _apply(image, body[EFFECTS], structure))
+            last_id = max(last_id, _apply(image, body[EFFECTS], structure, blocks))
         other = body.get(OTHERS)
         if other and structure in other:
-            last_id = max(last_id, _apply(image, other[structure], structure))
+            last_id = max(last_id, _apply(image, other[structure], structure, blocks))
     return last_id
 
 
-def _apply(image: dict[int, list], effects: list, structure: str) -> int:
+def _apply(image: dict[int, list], effects: list, structure: str, blocks: Blocks | None) -> int:
     last_id = 0
     for effect in effects:
         kind, eid = effect[0], effect[1]
@@ -63,8 +79,13 @@ def _apply(image: dict[int, list], effects: list, structure: str) -> int:
                           effect[E_PUT_TIME], count, "ready", None, home, None]
             last_id = max(last_id, eid)
             continue
-        if kind == BLOCK:  # maps only: the bytes are in the data set already
+        if kind == BLOCK:
+            if blocks is not None:
+                blocks.add(eid, effect[B_PAGE], effect[B_DATA])
             continue
+        if kind == MAPPED:  # map and blocks are checked before the entry, as in Spark
+            datamap = decode(structure, eid, effect[M_MAP])
+            payload = blocks.take(eid, datamap) if blocks is not None else None
         row = image.get(eid)
         if row is None:
             raise FoldError(f"structure {structure}: effect {kind} on entry {eid}, "
@@ -82,6 +103,8 @@ def _apply(image: dict[int, list], effects: list, structure: str) -> int:
             row[WHERE], row[OWNER] = "cold", effect[E_OWNER]
         elif kind == MAPPED:
             row[MAP] = effect[M_MAP]
+            if payload is not None:
+                row[DATA] = payload
         else:
             raise FoldError(f"structure {structure}: unknown effect kind {kind!r}")
     return last_id

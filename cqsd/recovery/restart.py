@@ -11,7 +11,7 @@ from logstream.durable import fsync_dir
 from logstream.series import list_segments
 
 from ..engine import Structure
-from ..records import OWNER, RECOVERABLE, WHERE
+from ..records import DATA, MAP, OWNER, RECOVERABLE, WHERE
 from ..srds import slots
 from ..storage import image
 from .fold import fold
@@ -140,9 +140,11 @@ def _crash_start(name: str, base_path: Path, srds: Path, writer: str, log_end: i
         recovered = spark_recover(name) if spark_recover and tail > spark_records else None
         if recovered is not None:
             report.source = "spark"
-            return image.read_rows(recovered, name)
+            header, rows = image.read_rows(recovered, name)
+            return header, _maps_only(rows)
         report.source = "srds"
-        return {"lsn": dict(newest.lsn), "last_id": newest.last_id}, slots.read_rows(newest)
+        return ({"lsn": dict(newest.lsn), "last_id": newest.last_id},
+                slots.read_rows(newest, offloaded_data=False))
     if base is not None:
         report.source = "base"
         header, rows = image.read_rows(base_path, name)
@@ -150,20 +152,35 @@ def _crash_start(name: str, base_path: Path, srds: Path, writer: str, log_end: i
     return {"lsn": {}, "last_id": 0}, {}
 
 
+def _maps_only(rows: dict[int, list]) -> dict[int, list]:
+    """Rows as a restart holds them: an offloaded row's bytes are in its data set."""
+    for row in rows.values():
+        if row[MAP] is not None:
+            row[DATA] = b""
+    return rows
+
+
 def load_recovered(s: Structure, path: Path, log_dir: Path, cut: dict[str, int]) -> Rebuilt:
     """Fill the empty structure ``s`` from a recovery job's image plus the log records
-    after the position it covers up to ``cut`` (the durable end of the live log)."""
+    after the position it covers up to ``cut`` (the durable end of the live log).
+
+    Both are materialising (docs/recovery.md): the rows of offloaded messages come
+    with their payloads as well as their maps, for data sets to be rebuilt from.
+    """
     report = Rebuilt(s.name, clean=False, source="spark")
     t0 = time.perf_counter()
     header, rows = image.read_rows(path, s.name)
     report.image_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     start = {w: lsn + 1 for w, lsn in header.get("lsn", {}).items()}
-    last_id = 0
-    for record in logstream.read(log_dir, start=start, cut=cut):
-        if isinstance(record.body, dict):
-            last_id = max(last_id, fold(rows, [record.body], s.name))
-            report.replayed += 1
+
+    def bodies():
+        for record in logstream.read(log_dir, start=start, cut=cut):
+            if isinstance(record.body, dict):
+                report.replayed += 1
+                yield record.body
+
+    last_id = fold(rows, bodies(), s.name, materialise=True)
     report.replay_seconds = time.perf_counter() - t0
     image.restore(s, rows)
     s.last_id = max(s.last_id, header.get("last_id", 0), last_id)

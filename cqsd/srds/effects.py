@@ -4,8 +4,7 @@ Each effect of docs/recovery.md on a structure being folded becomes one row
 carrying its order key, (timestamp, writer, LSN, part, index): ``part`` is 0
 for the record's ``e`` list and 1 for its ``x`` map, ``index`` the effect's
 place in its list. Sorting by that key is the log order of the reference fold.
-A slot's messages become rows of kind ``B`` (base) that sort before any
-record.
+A slot's messages become rows of kind ``BASE`` that sort before any record.
 
 This runs in Spark's Python workers (inside ``mapInArrow``) and on the driver
 for in-memory records, so it uses pyarrow and nothing of pyspark.
@@ -13,10 +12,14 @@ for in-memory records, so it uses pyarrow and nothing of pyspark.
 
 from collections.abc import Collection, Iterator
 
+import msgpack
 import pyarrow as pa
 
 from ..records import (
     ARITY,
+    B_DATA,
+    B_PAGE,
+    BLOCK,
     COLD_BY,
     E_DATA,
     E_NAME,
@@ -27,6 +30,8 @@ from ..records import (
     I_COUNT,
     I_HOME,
     LOCK,
+    M_MAP,
+    MAPPED,
     MOVED_IN,
     OTHERS,
     PUT,
@@ -55,10 +60,16 @@ SCHEMA = pa.schema([
     ("owner", pa.string()),
     ("home_qtype", pa.int32()),
     ("home_name", pa.string()),
+    ("page", pa.int64()),  # B: the data-set page its range starts at
+    ("map", pa.binary()),  # M (and a slot's offloaded message): msgpack of the data map
 ])
-BASE = "B"  # a slot's message, before every record
+BASE = "base"  # a slot's message, before every record (no effect kind is a word)
 BATCH_ROWS = 4096  # rows per Arrow batch: a few MiB of 1 KiB messages
+# ... or fewer, once their payloads reach this: an offloaded message's blocks are
+# MiBs each, and an Arrow binary column holds at most 2 GiB
+BATCH_BYTES = 64 << 20
 KIND_COLUMN = SCHEMA.get_field_index("kind")
+DATA_COLUMN = SCHEMA.get_field_index("data")
 
 
 def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int) -> list[tuple]:
@@ -97,18 +108,23 @@ def _row(s, kind, e, ts, writer, lsn, part, idx) -> tuple:
     key = (s, e[1], ts, writer, lsn, part, idx, kind)
     if kind == PUT:
         return (*key, e[E_QTYPE], e[E_NAME], e[E_DATA], e[E_PUT_TIME], 0, "ready", None, None,
-                None)
+                None, None, None)
     if kind == LOCK:
-        return (*key, None, None, None, None, None, "locked", e[E_OWNER], None, None)
+        return (*key, None, None, None, None, None, "locked", e[E_OWNER], None, None, None, None)
     if kind == READY_AT:
         return (*key, e[E_QTYPE], e[E_NAME], None, None, e[R_COUNT], "ready", None,
-                *_home(e[R_HOME]))
+                *_home(e[R_HOME]), None, None)
     if kind == COLD_BY:
-        return (*key, None, None, None, None, None, "cold", e[E_OWNER], None, None)
+        return (*key, None, None, None, None, None, "cold", e[E_OWNER], None, None, None, None)
     if kind == MOVED_IN:
         return (*key, e[E_QTYPE], e[E_NAME], e[E_DATA], e[E_PUT_TIME], e[I_COUNT], "ready",
-                None, *_home(e[I_HOME]))
-    return (*key, None, None, None, None, None, None, None, None, None)  # D, O
+                None, *_home(e[I_HOME]), None, None)
+    if kind == BLOCK:
+        return (*key, None, None, e[B_DATA], None, None, None, None, None, None, e[B_PAGE], None)
+    if kind == MAPPED:
+        return (*key, None, None, None, None, None, None, None, None, None, None,
+                msgpack.packb(e[M_MAP], use_bin_type=True))
+    return (*key, None, None, None, None, None, None, None, None, None, None, None)  # D, O
 
 
 def _home(home) -> tuple:
@@ -134,11 +150,30 @@ def batch(rows: list[tuple]) -> pa.RecordBatch:
 
 def batches(records, structures: Collection[str]) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the effect rows of ``(writer, lsn, timestamp, body)`` records."""
-    rows: list[tuple] = []
+    gathered = Batches()
     for writer, lsn, ts, body in records:
-        rows += rows_of(body, structures, ts, writer, lsn)
-        if len(rows) >= BATCH_ROWS:
-            yield batch(rows)
-            rows = []
-    if rows:
-        yield batch(rows)
+        yield from gathered.add(rows_of(body, structures, ts, writer, lsn))
+    yield from gathered.flush()
+
+
+class Batches:
+    """Effect rows gathered into Arrow batches of BATCH_ROWS rows, or fewer once their
+    payloads reach BATCH_BYTES."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.nbytes = 0
+
+    def add(self, rows: list[tuple]) -> list[pa.RecordBatch]:
+        """The batch these rows complete, if they complete one."""
+        self.rows += rows
+        self.nbytes += sum(len(r[DATA_COLUMN]) for r in rows if r[DATA_COLUMN] is not None)
+        if len(self.rows) >= BATCH_ROWS or self.nbytes >= BATCH_BYTES:
+            return self.flush()
+        return []
+
+    def flush(self) -> list[pa.RecordBatch]:
+        """The rows gathered so far as a batch (none if there are none)."""
+        done = [batch(self.rows)] if self.rows else []
+        self.rows, self.nbytes = [], 0
+        return done

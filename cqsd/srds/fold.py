@@ -6,16 +6,22 @@ window over each entry's rows in log order, partitioned by (structure, id).
 Because entry ids are never reused within a structure, each entry's history is
 independent of every other's, so the window is the whole fold:
 
-- an entry is present at the end if its last add (``B`` slot row, ``P``, ``I``)
-  comes after its last removal (``D``, ``O``);
+- an entry is present at the end if its last add (``base`` slot row, ``P``,
+  ``I``) comes after its last removal (``D``, ``O``);
 - qtype, name, home and the base delivery count come from its last *reset*
-  (``B``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
+  (``base``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
   ``L`` rows after it;
-- where and owner come from the last of ``B P I R L C``; data and put time
-  from the last add;
-- an ``L D R C O`` whose previous add/remove row is missing or a removal is
+- where and owner come from the last of ``base P I R L C``; put time from
+  the last add, data and map from the last add or ``M``;
+- an ``L D R C O M`` whose previous add/remove row is missing or a removal is
   the reference fold's FoldError; Spark raises it from inside the plan with
   ``raise_error``, and ``raised`` turns it back into a FoldError.
+
+Offloaded payloads are materialised first (``_materialise``): each entry's
+``B`` and ``M`` rows are grouped and handed, in log order, to
+``cqsd.blocks.Blocks`` as in the reference fold, which gives each ``M`` row its
+payload (or names the problem, raised like an orphan). The ``B`` rows go, and
+the window above takes ``M`` rows as they come.
 
 The output keeps the window's partitioning, so each partition (each written
 file) is sorted by (structure, id) at no extra cost.
@@ -24,6 +30,7 @@ file) is sorted by (structure, id) at no extra cost.
 import contextlib
 from collections.abc import Iterator
 
+import msgpack
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.errors.exceptions.captured import CapturedException
@@ -31,13 +38,16 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ..records import ADDS, COLD_BY, LOCK, READY_AT, REMOVES, FoldError
+from ..blocks import Blocks, decode
+from ..records import ADDS, BLOCK, COLD_BY, LOCK, MAPPED, READY_AT, REMOVES, FoldError
 from . import effects, segments, slots
 
 EVENTS = from_arrow_schema(effects.SCHEMA)
 SLOT = from_arrow_schema(slots.SCHEMA)
 ORDER = ["ts", "writer", "lsn", "part", "idx"]
 _RAISED = "USER_RAISED_EXCEPTION"
+PROBLEM = "_problem"  # why an entry's B and M rows do not make its payload
+_TAKEN = effects.SCHEMA.append(pa.field(PROBLEM, pa.string()))
 
 
 class _Summaries(AccumulatorParam):
@@ -92,6 +102,7 @@ def slot_events(rows: DataFrame, structure: str) -> DataFrame:
         F.lit("").alias("writer"), F.lit(0).cast("long").alias("lsn"),
         F.lit(0).alias("part"), F.lit(0).alias("idx"), F.lit(effects.BASE).alias("kind"),
         "qtype", "name", "data", "put_time", "count", "where", "owner", "home_qtype", "home_name",
+        F.lit(None).cast("long").alias("page"), "map",
     )
 
 
@@ -107,6 +118,7 @@ def fold(events: DataFrame) -> DataFrame:
     raises a Spark error that ``raised`` turns into FoldError if an effect
     names an entry that is not there.
     """
+    events = _materialise(events)
     kind = F.col("kind")
     added, removed = kind.isin(effects.BASE, *ADDS), kind.isin(*REMOVES)
     reset, placed = added | (kind == READY_AT), added | kind.isin(READY_AT, LOCK, COLD_BY)
@@ -126,24 +138,55 @@ def fold(events: DataFrame) -> DataFrame:
         F.last(F.when(reset, F.struct("qtype", "name", "home_qtype", "home_name", "count",
                                       "_locks")), True).over(upto).alias("_reset"),
         F.last(F.when(placed, F.struct("where", "owner")), True).over(upto).alias("_place"),
-        F.last(F.when(added, F.struct("data", "put_time")), True).over(upto).alias("_add"),
+        F.last(F.when(added, F.col("put_time")), True).over(upto).alias("_put_time"),
+        F.last(F.when(added | (kind == MAPPED), F.struct("data", "map")), True).over(upto)
+        .alias("_payload"),
     )
     orphan = ~added & (F.col("_before").isNull() | F.col("_before").isin(*REMOVES))
     # One expression, so no optimiser can test the last-row condition first and
-    # skip the check on the rows it would drop.
-    keep = F.when(orphan, F.raise_error(_orphan_message())).otherwise(
-        F.col("_last") & F.col("_now").isin(effects.BASE, *ADDS))
+    # skip the checks on the rows it would drop.
+    keep = (F.when(F.col(PROBLEM).isNotNull(), F.raise_error(F.col(PROBLEM)))
+            .when(orphan, F.raise_error(_orphan_message()))
+            .otherwise(F.col("_last") & F.col("_now").isin(effects.BASE, *ADDS)))
     return folded.filter(keep).select(
         "structure", "id",
         F.col("_reset.qtype").alias("qtype"), F.col("_reset.name").alias("name"),
-        F.col("_add.data").alias("data"), F.lit(None).cast("string").alias("ref"),
-        F.col("_add.put_time").alias("put_time"),
+        F.col("_payload.data").alias("data"), F.col("_payload.map").alias("map"),
+        F.col("_put_time").alias("put_time"),
         (F.col("_reset.count") + F.col("_locks") - F.col("_reset._locks")).cast("int")
         .alias("count"),
         F.col("_place.where").alias("where"), F.col("_place.owner").alias("owner"),
         F.col("_reset.home_qtype").alias("home_qtype"),
         F.col("_reset.home_name").alias("home_name"),
     ).sortWithinPartitions("structure", "id")
+
+
+def _materialise(events: DataFrame) -> DataFrame:
+    """The events without B rows, each M row carrying its entry's payload, plus a
+    PROBLEM column: null, or (on a B or M row) why the blocks do not fit."""
+    kind = F.col("kind")
+    taken = (events.filter(kind.isin(BLOCK, MAPPED)).groupBy("structure", "id")
+             .applyInArrow(_take_blocks, from_arrow_schema(_TAKEN)))
+    return (events.filter(~kind.isin(BLOCK, MAPPED))
+            .withColumn(PROBLEM, F.lit(None).cast("string")).unionByName(taken))
+
+
+def _take_blocks(rows: pa.Table) -> pa.Table:
+    """One entry's B and M rows -> its M rows with their payloads, or the first row
+    in log order that is a FoldError of the reference fold, naming its record."""
+    ordered = sorted(rows.to_pylist(), key=lambda r: tuple(r[c] for c in ORDER))
+    blocks, out = Blocks(ordered[0]["structure"]), []
+    for r in ordered:
+        try:
+            if r["kind"] == BLOCK:
+                blocks.add(r["id"], r["page"], r["data"])
+                continue
+            datamap = decode(blocks.structure, r["id"], msgpack.unpackb(r["map"]))
+            out.append({**r, "data": blocks.take(r["id"], datamap), PROBLEM: None})
+        except FoldError as err:
+            problem = f"{err} (writer {r['writer']} LSN {r['lsn']})"
+            return pa.Table.from_pylist([{**r, "data": None, PROBLEM: problem}], schema=_TAKEN)
+    return pa.Table.from_pylist(out, schema=_TAKEN)
 
 
 def _orphan_message() -> Column:

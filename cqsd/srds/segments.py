@@ -84,7 +84,7 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
                    records=0, matched=0, last_ids={}, problem=None)
     seg = SegmentFile(Path(task.path), task.writer, task.first_lsn)
     reader = SegmentScan(seg, last=task.last)
-    rows: list[tuple] = []
+    gathered = effects.Batches()
     try:
         for frame in reader:
             if frame.lsn > task.cut:
@@ -97,14 +97,10 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
             if found:
                 summary["matched"] += 1
                 _note_ids(summary["last_ids"], found)
-                rows += found
-                if len(rows) >= effects.BATCH_ROWS:
-                    yield effects.batch(rows)
-                    rows = []
+                yield from gathered.add(found)
             if frame.lsn == task.cut:
                 break  # not on through the preallocated tail of a live segment
-        if rows:
-            yield effects.batch(rows)
+        yield from gathered.flush()
     except CorruptLog as err:
         summary["problem"] = {"type": "corrupt", "path": err.path, "offset": err.offset,
                               "reason": err.reason.value, "detail": err.detail}

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgpack
 import pyarrow as pa
 import pyarrow.parquet as pq
 import structlog
@@ -36,6 +37,7 @@ from crc32c import crc32c
 
 from logstream.durable import fsync_dir, make_dirs
 
+from ..records import ROW_FIELDS
 from . import manifest
 
 log = structlog.get_logger()
@@ -49,15 +51,15 @@ RETIRED_PREFIX = ".old-"  # a slot being replaced, until the manifest no longer 
 LOCK_NAME = ".lock"
 CHUNK = 1 << 20  # bytes per read while checksumming a slot file
 
-# One row per recoverable message. ``data`` is nullable and ``ref`` is there so
-# a payload can later live in an SMDS and be referenced instead; for now
-# ``ref`` is always null and ``data`` always set.
+# One row per recoverable message. ``map`` is the msgpack of an offloaded
+# payload's data map (docs/smds.md), whose bytes ``data`` then holds too: a
+# checkpoint includes the offloaded data of recoverable messages.
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
     pa.field("qtype", pa.int32(), nullable=False),
     pa.field("name", pa.string(), nullable=False),
     pa.field("data", pa.binary()),
-    pa.field("ref", pa.string()),
+    pa.field("map", pa.binary()),
     pa.field("put_time", pa.int64(), nullable=False),
     pa.field("count", pa.int32(), nullable=False),
     pa.field("where", pa.string(), nullable=False),
@@ -67,6 +69,10 @@ SCHEMA = pa.schema([
 ])
 # Spark writes every column as optional, so files are checked by names and types.
 _COLUMNS = [(f.name, f.type) for f in SCHEMA]
+# Slots written before SMDS have a string column ``ref`` (always null) instead of
+# ``map``; they are read as rows with no map.
+_BEFORE_MAPS = [("ref", pa.string()) if name == "map" else (name, t) for name, t in _COLUMNS]
+BATCH_BYTES = 64 << 20  # payload bytes per batch read, when messages are large
 
 
 class SlotError(Exception):
@@ -223,48 +229,68 @@ def _crc_of(path: Path) -> int:
     return crc
 
 
-def read_rows(slot: Slot) -> dict[int, list]:
-    """The slot's messages as image rows (docs/recovery.md), in entry-id order.
+def read_rows(slot: Slot, *, offloaded_data: bool = True) -> dict[int, list]:
+    """The slot's messages as image rows (docs/recovery.md), in entry-id order
+    (``offloaded_data`` as for ``iter_rows``).
 
     Raises SlotError naming the file if a file is not a slot file.
     """
-    return {row[0]: row for row in iter_rows(slot.paths)}
+    return {row[0]: row for row in iter_rows(slot.paths, offloaded_data=offloaded_data)}
 
 
-def iter_rows(paths: Iterable[Path]) -> Iterator[list]:
-    """Image rows from slot-format Parquet files each sorted by id, merged by id."""
+def iter_rows(paths: Iterable[Path], *, offloaded_data: bool = True) -> Iterator[list]:
+    """Image rows from slot-format Parquet files each sorted by id, merged by id.
+
+    ``offloaded_data=False`` leaves the data of offloaded rows (those with a map)
+    empty, as a restart holds them: the bytes are in the data sets.
+    """
     # (id, row) pairs compare by id alone (ids are unique), without a key call per row
-    return (row for _, row in heapq.merge(*(_file_rows(Path(p)) for p in paths)))
+    return (row for _, row in heapq.merge(*(_file_rows(Path(p), offloaded_data)
+                                            for p in paths)))
 
 
-def _file_rows(path: Path) -> Iterator[tuple[int, list]]:
+def _file_rows(path: Path, offloaded_data: bool) -> Iterator[tuple[int, list]]:
     try:
         parquet = pq.ParquetFile(path)
-        if [(f.name, f.type) for f in parquet.schema_arrow] != _COLUMNS:
+        columns = [(f.name, f.type) for f in parquet.schema_arrow]
+        if columns not in (_COLUMNS, _BEFORE_MAPS):
             raise SlotError(f"{path}: not an SRDS slot file (columns {parquet.schema_arrow.names})")
         last = None
-        for batch in parquet.iter_batches(batch_size=4096):
+        for batch in parquet.iter_batches(batch_size=_batch_rows(parquet)):
             c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            for eid, qtype, name, data, put_time, count, where, owner, hq, hn in zip(
+            maps = c.get("map") or [None] * batch.num_rows
+            for eid, qtype, name, data, put_time, count, where, owner, hq, hn, packed in zip(
                 c["id"], c["qtype"], c["name"], c["data"], c["put_time"], c["count"],
-                c["where"], c["owner"], c["home_qtype"], c["home_name"], strict=True,
+                c["where"], c["owner"], c["home_qtype"], c["home_name"], maps, strict=True,
             ):
                 if last is not None and eid <= last:
                     raise SlotError(f"{path}: rows are not in entry-id order at entry {eid}")
                 last = eid
                 home = [hq, hn] if hq is not None else None
-                yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home]
-    except (OSError, pa.ArrowException) as err:
+                datamap = None if packed is None else msgpack.unpackb(packed)
+                if datamap is not None and not offloaded_data:
+                    data = b""
+                yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home,
+                            datamap]
+    except (OSError, pa.ArrowException, ValueError, msgpack.UnpackException) as err:
         raise SlotError(f"{path}: cannot read slot file ({err})") from err
+
+
+def _batch_rows(parquet: pq.ParquetFile) -> int:
+    """Rows per batch read: 4096, or fewer for rows of large (offloaded) messages."""
+    meta = parquet.metadata
+    nbytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    return max(1, min(4096, BATCH_BYTES * max(1, meta.num_rows) // max(1, nbytes)))
 
 
 def table_of(rows: Iterable[list]) -> pa.Table:
     """Image rows (recoverable ones) as a table in the slot schema, sorted by id."""
     ordered = sorted(rows, key=lambda row: row[0])
-    columns = list(zip(*ordered, strict=True)) if ordered else [[]] * 10
-    eid, qtype, name, data, _, put_time, count, where, owner, home = columns
+    columns = list(zip(*ordered, strict=True)) if ordered else [[]] * ROW_FIELDS
+    eid, qtype, name, data, _, put_time, count, where, owner, home, maps = columns
     return pa.table({
-        "id": eid, "qtype": qtype, "name": name, "data": data, "ref": [None] * len(eid),
+        "id": eid, "qtype": qtype, "name": name, "data": data,
+        "map": [None if m is None else msgpack.packb(m) for m in maps],
         "put_time": put_time, "count": count, "where": where, "owner": owner,
         "home_qtype": [h[0] if h else None for h in home],
         "home_name": [h[1] if h else None for h in home],

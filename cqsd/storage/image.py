@@ -5,12 +5,14 @@ so a clean stop writes each one out whole — recoverable and non-recoverable
 messages, locks and the cold queue included — and the next start loads it.
 
 Format: ``u32`` big-endian length of the header, the header (a msgpack map
-``{"format": "cqsd-image", "version": 2, "structure", "last_id", "count",
+``{"format": "cqsd-image", "version": 3, "structure", "last_id", "count",
 "created", "lsn"}``, ``lsn`` being the log position the image covers,
 ``{writer: last LSN}``), then the rows as ONE msgpack array of arrays
 ``[entry_id, qtype, name, data, recoverable, put_time, delivery_count, where,
-owner, home]`` (``records.py``) in entry-id order, then a 24-byte footer: ``u64`` length of the
-rows array, ``u64`` row count, ``u32`` CRC32C of the rows array, ``b"CQIE"``.
+owner, home, map]`` (``records.py``) in entry-id order, then a 24-byte footer:
+``u64`` length of the rows array, ``u64`` row count, ``u32`` CRC32C of the rows
+array, ``b"CQIE"``. Version 2 is the same without ``map`` (before SMDS); it is
+still read, its rows given a nil map.
 One array lets a restart decode a million rows in a single C call over a
 memory map, with no copy of the file. The file is written to a temporary name,
 fsynced, renamed and the directory fsynced, so an image is either whole or
@@ -34,7 +36,8 @@ from ..engine import Structure
 from ..records import ROW_FIELDS, row_of
 
 FORMAT = "cqsd-image"
-VERSION = 2
+VERSION = 3
+WITHOUT_MAPS = 2  # the version before SMDS: rows of ten fields
 
 
 class ImageError(Exception):
@@ -152,22 +155,28 @@ def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, 
             header = msgpack.unpackb(view[4:4 + header_length], raw=False)
             if not isinstance(header, dict) or header.get("format") != FORMAT:
                 raise ImageError(f"{path}: not a cqsd structure image")
-            if header.get("version") != VERSION:
-                raise ImageError(f"{path}: image version {header.get('version')} is not {VERSION}")
+            version = header.get("version")
+            if version not in (VERSION, WITHOUT_MAPS):
+                raise ImageError(f"{path}: image version {version} is not {VERSION}")
             if header.get("structure") != structure:
                 raise ImageError(
                     f"{path}: image of structure {header.get('structure')}, not {structure}"
                 )
-            body = view[4 + header_length: 4 + header_length + rows_length]
-            if crc32c(body) != crc:
-                raise ImageError(f"{path}: rows fail their CRC32C check")
-            rows = msgpack.unpackb(body, raw=False)
+            # released on the way out, even by an error, so the map can close
+            with view[4 + header_length: 4 + header_length + rows_length] as body:
+                if crc32c(body) != crc:
+                    raise ImageError(f"{path}: rows fail their CRC32C check")
+                rows = msgpack.unpackb(body, raw=False)
         except (ValueError, TypeError, msgpack.UnpackException) as err:
             raise ImageError(f"{path}: damaged image ({type(err).__name__}: {err})") from err
         if not isinstance(rows, list) or len(rows) != count:
             raise ImageError(f"{path}: holds {len(rows)} rows, its footer says {count}")
-        if any(not isinstance(r, list) or len(r) != ROW_FIELDS for r in rows):
+        fields = ROW_FIELDS if version == VERSION else ROW_FIELDS - 1
+        if any(not isinstance(r, list) or len(r) != fields for r in rows):
             raise ImageError(f"{path}: a message row is malformed")
+        if version == WITHOUT_MAPS:
+            for r in rows:
+                r.append(None)
         return header, {r[0]: r for r in rows}
     finally:
         view.release()

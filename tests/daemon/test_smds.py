@@ -257,3 +257,28 @@ def test_rebuild_and_alter_keep_offloaded_messages(make_daemon):
         assert [m.entry_id for m in s.browse("Q")] == ids[1:]
         assert [m.data for m in s.browse("Q")] == [payload(500_000, i) for i in range(1, 4)]
         assert c.query("smds", "MSGQ01")[0]["used_percent"] == used
+
+
+def test_checkpoint_and_recover_give_offloaded_messages_back(make_daemon):
+    """A checkpoint holds the offloaded data of recoverable messages (read from the
+    log's B effects); a recovery from it and the log after it gives every
+    recoverable offloaded message back byte for byte and drops the others, and a
+    purge empties the data sets' space."""
+    d = make_daemon('spark_master = "local[1]"', structures=SMDS).start()
+    with cqsclient.connect(d.address, client="RECO") as c:
+        s = c.structure("MSGQ01")
+        before = {s.put("Q", payload(700_000, i)): payload(700_000, i) for i in range(3)}
+        gone = s.put("Q", payload(100_000, 9), recoverable=False)
+        c.checkpoint("MSGQ01")
+        after = {s.put("Q", payload(300_000, i)): payload(300_000, i) for i in range(10, 12)}
+        s.delete(s.read("Q").entry_id)  # the oldest, after the checkpoint
+        del before[min(before)]
+        result = c.recover("MSGQ01")
+        assert result["messages"] == 4
+        got = {m.entry_id: m.data for m in s.browse_all("Q")}
+        assert got == {**before, **after} and gone not in got
+        s.put("Q", payload(300_000, 20))  # space the recovery freed is handed out again
+        c.recover("MSGQ01", purge=True)
+        assert s.browse("Q") == []
+        assert c.query("smds", "MSGQ01")[0]["used_percent"] == 0
+    assert d.proc.poll() is None

@@ -1,11 +1,13 @@
 """The reference fold and the Spark fold behind one interface, for the contract tests.
 
 Both take start images ``{structure: {id: row}}`` and ``(writer, lsn, timestamp,
-body)`` records in any order, and return the folded rows per structure.
+body)`` records in any order, and return the folded rows per structure. Both
+materialise offloaded payloads, as the Spark jobs do.
 """
 
 import copy
 
+import msgpack
 import pyarrow as pa
 
 from cqsd.recovery import fold as reference
@@ -23,7 +25,7 @@ def python_fold(spark, images: dict, records: list, structures: list[str]) -> di
     folded = {}
     for s in structures:
         rows = copy.deepcopy(images.get(s, {}))
-        reference.fold(rows, bodies, s)
+        reference.fold(rows, bodies, s, materialise=True)
         folded[s] = rows
     return folded
 
@@ -40,13 +42,15 @@ def spark_fold(spark, images: dict, records: list, structures: list[str]) -> dic
     folded: dict = {s: {} for s in structures}
     for r in table.to_pylist():
         home = [r["home_qtype"], r["home_name"]] if r["home_qtype"] is not None else None
+        datamap = msgpack.unpackb(r["map"]) if r["map"] is not None else None
         folded[r["structure"]][r["id"]] = [r["id"], r["qtype"], r["name"], r["data"], True,
                                            r["put_time"], r["count"], r["where"], r["owner"],
-                                           home]
+                                           home, datamap]
     return folded
 
 
 def _base_row(structure: str, row: list) -> tuple:
-    eid, qtype, name, data, _, put_time, count, where, owner, home = row
+    eid, qtype, name, data, _, put_time, count, where, owner, home, datamap = row
     return (structure, eid, -1, "", 0, 0, 0, effects.BASE, qtype, name, data, put_time, count,
-            where, owner, *(home or (None, None)))
+            where, owner, *(home or (None, None)), None,
+            msgpack.packb(datamap) if datamap is not None else None)

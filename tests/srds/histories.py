@@ -8,6 +8,14 @@ one record holding an ``O`` for the primary and, in its ``x`` map, an ``I`` for
 the overflow. Each
 request's effects become one record, stamped for one of several writers so
 that the merged order (timestamp, writer, LSN) is the order of the requests.
+
+Offloaded puts (docs/smds.md) are logged as the daemon logs them: the engine
+puts an entry with no data and the history gives it a data map, then logs its
+blocks (``B``), the engine's ``P`` and the ``M`` — the blocks in the same record
+or in records of their own just before it, of the same writer. Some puts are
+abandoned after their blocks (a crash before the entry was logged): their
+``B`` effects have no ``M`` and every fold drops them. A cut between a put's
+block records and its entry record is one the daemon never makes (``safe``).
 """
 
 import itertools
@@ -17,7 +25,9 @@ import msgpack
 from hypothesis import strategies as st
 
 from cqsd.engine import CQSError, Delete, Move, Put, QueueType, Structure, Unlock
-from cqsd.records import RECOVERABLE, rows_of
+from cqsd.records import BLOCK, DATA, MAP, MAPPED, RECOVERABLE, rows_of
+from cqsd.smds import DataMap, Range
+from cqsd.smds.pages import pages_for, room
 
 WRITERS = ["IMSA", "cqsd", "w.3"]  # in sort order; ties in time are broken by writer
 CLIENTS = ["IMS1", "IMS2"]
@@ -26,7 +36,7 @@ TYPES = [QueueType.TRAN, QueueType.TRAN_SERIAL, QueueType.LTERM, QueueType.TRAN_
 NAMES = ["A", "B"]
 ENTRY_MAX = 300  # so a message of a few hundred bytes is staged in segments
 NOISE = "NOISE"  # a structure no test folds: its effects must be ignored
-
+OWNER = "IMS1"  # whose data set holds the offloaded payloads
 
 
 class Drawn:
@@ -69,6 +79,10 @@ class History:
         self._lsn = dict.fromkeys(WRITERS, 0)
         self._at = (0, "")
         self._serial = 0
+        self.payloads: dict[int, bytes] = {}  # of the offloaded messages
+        self.unsafe: set[int] = set()  # cuts between a put's blocks and its entry
+        self._writer: str | None = None  # the writer of the next record, if already chosen
+        self._page = 1 << 30  # ranges are handed out downwards, so pages fall in map order
 
     @property
     def names(self) -> list[str]:
@@ -85,16 +99,46 @@ class History:
             self._log()
         return self
 
-    def expected(self) -> dict[str, dict[int, list]]:
-        """The recoverable rows of both live structures: what every fold must give."""
-        return {s.name: {i: r for i, r in rows_of(s).items() if r[RECOVERABLE]}
+    def expected(self, materialised: bool = True) -> dict[str, dict[int, list]]:
+        """The recoverable rows of both live structures: what every fold must give.
+        An offloaded row holds its payload if ``materialised``, else no data."""
+        rows = {s.name: {i: r for i, r in rows_of(s).items() if r[RECOVERABLE]}
                 for s in (self.primary, self.overflow)}
+        for r in (r for by_id in rows.values() for r in by_id.values()):
+            if r[MAP] is not None and materialised:
+                r[DATA] = self.payloads[r[0]]
+        return rows
+
+    def safe(self, cut: int) -> int:
+        """The nearest cut at or before ``cut`` (records before it) that the daemon
+        could make: one that does not fall between a put's blocks and its entry."""
+        while cut in self.unsafe:
+            cut -= 1
+        return cut
 
     # -- requests ------------------------------------------------------------------
 
     def put(self, s: Structure) -> None:
         key, size = self._key(), self._size()
         s.put(*key, self._payload(size), self.choices.pick([True, True, False]))
+
+    def put_offloaded(self, s: Structure) -> None:
+        """A put whose payload is offloaded to a data set; logged, if recoverable, as
+        its blocks, then P with no data, then M with its map."""
+        payload = self._payload(self.choices.number(1, 3 * room(2)))
+        entry = s.put(*self._key(), b"", self.choices.pick([True, True, False]))
+        entry.map = self._map(payload)
+        self.payloads[entry.entry_id] = payload
+        if entry.recoverable:
+            (put,) = s.effects
+            s.effects = [*self._blocks(s, entry.entry_id, entry.map, payload), put,
+                         (MAPPED, entry.entry_id, entry.map.encode())]
+
+    def abandon(self, s: Structure) -> None:
+        """The blocks of an offloaded put that never completed: no P, no M follows."""
+        s.ids.last += 1  # the id the put had taken
+        payload = self._payload(self.choices.number(1, 2 * room(1)))
+        s.effects = self._blocks(s, s.ids.last, self._map(payload), payload)
 
     def read(self, s: Structure) -> None:
         """Mostly a queue that has a message, so that locks (and cold starts) happen."""
@@ -143,7 +187,7 @@ class History:
     def move_to_overflow(self, s: Structure) -> None:
         """Overflow processing moves a ready message to the overflow structure, keeping
         its id, put time, count and home (``O`` here, ``I`` there)."""
-        ready = [e.entry_id for e in self.primary if e.where == "ready"]
+        ready = [e.entry_id for e in self.primary if e.where == "ready" and e.map is None]
         if ready:
             self.primary.transfer(self.choices.pick(ready), self.overflow)
 
@@ -161,13 +205,16 @@ class History:
             body = {"s": NOISE, "e": [["L", 1, "NOBODY"]], "x": {self.primary.name: mine}}
         else:
             body = {"s": (self.primary if mine else self.overflow).name, "e": mine or theirs}
-        body = msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False)
         self.primary.effects, self.overflow.effects = [], []
+        self._append(body)
+
+    def _append(self, body: dict) -> None:
+        body = msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False)
         self.records.append(self._stamp(body))
 
     def _stamp(self, body: dict) -> tuple[str, int, int, dict]:
         """A writer, LSN and timestamp that keep the merged order the request order."""
-        writer = self.choices.pick(WRITERS)
+        writer, self._writer = self._writer or self.choices.pick(WRITERS), None
         ts = self._at[0] + self.choices.number(0, 2)
         if ts == self._at[0] and writer < self._at[1]:
             ts += 1
@@ -187,10 +234,45 @@ class History:
         self._serial += 1
         return (self._serial.to_bytes(4, "big") * (size // 4 + 1))[:size]
 
+    def _map(self, payload: bytes) -> DataMap:
+        """A data map for ``payload`` by the allocation rule: ranges of one or two
+        pages, the last just big enough."""
+        ranges, rest = [], len(payload)
+        while True:
+            pages = self.choices.number(1, 2)
+            last = rest <= room(pages)
+            pages = pages_for(rest) if last else pages
+            self._page -= pages
+            ranges.append(Range(self._page, pages))
+            if last:
+                return DataMap.of(OWNER, payload, ranges)
+            rest -= room(pages)
+
+    def _blocks(self, s: Structure, eid: int, datamap: DataMap, payload: bytes) -> list:
+        """The B effects of a payload, in map order or reversed. Sometimes they are
+        logged at once in one or two records of their own (returning none), and the
+        writer of the next record, which holds the entry, is fixed to theirs."""
+        blocks = [(BLOCK, eid, r.page, payload[offset:offset + n])
+                  for r, offset, n in datamap.pieces()]
+        if self.choices.pick([False, True]):
+            blocks.reverse()
+        if self.choices.pick([True, True, False]):
+            return blocks
+        writer = self.choices.pick(WRITERS)
+        cut = self.choices.number(0, len(blocks))
+        for part in (blocks[:cut], blocks[cut:]):
+            if part:
+                self._writer = writer
+                self._append({"s": s.name, "e": part})
+                self.unsafe.add(len(self.records))
+        self._writer = writer
+        return []
+
     def _any_id(self, s: Structure) -> int:
         return self.choices.pick([e.entry_id for e in s] + [10**9])
 
 
 STEPS = [History.put, History.put, History.put, History.read, History.read, History.delete,
          History.move, History.unlock, History.unlock, History.commit, History.requeue,
-         History.dequeue, History.release, History.cold, History.cold, History.move_to_overflow]
+         History.dequeue, History.release, History.cold, History.cold, History.move_to_overflow,
+         History.put_offloaded, History.put_offloaded, History.abandon]

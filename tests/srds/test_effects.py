@@ -1,5 +1,6 @@
 """Record bodies as effect rows: which effects, in which order, and what is refused."""
 
+import msgpack
 import pytest
 
 from cqsd.records import FoldError
@@ -17,14 +18,18 @@ def test_own_effects_come_before_the_x_map_each_with_its_index():
 
 
 def test_each_kind_carries_what_the_fold_needs():
-    """P and I carry payload and place; R place, home and count; L and C the client."""
+    """P and I carry payload and place; R place, home and count; L and C the client;
+    B its page and bytes; M its data map, packed."""
+    datamap = ["IMS1", 1, 7, [64, 1]]
     body = {"s": "S", "e": [["I", 5, 3, "Q", b"d", 9, 2, [1, "H"]], ["R", 5, 1, "Q", None, 0],
-                            ["C", 5, "IMS1"], ["O", 5]]}
-    i, r, c, o = (row[8:] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
-    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H")
-    assert r == (1, "Q", None, None, 0, "ready", None, None, None)
-    assert c == (None, None, None, None, None, "cold", "IMS1", None, None)
-    assert o == (None,) * 9
+                            ["C", 5, "IMS1"], ["O", 5], ["B", 6, 64, b"x"], ["M", 6, datamap]]}
+    i, r, c, o, b, m = (row[8:] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
+    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H", None, None)
+    assert r == (1, "Q", None, None, 0, "ready", None, None, None, None, None)
+    assert c == (None, None, None, None, None, "cold", "IMS1", None, None, None, None)
+    assert o == (None,) * 11
+    assert b == (None, None, b"x", *(None,) * 6, 64, None)
+    assert m == (*(None,) * 10, msgpack.packb(datamap))
 
 
 def test_records_of_other_structures_and_bodies_that_are_not_maps_give_nothing():
@@ -33,7 +38,8 @@ def test_records_of_other_structures_and_bodies_that_are_not_maps_give_nothing()
     assert effects.rows_of(["not", "a", "map"], {"S"}, 0, "w", 1) == []
 
 
-@pytest.mark.parametrize("effect", [["Z", 1], ["P", 1, 1, "Q"], ["L"], "P", ["D", 1, 2]])
+@pytest.mark.parametrize("effect", [["Z", 1], ["P", 1, 1, "Q"], ["L"], "P", ["D", 1, 2],
+                                    ["B", 1, 64], ["M", 1]])
 def test_an_effect_that_is_not_one_is_a_fold_error_naming_the_record(effect):
     """Unknown kinds and wrong arities are refused, naming writer and LSN."""
     with pytest.raises(FoldError, match=r"structure S: effect .* \(writer w LSN 4\)"):
@@ -52,3 +58,12 @@ def test_batches_split_long_logs():
     records = [("w", i, i, {"s": "S", "e": [["D", i]]}) for i in range(1, effects.BATCH_ROWS + 2)]
     sizes = [b.num_rows for b in effects.batches(records, {"S"})]
     assert sizes == [effects.BATCH_ROWS, 1]
+
+
+def test_batches_of_large_blocks_end_at_batch_bytes():
+    """Offloaded blocks are MiBs each: a batch ends once its payloads reach BATCH_BYTES,
+    whatever its row count, so an Arrow binary column never nears its 2 GiB limit."""
+    block = bytes(effects.BATCH_BYTES // 3 + 1)
+    records = [("w", i, i, {"s": "S", "e": [["B", i, 64, block]]}) for i in range(1, 8)]
+    sizes = [b.num_rows for b in effects.batches(records, {"S"})]
+    assert sizes == [3, 3, 1]

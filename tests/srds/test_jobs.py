@@ -5,7 +5,9 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
+from crc32c import crc32c
 
 import logstream
 from cqsd.engine import Structure
@@ -15,6 +17,7 @@ from cqsd.srds import jobs, manifest, slots
 from cqsd.storage import image, repository
 
 from .histories import History, Seeded
+from .test_slots import before_maps
 
 S = "MSGQ01"
 
@@ -40,7 +43,8 @@ def reference(data_dir: Path, structure: str) -> dict[int, list]:
 
 def reference_with_last_id(data_dir: Path, structure: str) -> tuple[dict[int, list], int]:
     rows: dict[int, list] = {}
-    last_id = fold(rows, (r.body for r in logstream.read(data_dir / "logstream")), structure)
+    last_id = fold(rows, (r.body for r in logstream.read(data_dir / "logstream")), structure,
+                   materialise=True)
     return rows, last_id
 
 
@@ -54,7 +58,7 @@ def test_checkpoints_alternate_slots_and_recovery_equals_the_reference_fold(spar
     """Checkpoint, more records, checkpoint again: the slots alternate and each holds
     the fold up to its cut; recovery from the newest plus the tail gives the
     reference fold, the live engine's recoverable rows and its FIFO order."""
-    half = len(history.records) // 2
+    half = history.safe(len(history.records) // 2)
     write_log(tmp_path, history.records[:half])
     first = jobs.checkpoint(spark, tmp_path, S)
     assert first["slot"] == "SRDS1"
@@ -100,12 +104,12 @@ def test_a_damaged_newest_slot_falls_back_to_the_older_one(spark, tmp_path, hist
     """A flipped byte in the newest slot's Parquet file: the slot is skipped with a
     warning naming the file, recovery starts from the older slot and its longer
     tail, and the next checkpoint replaces the damaged slot, not the good one."""
-    third = len(history.records) // 3
+    third, two_thirds = (history.safe(len(history.records) * n // 3) for n in (1, 2))
     write_log(tmp_path, history.records[:third])
     jobs.checkpoint(spark, tmp_path, S)
-    write_log(tmp_path, history.records[third:2 * third])
+    write_log(tmp_path, history.records[third:two_thirds])
     jobs.checkpoint(spark, tmp_path, S)
-    write_log(tmp_path, history.records[2 * third:])
+    write_log(tmp_path, history.records[two_thirds:])
     damaged = slots.valid_slots(tmp_path / "srds", S)[0].paths[0]
     flip(damaged, damaged.stat().st_size // 2)
     capsys.readouterr()
@@ -162,9 +166,10 @@ def test_corruption_in_the_middle_of_the_log_fails_the_job_naming_the_file(spark
 def test_records_trimmed_after_the_slot_make_the_jobs_fail(spark, tmp_path, history):
     """If records after the newest slot were trimmed away, nothing is folded: the gap
     is reported (Trimmed), by the report too."""
-    write_log(tmp_path, history.records[:20])
+    cut = history.safe(20)
+    write_log(tmp_path, history.records[:cut])
     jobs.checkpoint(spark, tmp_path, S)
-    write_log(tmp_path, history.records[20:])
+    write_log(tmp_path, history.records[cut:])
     for writer in logstream.tail_positions(tmp_path / "logstream"):
         logstream.trim(tmp_path / "logstream", writer, 10**9)
     with pytest.raises(logstream.Trimmed):
@@ -193,7 +198,7 @@ def test_purge_makes_an_empty_slot_current_and_nothing_older_is_recovered(spark,
 def test_a_cut_behind_the_current_slot_is_refused(spark, tmp_path, history):
     """A cut cannot go back before what the current slot already holds."""
     write_log(tmp_path, history.records)
-    cut = {writer: lsn for writer, lsn, _, _ in history.records[:20]}
+    cut = {writer: lsn for writer, lsn, _, _ in history.records[:history.safe(20)]}
     jobs.checkpoint(spark, tmp_path, S, cut=cut)
     with pytest.raises(jobs.JobError, match="behind slot SRDS1"):
         jobs.checkpoint(spark, tmp_path, S, cut={**cut, "cqsd": cut["cqsd"] - 1})
@@ -202,20 +207,21 @@ def test_a_cut_behind_the_current_slot_is_refused(spark, tmp_path, history):
 def test_a_cut_includes_exactly_the_records_up_to_it(spark, tmp_path, history):
     """--cut: the slot holds the fold of the records up to the cut per writer."""
     write_log(tmp_path, history.records)
-    upto = history.records[:25]
+    upto = history.records[:history.safe(25)]
     cut = {writer: lsn for writer, lsn, _, _ in upto}
     done = jobs.checkpoint(spark, tmp_path, S, cut=cut)
     assert done["lsn"] == cut
     rows: dict = {}
-    fold(rows, (body for *_, body in upto), S)
+    fold(rows, (body for *_, body in upto), S, materialise=True)
     assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == rows
 
 
 def test_the_repository_records_each_checkpoint(spark, tmp_path, history):
     """Each checkpoint is a row: structure, slot, LSN range, times, rows and records."""
-    write_log(tmp_path, history.records[:30])
+    cut = history.safe(30)
+    write_log(tmp_path, history.records[:cut])
     a = jobs.checkpoint(spark, tmp_path, S)
-    write_log(tmp_path, history.records[30:])
+    write_log(tmp_path, history.records[cut:])
     b = jobs.checkpoint(spark, tmp_path, S)
     newest, oldest = repository.backups(tmp_path / "repository.db", S)
     assert (newest["slot"], newest["lsn_from"], newest["lsn_to"]) == ("SRDS2", a["lsn"], b["lsn"])
@@ -231,14 +237,39 @@ def test_structure_names_with_special_characters_work_as_paths(spark, tmp_path):
     assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
     assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
     assert image.read_rows(Path(jobs.recover(spark, tmp_path, name)["image"]), name)[1] == {
-        1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None]}
+        1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None, None]}
+
+
+def test_a_slot_written_before_data_maps_is_the_base_of_the_next_checkpoint(spark, tmp_path):
+    """Slot files with a ``ref`` column instead of ``map`` (before SMDS) are read by
+    Spark as rows with no map, under the offloaded puts logged since."""
+    datamap = ["IMS1", 3, crc32c(b"big"), [64, 1]]
+    write_log(tmp_path, [("cqsd", 1, 1, {"s": S, "e": [["P", 1, 1, "A", b"x", 1]]}),
+                         ("cqsd", 2, 2, {"s": S, "e": [["P", 2, 1, "A", b"y", 2]]})])
+    jobs.checkpoint(spark, tmp_path, S)
+    slot = slots.valid_slots(tmp_path / "srds", S)[0]
+    with slots.locked(tmp_path / "srds", S) as directory:
+        staged = slots.staging_dir(directory, "old")
+        staged.mkdir()
+        old = before_maps(slots.table_of(slots.read_rows(slot).values()))
+        pq.write_table(old, staged / "part-0.parquet")
+        slots.install(directory, staged, slot.name, slot.lsn, slot.last_id, slot.time)
+    offloaded = [["B", 3, 64, b"big"], ["P", 3, 1, "A", b"", 4], ["M", 3, datamap]]
+    write_log(tmp_path, [("cqsd", 3, 3, {"s": S, "e": [["L", 1, "IMS1"]]}),
+                         ("cqsd", 4, 4, {"s": S, "e": offloaded})])
+    jobs.checkpoint(spark, tmp_path, S)
+    assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == {
+        1: [1, 1, "A", b"x", True, 1, 1, "locked", "IMS1", None, None],
+        2: [2, 1, "A", b"y", True, 2, 0, "ready", None, None, None],
+        3: [3, 1, "A", b"big", True, 4, 0, "ready", None, None, datamap]}
 
 
 def test_the_report_shows_slots_and_the_tail_per_writer(spark, tmp_path, history):
     """report: the current slot, its LSNs, and how many records each writer has after it."""
-    write_log(tmp_path, history.records[:40])
+    cut = history.safe(40)
+    write_log(tmp_path, history.records[:cut])
     jobs.checkpoint(spark, tmp_path, S)
-    write_log(tmp_path, history.records[40:])
+    write_log(tmp_path, history.records[cut:])
     report = jobs.report(tmp_path, S)
     json.dumps(report)  # it is the CLI's output
     slot = report["slots"][0]

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -12,8 +13,8 @@ from cqsd.srds import manifest, slots
 S = "MSGQ01"
 
 
-def row(eid, where="ready", owner=None, home=None, count=0):
-    return [eid, 1, "Q", b"m%d" % eid, True, eid * 10, count, where, owner, home]
+def row(eid, where="ready", owner=None, home=None, count=0, datamap=None):
+    return [eid, 1, "Q", b"m%d" % eid, True, eid * 10, count, where, owner, home, datamap]
 
 
 def stage(srds, rows, name="part-00000.parquet"):
@@ -190,9 +191,31 @@ def test_the_structure_name_rule_is_the_configuration_s():
 
 def test_slot_files_of_another_schema_are_refused(tmp_path):
     """A Parquet file that is not in the slot schema is not read as one."""
-    import pyarrow as pa
-
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"id": [1]}), path)
     with pytest.raises(slots.SlotError, match="not an SRDS slot file"):
         list(slots.iter_rows([path]))
+
+
+def test_an_offloaded_row_keeps_its_payload_and_its_map_unless_asked_not_to(tmp_path):
+    """A checkpoint holds an offloaded message's bytes and its data map; a restart
+    reads it with the map alone (the bytes are in the data set)."""
+    datamap = ["IMS1", 2, 99, [64, 1]]
+    slot = checkpoint(tmp_path, [row(1), row(2, datamap=datamap)], {"cqsd": 3}, 2)
+    assert slots.read_rows(slot) == {1: row(1), 2: row(2, datamap=datamap)}
+    without = slots.read_rows(slot, offloaded_data=False)
+    assert without == {1: row(1), 2: [*row(2, datamap=datamap)[:3], b"", *row(2)[4:10], datamap]}
+
+
+def test_a_slot_file_written_before_data_maps_is_read_with_no_maps(tmp_path):
+    """Slot files of the format before SMDS (a string column ``ref`` where ``map`` is
+    now) still load: every row has a nil map."""
+    path = tmp_path / "old.parquet"
+    pq.write_table(before_maps(slots.table_of([row(1), row(2)])), path)
+    assert list(slots.iter_rows([path])) == [row(1), row(2)]
+
+
+def before_maps(table: pa.Table) -> pa.Table:
+    """A slot table as cqsd wrote it before SMDS: ``ref``, a null string, for ``map``."""
+    return table.set_column(table.schema.get_field_index("map"), "ref",
+                            pa.nulls(table.num_rows, pa.string()))

@@ -4,14 +4,17 @@ import pytest
 
 from cqsd.storage import image
 
+DATAMAP = ["IMS1", 70_000, 12345, [64, 16, 128, 2]]
+
 
 def rows():
-    return [[1, 1, "Q", b"a", True, 5, 0, "ready", None, None],
-            [2, 3, "S", b"b" * 70_000, True, 6, 2, "locked", "IMS1", [1, "Q"]]]
+    return [[1, 1, "Q", b"a", True, 5, 0, "ready", None, None, None],
+            [2, 3, "S", b"b" * 70_000, True, 6, 2, "locked", "IMS1", [1, "Q"], DATAMAP]]
 
 
 def test_streamed_rows_read_back_with_their_header(tmp_path):
-    """write_rows + read_rows round-trip: rows, log position and last id."""
+    """write_rows + read_rows round-trip: rows (data maps included), log position and
+    last id."""
     path = tmp_path / "S.recovered"
     assert image.write_rows(path, "S", iter(rows()), 2, {"cqsd": 9, "b": 2}, 40) == 2
     header, read = image.read_rows(path, "S")
@@ -26,3 +29,36 @@ def test_a_count_that_does_not_match_the_rows_leaves_no_file(tmp_path):
     with pytest.raises(image.ImageError, match="1 rows were streamed for an image of 2"):
         image.write_rows(path, "S", iter(rows()[:1]), 2, {}, 0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_image_of_the_version_before_data_maps_loads_with_no_maps(tmp_path, monkeypatch):
+    """A version-2 image (ten fields a row, written before SMDS) still loads, every
+    row with a nil map; an image of another version is refused by name."""
+    path = tmp_path / "S.img"
+    monkeypatch.setattr(image, "VERSION", 2)
+    image.write_rows(path, "S", iter(r[:-1] for r in rows()), 2, {}, 0)
+    monkeypatch.undo()
+    assert image.read_rows(path, "S")[1] == {1: rows()[0], 2: [*rows()[1][:-1], None]}
+    monkeypatch.setattr(image, "VERSION", 1)
+    image.write_rows(path, "S", iter(rows()), 2, {}, 0)
+    monkeypatch.undo()
+    with pytest.raises(image.ImageError, match="S.img: image version 1 is not 3"):
+        image.read_rows(path, "S")
+
+
+@pytest.mark.parametrize(("damage", "error"), [
+    ("flip", "rows fail their CRC32C check"),
+    ("short rows", "a message row is malformed"),
+])
+def test_a_damaged_image_is_an_image_error_naming_the_file(tmp_path, damage, error):
+    """Damage found in the rows is reported as ImageError, never as the memory map's
+    BufferError (the rows' view is released before the map closes)."""
+    path = tmp_path / "S.img"
+    written = rows() if damage == "flip" else [r[:-1] for r in rows()]
+    image.write_rows(path, "S", iter(written), 2, {}, 0)
+    if damage == "flip":
+        raw = bytearray(path.read_bytes())
+        raw[-image.FOOTER.size - 10] ^= 1
+        path.write_bytes(bytes(raw))
+    with pytest.raises(image.ImageError, match=f"S.img: {error}"):
+        image.read_rows(path, "S")

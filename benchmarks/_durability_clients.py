@@ -42,7 +42,6 @@ class CycleSpec:
     index: int
     seconds: float  # how long to loop once started
     max_cycles: int  # a bound on the loop whatever the clock says
-    structure: str = STRUCTURE  # cqsd only
 
 
 def cycle_worker(spec: CycleSpec, reports: Any, start: Any) -> None:
@@ -87,7 +86,7 @@ def _cqsd_cycles(spec: CycleSpec, reports: Any, start: Any):
     import cqsclient
 
     with cqsclient.connect(spec.address, client=f"DUR{spec.index:03d}") as c:
-        s = c.structure(spec.structure)
+        s = c.structure(STRUCTURE)
 
         def one_cycle(seq: int) -> bool:
             s.put(CYCLE_QUEUE, payload(spec.index, seq), recoverable=True)

@@ -317,3 +317,66 @@ def _rabbit_consumer(spec, consumed, reports, start):
                 break
         channel.cancel()
         return clock.result(done, checksum)
+
+
+# --- 1 KiB cycles, alternating between two structures ------------------------------
+
+
+@dataclass(frozen=True)
+class Alternating:
+    """One process of figure 3: 1 KiB put, read, delete, one request at a time, on
+    structure A in even slices and B in odd ones; picklable, for spawn."""
+
+    address: str
+    index: int
+    structures: tuple[str, str]
+    slice_ns: int
+    slices: int  # an even number: pairs of (A, B)
+
+
+def alternating_cycles(spec: Alternating, grid: Any, reports: Any, start: Any) -> None:
+    """Report ("done", index, cycles started in each slice, CPU seconds).
+
+    *grid* holds the start of slice 0 (monotonic ns), which the parent sets just
+    before the start signal, so every process switches structure at the same
+    moments and both structures see the machine's load alike.
+    """
+    try:
+        from _durability_clients import CYCLE_QUEUE, payload
+
+        import cqsclient
+
+        with cqsclient.connect(spec.address, client=f"ALT{spec.index:03d}") as c:
+            handles = [c.structure(name) for name in spec.structures]
+            seq = 0
+
+            def one_cycle(s) -> None:
+                nonlocal seq
+                s.put(CYCLE_QUEUE, payload(spec.index, seq), recoverable=True)
+                seq += 1
+                message = s.read(CYCLE_QUEUE, wait=READ_WAIT)
+                if message is None:  # each client puts before it reads: a bug
+                    raise RuntimeError(f"nothing to read on {s.name} after a put")
+                s.delete(message.entry_id)
+
+            for s in handles:  # warm both paths before the clock runs
+                for _ in range(20):
+                    one_cycle(s)
+            reports.put(("ready", spec.index))
+            if not start.wait(START_TIMEOUT):
+                raise TimeoutError("no start signal")
+            cpu = time.process_time()
+            counts = [0] * spec.slices
+            t0, end = grid.value, grid.value + spec.slices * spec.slice_ns
+            now = time.monotonic_ns()
+            while now < end:
+                k = (now - t0) // spec.slice_ns
+                if k < 0:  # before slice 0: idle until it starts
+                    time.sleep((t0 - now) / 1e9)
+                else:
+                    one_cycle(handles[k % 2])
+                    counts[k] += 1
+                now = time.monotonic_ns()
+        reports.put(("done", spec.index, counts, time.process_time() - cpu))
+    except BaseException:
+        reports.put(("error", spec.index, traceback.format_exc()))

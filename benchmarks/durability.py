@@ -236,10 +236,9 @@ def _put_samples(s, recoverable: bool, count: int, seconds: float) -> list[int]:
 
 
 def cycle_figure(server: str, address: str, pid: int, n_clients: int, seconds: float,
-                 max_cycles: int, structure: str = clients.STRUCTURE) -> dict:
-    """*n_clients* processes looping put, read, delete for *seconds* (on cqsd's
-    *structure*); total cycles/s."""
-    specs = [(clients.CycleSpec(server, address, i, seconds, max_cycles, structure),)
+                 max_cycles: int) -> dict:
+    """*n_clients* processes looping put, read, delete for *seconds*; total cycles/s."""
+    specs = [(clients.CycleSpec(server, address, i, seconds, max_cycles),)
              for i in range(n_clients)]
     window = Window(pid)
     done = run_processes(clients.cycle_worker, specs, seconds + 120, window)

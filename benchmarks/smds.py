@@ -20,8 +20,8 @@ Three figures (targets in brackets):
             of log is another figure. [VmRSS < 300 MiB]
 3. small  - 1 KiB recoverable put + read + delete, one request at a time per
             client, 8 client processes, on a structure with offload = "smds"
-            and on one without, in one daemon, alternating rounds.
-            [offload >= 0.95 x without]
+            and on one without, in one daemon; rounds of one run each, in
+            alternating order. [median of the rounds' ratios >= 0.95]
 
 Run: nice -n 5 .venv/bin/python benchmarks/smds.py [--quick] [--only move,memory,small]
      [--servers cqsd,rabbitmq,redis] [--rounds N] [--messages N] [--batch N]
@@ -37,26 +37,32 @@ root), redis-py and pika are in the project's test extra.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import _durability_servers as servers
 import _procs
 import _smds_clients as movers
-from durability import Window, cycle_figure, emit, environment, run_processes
+from durability import Window, emit, environment, run_processes
 
 MiB = 1 << 20
 MAX_CLIENTS = 64
 STRUCTURE_SIZE = "64MiB"  # the embedded default's MSGQ01: offloaded entries cost one element
 SMALL_SIZE = "1GiB"  # figure 3: room enough that no 1 KiB payload is offloaded
 SMALL_OFFLOAD = "SMDS01"  # figure 3's structure with offload = "smds" (MSGQ01 has none)
+SLICE_LEAD_NS = 200_000_000  # slice 0 starts this long after the start signal
 CHECKPOINTS_OFF = "checkpoint_interval = 0\ncheckpoint_log_volume = 0\n"
 TARGET_RSS_MIB = 300
 TARGET_SMALL_RATIO = 0.95
@@ -94,15 +100,51 @@ def disk_figure(directory: Path, sync_every: int, limit_mib: int, seconds: float
 
 
 class IoWindow(Window):
-    """Window, plus the bytes the server process sent to storage meanwhile."""
+    """Window, plus the bytes the server process sent to storage meanwhile and the
+    CPU the kernel's own threads used (writeback, the file system's journal): work
+    the server causes that its own CPU time does not show."""
 
     def start(self) -> None:
         super().start()
         self.written = -written_bytes(self.pid)
+        self.kernel = -kernel_threads_cpu()
+        self.queued = -runqueue_seconds(self.pid)
 
     def stop(self) -> None:
         super().stop()
         self.written += written_bytes(self.pid)
+        self.kernel += kernel_threads_cpu()
+        self.queued += runqueue_seconds(self.pid)
+
+
+def runqueue_seconds(pid: int) -> float:
+    """Seconds the threads of *pid* have spent runnable but waiting for a CPU
+    (/proc/PID/task/TID/schedstat): how much a busy machine held the server back.
+    Threads that ended meanwhile drop out, so a window can undercount."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except OSError:  # the thread ended
+            continue
+    return total / 1e9
+
+
+def kernel_threads_cpu() -> float:
+    """CPU seconds used so far by the kernel's threads (the children of kthreadd)."""
+    total = 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        if fields[1] == "2" or entry.name == "2":  # field 4, the parent: kthreadd is pid 2
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def written_bytes(pid: int) -> int:
@@ -154,7 +196,10 @@ def move(server: str, address: str, pid: int, args, messages: int | None = None,
               "server_cpu_s": round(window.server, 2),
               "server_cpu_ms_per_msg": round(window.server / max(moved, 1) * 1e3, 2),
               "clients_cpu_s": round(clients_cpu, 2),
-              "other_cpu_s": round(window.machine - window.server - clients_cpu, 2),
+              "server_runqueue_wait_s": round(window.queued, 2),
+              "kernel_threads_cpu_s": round(window.kernel, 2),
+              "other_cpu_s": round(window.machine - window.server - clients_cpu - window.kernel,
+                                   2),
               "written_mib": round(window.written / MiB, 1)}
     if produce:
         record["written_per_acked"] = round(window.written / max(put * MiB, 1), 3)
@@ -171,13 +216,70 @@ def cqsd_move(where: Path, args) -> dict:
                                 'offload = "smds"\n')
     with servers.daemon(config) as d:
         d.start()
-        record = move("cqsd", d.address, d.proc.pid, args)
+        with py_spy(args.py_spy, d.proc.pid, f"cqsd-move-{where.parent.name}"):
+            record = move("cqsd", d.address, d.proc.pid, args)
         record["checkpoints_started"] = len(d.logged("checkpoint_started"))
         record["checkpoints_taken"] = len(d.logged("checkpoint_taken"))
         with _sdk(d.address) as c:
             rows = c.query("smds", "MSGQ01")
         record["data_sets_mib"] = round(sum(r["size"] for r in rows) / MiB, 1)
     return record
+
+
+@contextlib.contextmanager
+def py_spy(directory: Path | None, pid: int, name: str) -> Iterator[None]:
+    """Sample *pid* with py-spy while the block runs (nothing without a directory):
+    DIR/NAME.txt, collapsed stacks of the time on a CPU (py-spy's raw format, which
+    flamegraph.pl draws), and its functions by share of the samples in DIR/NAME.top.txt."""
+    if directory is None:
+        yield
+        return
+    out = directory / f"{name}.txt"
+    proc = subprocess.Popen([args_py_spy(), "record", "--pid", str(pid), "--format", "raw",
+                             "--threads", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    if out.exists():
+        out.with_suffix(".top.txt").write_text(profile_top(out.read_text()))
+
+
+def args_py_spy() -> str:
+    found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not os.access(found, os.X_OK):
+        raise RuntimeError("--py-spy needs py-spy (pip install py-spy)")
+    return found
+
+
+def profile_top(collapsed: str, top: int = 40) -> str:
+    """The functions of collapsed stacks ("frame;frame;... count" lines) by their
+    share of all samples: on the stack at all (inclusive), and at its top (own)."""
+    total = 0
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        total += n
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    lines = [f"{total} samples"]
+    for title, table in (("own", own), ("inclusive", inclusive)):
+        lines.append(f"-- by {title} samples")
+        for frame, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"{100 * n / total:6.1f}%  {frame}")
+    return "\n".join(lines) + "\n"
 
 
 def rabbitmq_move(where: Path, args) -> dict:
@@ -324,34 +426,70 @@ def _sdk(address: str):
 # --- 3. 1 KiB with and without offload configured --------------------------------
 
 
+class SliceClock(Window):
+    """Window whose start fixes slice 0 of figure 3 (a little ahead, so every
+    process has the time before it begins) and samples the daemon's CPU at
+    each slice boundary, on a thread."""
+
+    def __init__(self, pid: int, grid, slice_ns: int, slices: int) -> None:
+        super().__init__(pid)
+        self.grid, self.slice_ns, self.slices = grid, slice_ns, slices
+        self.cpu: list[float] = []  # the daemon's CPU seconds at each boundary
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> None:
+        super().start()
+        self.grid.value = time.monotonic_ns() + SLICE_LEAD_NS
+        self._thread.start()
+
+    def stop(self) -> None:
+        super().stop()
+        self._thread.join(5)
+
+    def _sample(self) -> None:
+        for k in range(self.slices + 1):
+            wait = (self.grid.value + k * self.slice_ns - time.monotonic_ns()) / 1e9
+            if wait > 0:
+                time.sleep(wait)  # a sampling moment, not a hand-off between processes
+            self.cpu.append(_procs.process_cpu_seconds(self.pid))
+
+
 def small_figure(tmp: Path, args, lines: list[dict]) -> None:
-    """One daemon, two structures alike but for ``offload``; alternating rounds of
-    the 1 KiB put + read + delete loop on each."""
+    """One daemon, two structures alike but for ``offload``; every client switches
+    between them at the same moments, slice after slice."""
     where = tmp / "small"
     where.mkdir()
     config = _procs.cqsd_config(where, MAX_CLIENTS, SMALL_SIZE, structure_keys=(
         f'[[structure]]\nname = "{SMALL_OFFLOAD}"\nsize = "{SMALL_SIZE}"\noffload = "smds"\n'))
-    rates: dict[str, list[float]] = {"none": [], "smds": []}
-    pairs: list[float] = []
+    slice_ns, slices = int(args.slice_seconds * 1e9), 2 * args.small_pairs
+    ctx = multiprocessing.get_context("spawn")
+    grid = ctx.Value("q", 0)
     with servers.daemon(config) as d:
         d.start()
-        for r in range(args.small_rounds):
-            order = ("none", "smds") if r % 2 == 0 else ("smds", "none")
-            got = {}
-            for offload in order:
-                structure = "MSGQ01" if offload == "none" else SMALL_OFFLOAD
-                run = cycle_figure("cqsd", d.address, d.proc.pid, args.small_clients,
-                                   args.small_seconds, 1_000_000, structure)
-                emit(run | {"bench": "small", "offload": offload, "round": r}, lines)
-                got[offload] = run["msgs_per_s"]
-                rates[offload].append(run["msgs_per_s"])
-            pairs.append(got["smds"] / got["none"])
-    median = {k: statistics.median(v) for k, v in rates.items()}
-    ratio = median["smds"] / median["none"]
-    emit({"bench": "small_summary", "clients": args.small_clients, "payload": 1024,
-          "median_msgs_per_s": median, "smds_over_none": round(ratio, 3),
-          "round_ratios": [round(p, 3) for p in pairs],
-          "median_round_ratio": round(statistics.median(pairs), 3),
+        specs = [(movers.Alternating(d.address, i, ("MSGQ01", SMALL_OFFLOAD), slice_ns, slices),
+                  grid) for i in range(args.small_clients)]
+        clock = SliceClock(d.proc.pid, grid, slice_ns, slices)
+        done = run_processes(movers.alternating_cycles, specs,
+                             slices * args.slice_seconds + 120, clock)
+    cycles = [sum(d[2][k] for d in done) for k in range(slices)]
+    cpu = [b - a for a, b in itertools.pairwise(clock.cpu)]
+    sides = {"none": range(0, slices, 2), "smds": range(1, slices, 2)}
+    rate = {side: sum(cycles[k] for k in ks) / (len(ks) * args.slice_seconds)
+            for side, ks in sides.items()}
+    cpu_us = {side: sum(cpu[k] for k in ks) / max(sum(cycles[k] for k in ks), 1) * 1e6
+              for side, ks in sides.items()} if len(cpu) == slices else {}
+    pairs = [cycles[k + 1] / cycles[k] for k in range(0, slices, 2) if cycles[k]]
+    ratio = rate["smds"] / rate["none"]
+    emit({"bench": "small", "clients": args.small_clients, "payload": 1024,
+          "slice_s": args.slice_seconds, "pairs": args.small_pairs,
+          "msgs_per_s": {k: round(v, 1) for k, v in rate.items()},
+          "smds_over_none": round(ratio, 3),
+          "pair_ratios_median": round(statistics.median(pairs), 3),
+          "pair_ratios_quartiles": [round(q, 3) for q in statistics.quantiles(pairs, n=4)],
+          "server_cpu_us_per_msg": {k: round(v, 1) for k, v in cpu_us.items()},
+          "clients_cpu_s": round(sum(d[3] for d in done), 2),
+          "server_cpu_s": round(clock.server, 2),
+          "other_cpu_s": round(clock.machine - clock.server - sum(d[3] for d in done), 2),
           "target_met": ratio >= TARGET_SMALL_RATIO}, lines)
 
 
@@ -378,12 +516,13 @@ def summary(lines: list[dict]) -> list[str]:
                        f"VmRSS {r['rss_mib_holding']} MiB, VmHWM {r['hwm_mib_holding']} MiB "
                        f"[target < {TARGET_RSS_MIB}: {target}]; after the drain VmRSS "
                        f"{r['rss_mib_drained']}, VmHWM {r['hwm_mib']}")
-        elif bench == "small_summary":
-            m = r["median_msgs_per_s"]
+        elif bench == "small":
+            m, cpu = r["msgs_per_s"], r["server_cpu_us_per_msg"]
             out.append(f"1 KiB put+read+delete, {r['clients']} clients: offload smds "
                        f"{m['smds']} msgs/s, none {m['none']} = {r['smds_over_none']} "
-                       f"[target >= {TARGET_SMALL_RATIO}: {target}]; per round "
-                       f"{r['round_ratios']}")
+                       f"[target >= {TARGET_SMALL_RATIO}: {target}] (median of the "
+                       f"{r['pairs']} slice pairs {r['pair_ratios_median']}); daemon CPU "
+                       f"{cpu.get('smds')} vs {cpu.get('none')} us per message")
     return out
 
 
@@ -401,7 +540,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoints", action="store_true",
                    help="figure 1: leave cqsd's checkpoints on (a Spark job every 256 MiB "
                         "of log); off by default, as in figure 2")
+    p.add_argument("--py-spy", type=Path, metavar="DIR",
+                   help="sample the daemon of each cqsd run of figure 1 with py-spy into DIR")
     args = p.parse_args(argv)
+    if args.py_spy:
+        args.py_spy = args.py_spy.resolve()
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     args.only = set(args.only.split(","))
     args.servers = [s for s in SERVERS if s in args.servers.split(",")]
     if unknown := args.only - set(FIGURES):
@@ -414,9 +558,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.sync_every = [1, 16]
     args.disk_mib, args.disk_seconds = 1024, 5.0
     args.memory_messages = 1024 if quick else 4096
-    args.small_rounds = 2 if quick else 6
+    args.small_pairs = 10 if quick else 40
     args.small_clients = 8
-    args.small_seconds = 3.0 if quick else 5.0
+    args.slice_seconds = 0.5
     args.redis_binary = None
     if "move" in args.only and "redis" in args.servers:
         args.redis_binary = _procs.redis_server_path()

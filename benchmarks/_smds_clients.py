@@ -32,12 +32,12 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from _clients import READ_WAIT, redis_processed, redis_take
 from _durability_clients import START_TIMEOUT, STRUCTURE
 
 MESSAGE = 1 << 20
 QUEUE = "SMDSTP"  # the cqsd queue, the RabbitMQ queue, the Redis list
 HEAD = struct.Struct("<QQ")  # producer, sequence
-READ_WAIT = 0.5  # seconds a consumer's read waits before it looks at the count again
 
 
 @dataclass(frozen=True)
@@ -197,16 +197,11 @@ def _redis_consumer(spec, consumed, reports, start):
         pipe = r.pipeline(transaction=False)
         done = checksum = 0
         while _going(spec, consumed):
-            pipe.blmove(QUEUE, processing, READ_WAIT, "RIGHT", "LEFT")
-            for _ in range(spec.batch - 1):
-                pipe.lmove(QUEUE, processing, "RIGHT", "LEFT")
-            got = [v for v in pipe.execute() if v is not None]
+            got = redis_take(pipe, QUEUE, processing, spec.batch)
             if not got:
                 continue
             checksum += sum(_check(v) for v in got)
-            for value in reversed(got):  # newest first: each is at the head of the list
-                pipe.lrem(processing, 1, value)
-            pipe.execute()
+            redis_processed(pipe, processing, got)
             clock.mark()
             done += len(got)
             _count(consumed, len(got))

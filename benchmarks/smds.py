@@ -20,11 +20,13 @@ Three figures (targets in brackets):
             of log is another figure. [VmRSS < 300 MiB]
 3. small  - 1 KiB recoverable put + read + delete, one request at a time per
             client, 8 client processes, on a structure with offload = "smds"
-            and on one without, in one daemon; rounds of one run each, in
-            alternating order. [median of the rounds' ratios >= 0.95]
+            and on one without, in one daemon, every client switching between
+            them at the same moments, every 0.5 s: the drifting load of a
+            shared machine then weighs on both alike. [smds >= 0.95 x none]
 
 Run: nice -n 5 .venv/bin/python benchmarks/smds.py [--quick] [--only move,memory,small]
      [--servers cqsd,rabbitmq,redis] [--rounds N] [--messages N] [--batch N]
+     [--checkpoints] [--py-spy DIR]
 One JSON line per figure (and per run of the round figures) on stdout, each
 with the 1-minute load average, then a summary (lines starting "# "). Everything
 runs under one temporary directory in /tmp, on Unix sockets (RabbitMQ: on
@@ -216,7 +218,7 @@ def cqsd_move(where: Path, args) -> dict:
                                 'offload = "smds"\n')
     with servers.daemon(config) as d:
         d.start()
-        with py_spy(args.py_spy, d.proc.pid, f"cqsd-move-{where.parent.name}"):
+        with py_spy(args.py_spy, d.proc.pid, f"cqsd-{where.parent.name}"):
             record = move("cqsd", d.address, d.proc.pid, args)
         record["checkpoints_started"] = len(d.logged("checkpoint_started"))
         record["checkpoints_taken"] = len(d.logged("checkpoint_taken"))
@@ -235,7 +237,7 @@ def py_spy(directory: Path | None, pid: int, name: str) -> Iterator[None]:
         yield
         return
     out = directory / f"{name}.txt"
-    proc = subprocess.Popen([args_py_spy(), "record", "--pid", str(pid), "--format", "raw",
+    proc = subprocess.Popen([py_spy_binary(), "record", "--pid", str(pid), "--format", "raw",
                              "--threads", "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -251,10 +253,10 @@ def py_spy(directory: Path | None, pid: int, name: str) -> Iterator[None]:
         out.with_suffix(".top.txt").write_text(profile_top(out.read_text()))
 
 
-def args_py_spy() -> str:
+def py_spy_binary() -> str:
     found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not os.access(found, os.X_OK):
-        raise RuntimeError("--py-spy needs py-spy (pip install py-spy)")
+        raise RuntimeError("--py-spy needs py-spy (in the test extra)")
     return found
 
 

@@ -182,16 +182,10 @@ def _redis_consumer(spec, reports, start, stop, consumed):
         pipe = r.pipeline(transaction=False)
         while (consumed.value < spec.count and not stop.is_set()
                and time.monotonic() < spec.deadline):
-            pipe.blmove(REDIS_SOURCE, processing, READ_WAIT, "RIGHT", "LEFT")
-            for _ in range(spec.batch - 1):
-                pipe.lmove(REDIS_SOURCE, processing, "RIGHT", "LEFT")
-            got = [v for v in pipe.execute() if v is not None]
+            got = redis_take(pipe, REDIS_SOURCE, processing, spec.batch)
             if not got:
                 continue
-            # Newest first: each LREM then finds its value at the head of the list.
-            for value in reversed(got):
-                pipe.lrem(processing, 1, value)
-            pipe.execute()
+            redis_processed(pipe, processing, got)
             last = time.monotonic_ns()
             done += len(got)
             with consumed.get_lock():
@@ -200,6 +194,22 @@ def _redis_consumer(spec, reports, start, stop, consumed):
     finally:
         r.close()
     return first, last, done, cpu
+
+
+def redis_take(pipe: Any, source: str, processing: str, batch: int) -> list[bytes]:
+    """Up to *batch* values moved from *source* to the *processing* list in one
+    pipeline: a BLMOVE that waits (READ_WAIT) for the first, LMOVEs for the rest."""
+    pipe.blmove(source, processing, READ_WAIT, "RIGHT", "LEFT")
+    for _ in range(batch - 1):
+        pipe.lmove(source, processing, "RIGHT", "LEFT")
+    return [v for v in pipe.execute() if v is not None]
+
+
+def redis_processed(pipe: Any, processing: str, got: list[bytes]) -> None:
+    """Remove what redis_take moved from the *processing* list, in one pipeline."""
+    for value in reversed(got):  # newest first: each LREM finds its value at the head
+        pipe.lrem(processing, 1, value)
+    pipe.execute()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +26,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from _procs import ServerFailed, stop_process
+from _procs import LineWatcher, ServerFailed, stop_process
 
 STARTUP_TIMEOUT = 120.0  # seconds: a daemon rebuilding ~1M messages from an image is slow to start
 STOP_TIMEOUT = 180.0  # seconds a clean stop may take: it writes the image (~1 GiB at 1M messages)
@@ -185,24 +187,8 @@ def redis_aof(tmp: Path, binary: str) -> Iterator[tuple[str, int]]:
     cmd = [binary, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
            "--appendonly", "yes", "--appendfsync", "always", "--save", "",
            "--dir", str(tmp), "--daemonize", "no", "--loglevel", "notice"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, cwd=tmp)
-    ready = threading.Event()
-    tail: deque[str] = deque(maxlen=LOG_TAIL)
-
-    def drain() -> None:
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            tail.append(line)
-            if "ready to accept connections" in line.lower():
-                ready.set()
-        ready.set()  # it exited; the check below tells the two apart
-
-    threading.Thread(target=drain, daemon=True).start()
-    try:
-        ready.wait(STARTUP_TIMEOUT)
-        if proc.poll() is not None or not ready.is_set():
-            raise ServerFailed("redis-server did not start:\n" + "\n".join(tail))
+    with contextlib.ExitStack() as stack:
+        proc = _child(stack, cmd, tmp, None, "ready to accept connections", "redis-server")
         client = redis_py.Redis(unix_socket_path=str(sock), socket_timeout=STARTUP_TIMEOUT)
         try:
             if not client.ping():
@@ -213,5 +199,72 @@ def redis_aof(tmp: Path, binary: str) -> Iterator[tuple[str, int]]:
         finally:
             client.close()
         yield str(sock), proc.pid
-    finally:
-        stop_process(proc, STARTUP_TIMEOUT)
+
+
+RABBITMQ_SCRIPT = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # Debian's; /usr/sbin's su's to its user
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rabbitmq_version() -> str:
+    return Path(RABBITMQ_SCRIPT).resolve().parent.parent.name  # .../rabbitmq_server-3.10.8
+
+
+@contextlib.contextmanager
+def rabbitmq(tmp: Path) -> Iterator[tuple[int, int]]:
+    """Debian's RabbitMQ as our child, in *tmp*, listening on 127.0.0.1 only (AMQP
+    has no Unix socket); yields (AMQP port, pid of the Erlang VM).
+
+    Nothing outside *tmp* is touched: its own epmd (our child too, on a free port),
+    node name, cookie (HOME), database, logs (to stdout) and no plugins. Ready is
+    the broker's "Server startup complete" line; on the way out the broker gets
+    SIGTERM (its script stops the node cleanly), then epmd.
+    """
+    ports = {"epmd": free_port(), "amqp": free_port(), "dist": free_port()}
+    (tmp / "rabbitmq.conf").write_text(
+        f"listeners.tcp.default = 127.0.0.1:{ports['amqp']}\n"
+        "loopback_users = none\n")
+    (tmp / "enabled_plugins").write_text("[].\n")
+    env = dict(os.environ, HOME=str(tmp), RABBITMQ_CONF_ENV_FILE="/dev/null",
+               RABBITMQ_NODENAME="cqsbench@localhost", RABBITMQ_DIST_PORT=str(ports["dist"]),
+               ERL_EPMD_PORT=str(ports["epmd"]), ERL_EPMD_ADDRESS="127.0.0.1",
+               RABBITMQ_MNESIA_BASE=str(tmp / "mnesia"), RABBITMQ_LOG_BASE=str(tmp / "log"),
+               RABBITMQ_LOGS="-", RABBITMQ_ENABLED_PLUGINS_FILE=str(tmp / "enabled_plugins"),
+               RABBITMQ_CONFIG_FILE=str(tmp / "rabbitmq"),
+               RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
+    with contextlib.ExitStack() as stack:
+        # -d: epmd says "epmd running" once it listens, so the broker never starts one
+        epmd = _child(stack, ["epmd", "-d", "-port", str(ports["epmd"]), "-address",
+                              "127.0.0.1"], tmp, env, "epmd running", "epmd")
+        broker = _child(stack, [RABBITMQ_SCRIPT], tmp, env, "Server startup complete",
+                        "rabbitmq-server")
+        vm = _children(broker.pid)
+        if len(vm) != 1:
+            raise ServerFailed(f"rabbitmq-server: expected one Erlang VM, found {vm}")
+        yield ports["amqp"], vm[0]
+        for proc, name in ((broker, "rabbitmq-server"), (epmd, "epmd")):
+            if proc.poll() is not None:
+                raise ServerFailed(f"{name} died during the run (exit {proc.returncode})")
+
+
+def _child(stack: contextlib.ExitStack, cmd: list[str], cwd: Path, env: dict | None, ready: str,
+           name: str) -> subprocess.Popen:
+    """Start *cmd*, stopped when *stack* closes; return once it prints a line holding
+    *ready* (in any case)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=cwd, env=env)
+    stack.callback(stop_process, proc, STARTUP_TIMEOUT)
+    watcher = LineWatcher(proc.stdout, lambda line: ready.lower() in line.lower())
+    if not watcher.wait(STARTUP_TIMEOUT):
+        raise ServerFailed(f"{name} did not start (exit {proc.poll()}):\n{watcher.text()}")
+    return proc
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]

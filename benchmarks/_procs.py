@@ -155,9 +155,10 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 
 def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB",
-                daemon_keys: str = "") -> Path:
-    """Write the daemon's config into *tmp* (*daemon_keys*: more [daemon] lines);
-    returns its path."""
+                daemon_keys: str = "", structure_keys: str = "") -> Path:
+    """Write the daemon's config into *tmp* (*daemon_keys*: more [daemon] lines;
+    *structure_keys*: TOML after MSGQ01's size, its further keys and then other
+    [[structure]] tables); returns its path."""
     path = tmp / "cqsd.toml"
     path.write_text(
         "[daemon]\n"
@@ -169,6 +170,7 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB",
         "[[structure]]\n"
         'name = "MSGQ01"\n'
         f'size = "{structure_size}"\n'
+        f"{structure_keys}"
     )
     return path
 
@@ -207,21 +209,31 @@ def redis_server_path(install: bool = True) -> str | None:
 
     Returns None (after printing how to install it) when it cannot be had.
     """
-    found = shutil.which("redis-server")
+    return debian_binary("redis-server", "redis-server", install)
+
+
+def debian_binary(binary: str, package: str, install: bool = True) -> str | None:
+    """The path of *binary*; installs Debian's *package* first when root and *install*.
+
+    Returns None (after printing how to install it) when it cannot be had.
+    """
+    found = shutil.which(binary)
     if found or not install:
         return found
+    hint = (f"{binary} is not installed; as root: apt-get update && "
+            f"apt-get install -y {package}")
     if os.geteuid() != 0:
-        print(REDIS_INSTALL_HINT, file=sys.stderr)
+        print(hint, file=sys.stderr)
         return None
-    print("installing redis-server with apt-get ...", file=sys.stderr)
+    print(f"installing {package} with apt-get ...", file=sys.stderr)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "env": env}
-    if subprocess.run(["apt-get", "install", "-y", "redis-server"], **quiet).returncode:
+    if subprocess.run(["apt-get", "install", "-y", package], **quiet).returncode:
         subprocess.run(["apt-get", "update"], **quiet)
-        subprocess.run(["apt-get", "install", "-y", "redis-server"], **quiet)
-    found = shutil.which("redis-server")
+        subprocess.run(["apt-get", "install", "-y", package], **quiet)
+    found = shutil.which(binary)
     if not found:
-        print(REDIS_INSTALL_HINT, file=sys.stderr)
+        print(hint, file=sys.stderr)
     return found
 
 

@@ -29,6 +29,7 @@ OPS: dict[str, Spec] = {
         "secret": ((str, type(None)), None),
         "cold": ((bool,), False),
         "version": ((int,), REQUIRED),
+        "takeover": ((str, type(None)), None),
     },
     "deregister": {},
     "connect": {"structure": _STRUCTURE},

@@ -2,14 +2,21 @@
 peer recovery of the locks of a client that drops without deregistering.
 
 A client is a name held by one connection at a time (an IMS subsystem, an MQ
-queue manager). When its connection drops, its locked messages wait
-``resync_grace`` seconds for it to come back and resync them; then they go
-back to their queues as failed deliveries, as CQS returns a failed member's
-work. A cold start instead moves them to the cold queue for the operator.
+queue manager). Each registration is given a random token; a new connection
+presenting it (``takeover``) takes the name over from the connection still
+holding it, which is cut off, so that a client reconnecting before the daemon
+has seen its old connection die (a half-open TCP connection, a close still in
+flight) gets its name and locks back instead of CLIENT_ACTIVE. Nobody else
+knows the token, so nobody else can take a name over. When its connection
+drops, its locked messages wait ``resync_grace`` seconds for it to come back
+and resync them; then they go back to their queues as failed deliveries, as
+CQS returns a failed member's work. A cold start instead moves them to the
+cold queue for the operator.
 """
 
 import hashlib
 import hmac
+import secrets
 from collections.abc import Callable
 
 import structlog
@@ -36,26 +43,32 @@ class Clients:
         self.spawn = spawn
         self.sessions: dict[str, Session] = {}  # the connection each registered name holds
         self.pending: dict[str, trio.CancelScope] = {}  # grace timers of dropped clients
+        self.tokens: dict[str, str] = {}  # the takeover token of each registered name
         self.interest: dict[Interest, set[Session]] = {}
 
     # -- registration ------------------------------------------------------------
 
-    def register(self, session: Session, client: str, secret: str | None,
-                 cold: bool) -> list[dict]:
-        """Give ``client`` to ``session``; returns the locks it resyncs (none if
-        ``cold``: they go to the cold queue)."""
+    def register(self, session: Session, client: str, secret: str | None, cold: bool,
+                 takeover: str | None = None) -> tuple[list[dict], str]:
+        """Give ``client`` to ``session``, taking it from the connection holding it if
+        ``takeover`` is that registration's token; returns the locks it resyncs (none
+        if ``cold``: they go to the cold queue) and the token of this registration."""
         if session.client is not None:
             raise _bad(f"this connection is already registered as {session.client}")
         if not CLIENT_NAME.fullmatch(client):
             raise _bad(f"client name {client!r} must be {CLIENT_NAME_RULE}")
         self._authorize(session, client, secret)
-        if client in self.sessions:
-            raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
-        if len(self.sessions) >= self.config.daemon.max_clients:
+        old = self.sessions.get(client)
+        if old is not None:
+            if takeover is None or not hmac.compare_digest(takeover, self.tokens[client]):
+                raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+            old.cut(f"client {client} was taken over by a new connection ({session.peer})")
+        elif len(self.sessions) >= self.config.daemon.max_clients:
             raise CQSError(Reason.CLIENT_LIMIT,
                            f"{len(self.sessions)} clients are registered, the maximum")
         session.client = client
         self.sessions[client] = session
+        self.tokens[client] = token = secrets.token_hex(16)
         pending = self.pending.pop(client, None)
         if pending is not None:
             pending.cancel()
@@ -68,8 +81,9 @@ class Clients:
                              messages=len(moved))
             else:
                 locks += [wire.lock(s.name, e) for e in s.client_locks(client)]
-        log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks))
-        return locks
+        log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks),
+                 takeover=old is not None)
+        return locks, token
 
     def _authorize(self, session: Session, client: str, secret: str | None) -> None:
         known = {c.name: c.secret_sha256 for c in self.config.clients}
@@ -89,6 +103,7 @@ class Clients:
         assert client is not None
         session.deregistered = True
         del self.sessions[client]  # before the reply: its name may register again at once
+        del self.tokens[client]
         for s in self.registry.pairs.values():
             s.release_client(client, failed=False)
         log.info("deregister", client=client)
@@ -102,6 +117,7 @@ class Clients:
         if client is None or self.sessions.get(client) is not session:
             return
         del self.sessions[client]
+        del self.tokens[client]
         if shutting_down:
             return
         log.info("connection_lost", client=client, peer=session.peer, cut_off=session.cut_off)

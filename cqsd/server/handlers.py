@@ -34,16 +34,17 @@ Result = dict[str, Any]
 
 
 def op_register(d: "Daemon", session: Session, rid: int, client: str, secret: str | None,
-                cold: bool, version: int) -> Result:
-    """register {client, secret?, cold?, version}
-    -> {version, server, max_message, structures, locks}"""
+                cold: bool, version: int, takeover: str | None) -> Result:
+    """register {client, secret?, cold?, version, takeover?}
+    -> {version, server, max_message, structures, locks, token}"""
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
-    locks = d.clients.register(session, client, secret, cold)
+    locks, token = d.clients.register(session, client, secret, cold, takeover)
+    d.waiters.drop_client(client)  # reads a connection taken over left waiting
     return {"version": PROTOCOL_VERSION, "server": "cqsd",
             "max_message": d.config.daemon.max_message,
-            "structures": list(d.registry.pairs), "locks": locks}
+            "structures": list(d.registry.pairs), "locks": locks, "token": token}
 
 
 def op_deregister(d: "Daemon", session: Session, rid: int) -> Result:

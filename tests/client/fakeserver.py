@@ -76,6 +76,7 @@ class Conn:
     sock: socket.socket
     client: str | None = None
     deregistered: bool = False
+    token: str | None = None
     send_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, frame: dict[str, Any]) -> None:
@@ -336,12 +337,19 @@ class FakeServer:
             raise CQSError(Reason.UNKNOWN_STRUCTURE, f"no structure named {name!r}")
         return self.pairs[name]
 
-    def op_register(self, conn, rid, client, secret, cold, version):
+    def op_register(self, conn, rid, client, secret, cold, version, takeover):
         if version != PROTOCOL_VERSION:
             raise CQSError(Reason.INVALID_REQUEST, f"protocol version {version}")
-        if any(c.client == client and not c.deregistered for c in self.conns if c is not conn):
-            raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+        holder = next((c for c in self.conns if c is not conn and c.client == client
+                       and not c.deregistered), None)
+        if holder is not None:
+            if takeover is None or takeover != holder.token:
+                raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+            holder.deregistered = True  # as the daemon's cut: its locks stay the client's
+            with contextlib.suppress(OSError):
+                holder.sock.shutdown(socket.SHUT_RDWR)
         conn.client = client
+        conn.token = f"{client}-{rid}-{random.random()}"
         locks = []
         for pair in self.pairs.values():
             if cold:
@@ -349,7 +357,7 @@ class FakeServer:
             else:
                 locks += [wire.lock(pair.name, e) for e in pair.client_locks(client)]
         return {"version": PROTOCOL_VERSION, "server": "fake 0", "max_message": self.max_message,
-                "structures": list(self.pairs), "locks": locks}
+                "structures": list(self.pairs), "locks": locks, "token": conn.token}
 
     def op_deregister(self, conn, rid):
         conn.deregistered = True  # before the reply: its name may register again at once

@@ -313,6 +313,17 @@ class Client:
         return Resync(lost.message, attempts, time.monotonic() - started, kept, gone, orphans,
                       list(self._interests))
 
+    async def _release(self, structure: str, entry_id: int) -> None:
+        """Give back a lock the application never saw; see the blocking client."""
+        if self._book is not None:
+            self._book.forget((structure, entry_id))
+        call = ops.unlock(structure, entry_id)
+        try:
+            with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
+                call.finish(await self._opened().roundtrip(call))
+        except (ConnectionLost, TimeoutError, *ALREADY_RELEASED):
+            pass
+
     def holds(self, structure: str, entry_id: int) -> bool | None:
         """Whether the application still holds the lock on *entry_id* as far as this
         client knows (None without ``reconnect``, which keeps no book)."""

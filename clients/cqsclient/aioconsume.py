@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .consume import SHUTDOWN_PAUSE, ConsumerBase
+from .consume import SHUTDOWN_PAUSE, ConsumerBase, Handout
 from .errors import ConnectionLost, CQSError, RequestTimeout, ShuttingDown
 from .model import Message, QType
-from .ops import CLIENT_TIMEOUT, Timeout, unlock
+from .ops import CLIENT_TIMEOUT, Timeout
 from .unitofwork import ALREADY_RELEASED
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Consumer(ConsumerBase):
                 raise StopAsyncIteration
             message = self._next_ahead(client)
             if message is not None:
-                delivery: Delivery = self._deliver(Delivery, message, self)
+                delivery: Delivery = self._deliver(Delivery, message)
                 return delivery
             await self._fill()
 
@@ -106,15 +106,10 @@ class Consumer(ConsumerBase):
             self._scope.cancel()
         with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
             for message in ahead:
-                try:
-                    await self.handle.client._do(unlock(self.handle.name, message.entry_id))
-                except ConnectionLost:
-                    return
-                except ALREADY_RELEASED:
-                    continue
+                await self.handle.client._release(self.handle.name, message.entry_id)
 
     async def _settle(self, message: Delivery, failed: bool | None, timeout: Timeout) -> bool:
-        if not self._start_settling(message.entry_id):
+        if not self._start_settling(message):
             return False
         client = self.handle.client
         call = self._settle_call(self.handle.name, message.entry_id, failed)
@@ -149,22 +144,22 @@ class Delivery(Message):
     ``await m.ack()``, ``await m.nack()``, or ``async with m:``.
     """
 
-    consumer: Any = field(default=None, compare=False)
+    _handout: Any = field(default=None, compare=False)
 
     @property
     def settled(self) -> bool:
         """True once acked or nacked."""
-        consumer: Consumer = self.consumer
-        return consumer._settled(self.entry_id)
+        handout: Handout = self._handout
+        return handout.settled
 
     async def ack(self, *, timeout: Timeout = CLIENT_TIMEOUT) -> bool:
         """Delete the message: it has been dealt with."""
-        consumer: Consumer = self.consumer
+        consumer: Consumer = self._handout.consumer
         return await consumer._settle(self, None, timeout)
 
     async def nack(self, failed: bool = True, *, timeout: Timeout = CLIENT_TIMEOUT) -> bool:
         """Give the message back, as a failed delivery unless ``failed=False``."""
-        consumer: Consumer = self.consumer
+        consumer: Consumer = self._handout.consumer
         return await consumer._settle(self, failed, timeout)
 
     async def __aenter__(self) -> Delivery:

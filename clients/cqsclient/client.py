@@ -321,6 +321,19 @@ class Client:
         return Resync(lost.message, attempts, time.monotonic() - started, kept, gone, orphans,
                       list(self._interests))
 
+    def _release(self, structure: str, entry_id: int) -> None:
+        """Give back a lock the application never saw (read ahead), without
+        reconnecting for it: on a lost connection the next resync gives it back
+        (it is an orphan then), or peer recovery does."""
+        if self._book is not None:
+            with self._book_lock:
+                self._book.forget((structure, entry_id))
+        call = ops.unlock(structure, entry_id)
+        try:
+            call.finish(self._conn.roundtrip(call, self.timeout))
+        except (ConnectionLost, RequestTimeout, *ALREADY_RELEASED):
+            pass
+
     def holds(self, structure: str, entry_id: int) -> bool | None:
         """Whether the application still holds the lock on *entry_id* as far as this
         client knows (None without ``reconnect``, which keeps no book)."""

@@ -28,8 +28,10 @@ lock, then the socket) and its wait for the reply both end there, raising
 :class:`RequestTimeout`. A request that gives up (a timeout, an interrupt, a
 ``cancelled()`` that turned true) is *abandoned*: its reply, when it comes, is
 dropped, and if it was a read the messages it locked are given back by plain
-unlocks queued in ``_giveback`` and sent ahead of the next request's frame
-(never from the reading thread, which must not block on a send). ``poke()``
+unlocks queued in ``_giveback``: the reading thread that got the late reply
+sends them if the socket takes them at once (a non-blocking send, never a
+wait: a reader must not block on a send), and whatever is left goes ahead of
+the next request's frame. ``poke()``
 wakes the threads waiting on this connection so that they look at their
 ``cancelled()`` again; it only writes a byte to a pipe the reader polls, so a
 signal handler may call it.
@@ -101,6 +103,13 @@ class _PlainChannel:
             return None
         return self.sock.recv(CHUNK)
 
+    def send_now(self, data: bytes) -> int:
+        """Send what the socket takes without waiting; the bytes sent."""
+        try:
+            return self.sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return 0
+
     def send(self, data: bytes, deadline: float | None) -> int:
         """Send *data*; the bytes sent, fewer than all only if *deadline* passed."""
         if deadline is None:
@@ -144,6 +153,10 @@ class _TLSChannel:
                 return None
             if _wait_ready(self.sock, event, remaining, self._wakeup):
                 return None
+
+    def send_now(self, data: bytes) -> int:
+        # A TLS record may not be split across calls at will: leave it to send().
+        return 0
 
     def send(self, data: bytes, deadline: float | None) -> int:
         view, sent = memoryview(data), 0
@@ -430,6 +443,26 @@ class Connection:
                 self._cond.notify_all()
             if self._lost is not None:
                 self._release_socket()
+            elif self._giveback:
+                self._send_giveback()
+
+    def _send_giveback(self) -> None:
+        """Send the queued give-back unlocks if the socket takes them now; what it
+        does not take stays at the head of the queue, for the next send."""
+        if not self._send_lock.acquire(blocking=False):
+            return  # a sender is busy: it takes them along
+        try:
+            with self._cond:
+                data, self._giveback = b"".join(self._giveback), []
+            try:
+                sent = self._channel.send_now(data)
+            except OSError:
+                sent = 0  # the reader will see the connection end
+            if sent < len(data):
+                with self._cond:
+                    self._giveback.insert(0, data[sent:])
+        finally:
+            self._send_lock.release()
 
     def _decode(self, data: bytes, frames: list[dict[str, Any]]) -> str | None:
         """Decode every whole frame of *data* into *frames*; the loss detail, if any."""

@@ -50,7 +50,7 @@ from .unitofwork import ALREADY_RELEASED
 if TYPE_CHECKING:
     from .client import StructureHandle
 
-__all__ = ["Consumer", "ConsumerBase", "Delivery"]
+__all__ = ["Consumer", "ConsumerBase", "Delivery", "Handout"]
 
 log = logging.getLogger("cqsclient")
 
@@ -59,6 +59,17 @@ log = logging.getLogger("cqsclient")
 SHUTDOWN_PAUSE: Final = 0.2
 
 _MESSAGE_FIELDS: Final = tuple(f.name for f in fields(Message))
+
+
+class Handout:
+    """What a Delivery carries besides its message: who handed it out, and whether
+    it has been settled (a Delivery is a frozen Message: this is its one mutable part)."""
+
+    __slots__ = ("consumer", "settled")
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.settled = False
 
 
 class ConsumerBase:
@@ -77,7 +88,6 @@ class ConsumerBase:
         self.wait = wait
         self.timeout = timeout
         self._ahead: deque[Message] = deque()
-        self._in_hand: set[int] = set()
         self._stopping = False
         self._closed = False
         self._resync: object = None  # the client's last_resync when the buffer was checked
@@ -97,11 +107,7 @@ class ConsumerBase:
             self._resync = client.last_resync
             kept = [m for m in self._ahead if client.holds(m.structure, m.entry_id)]
             self._ahead = deque(kept)
-        if not self._ahead:
-            return None
-        message = self._ahead.popleft()
-        self._in_hand.add(message.entry_id)
-        return message
+        return self._ahead.popleft() if self._ahead else None
 
     def _take_ahead(self) -> list[Message]:
         """Every message read ahead and not handed out, for giving back."""
@@ -109,15 +115,14 @@ class ConsumerBase:
         ahead, self._ahead = list(self._ahead), deque()
         return ahead
 
-    def _start_settling(self, entry_id: int) -> bool:
-        """True if the message is in hand (and is now no longer); False if settled."""
-        if entry_id not in self._in_hand:
+    @staticmethod
+    def _start_settling(delivery: Any) -> bool:
+        """True if *delivery* was not settled yet (it is now being settled)."""
+        handout: Handout = delivery._handout
+        if handout.settled:
             return False
-        self._in_hand.discard(entry_id)
+        handout.settled = True
         return True
-
-    def _settled(self, entry_id: int) -> bool:
-        return entry_id not in self._in_hand
 
     @staticmethod
     def _settle_call(structure: str, entry_id: int, failed: bool | None) -> ops.Call:
@@ -125,9 +130,8 @@ class ConsumerBase:
             return ops.delete(structure, entry_id)
         return ops.unlock(structure, entry_id, failed)
 
-    @staticmethod
-    def _deliver(cls: type[Any], message: Message, consumer: Any) -> Any:
-        return cls(*(getattr(message, name) for name in _MESSAGE_FIELDS), consumer)
+    def _deliver(self, cls: type[Any], message: Message) -> Any:
+        return cls(*(getattr(message, name) for name in _MESSAGE_FIELDS), Handout(self))
 
 
 class Consumer(ConsumerBase):
@@ -166,7 +170,7 @@ class Consumer(ConsumerBase):
                 raise StopIteration
             message = self._next_ahead(client)
             if message is not None:
-                delivery: Delivery = self._deliver(Delivery, message, self)
+                delivery: Delivery = self._deliver(Delivery, message)
                 return delivery
             self._fill()
 
@@ -199,17 +203,11 @@ class Consumer(ConsumerBase):
 
     def close(self) -> None:
         """Stop, and give back the messages read ahead and not handed out. Idempotent."""
-        client = self.handle.client
         for message in self._take_ahead():
-            try:
-                client._do(ops.unlock(self.handle.name, message.entry_id))
-            except ConnectionLost:
-                return  # the daemon's peer recovery (or a resync) deals with them
-            except ALREADY_RELEASED:
-                continue
+            self.handle.client._release(self.handle.name, message.entry_id)
 
     def _settle(self, message: Delivery, failed: bool | None, timeout: Timeout) -> bool:
-        if not self._start_settling(message.entry_id):
+        if not self._start_settling(message):
             return False
         client = self.handle.client
         call = self._settle_call(self.handle.name, message.entry_id, failed)
@@ -247,25 +245,26 @@ class Delivery(Message):
     False when this client no longer held the lock (it was settled already, or
     the lock was lost across a reconnect or to peer recovery): the message may
     then be delivered again. As a context manager: ack on success, nack on an
-    exception, which goes on up.
+    exception, which goes on up. A message deleted in a unit of work instead
+    (``uow.delete(m.entry_id)``, with a reply put atomically) needs neither.
     """
 
-    consumer: Any = field(default=None, compare=False)
+    _handout: Any = field(default=None, compare=False)
 
     @property
     def settled(self) -> bool:
         """True once acked or nacked."""
-        consumer: Consumer = self.consumer
-        return consumer._settled(self.entry_id)
+        handout: Handout = self._handout
+        return handout.settled
 
     def ack(self, *, timeout: Timeout = CLIENT_TIMEOUT) -> bool:
         """Delete the message: it has been dealt with."""
-        consumer: Consumer = self.consumer
+        consumer: Consumer = self._handout.consumer
         return consumer._settle(self, None, timeout)
 
     def nack(self, failed: bool = True, *, timeout: Timeout = CLIENT_TIMEOUT) -> bool:
         """Give the message back, as a failed delivery unless ``failed=False``."""
-        consumer: Consumer = self.consumer
+        consumer: Consumer = self._handout.consumer
         return consumer._settle(self, failed, timeout)
 
     def __enter__(self) -> Delivery:

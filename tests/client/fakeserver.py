@@ -20,10 +20,11 @@ Knobs for tests: ``handlers[op]`` overrides an op (a function of the
 connection and the request returning the reply map, or None to send none);
 ``shuffle`` replies to the requests of one read in random order;
 ``notify_before_reply`` sends a notification before every reply;
-``drop_all()`` cuts every connection; ``wait_parked(n)`` blocks until n reads
-wait for messages; ``requests`` records every request received. Tests set up
-or inspect the structures through ``engine()`` (the lock held) and
-``messages()``.
+``drop_all()`` cuts every connection; ``wait_connections(n)`` blocks until n
+are open; ``wait_parked(n)`` blocks until n reads wait for messages;
+``requests`` records every request received, and ``wait_ops(op, n)`` waits
+for n of one op. Tests set up or inspect the
+structures through ``engine()`` (the lock held) and ``messages()``.
 """
 
 from __future__ import annotations
@@ -167,10 +168,23 @@ class FakeServer:
             except OSError:
                 pass
 
+    def wait_connections(self, n: int, timeout: float = 5.0) -> None:
+        """Block until exactly n connections are open (the fake has seen the others end)."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: len(self.conns) == n, timeout):
+                raise AssertionError(f"{len(self.conns)} connections open, not {n}")
+
     def wait_parked(self, n: int, timeout: float = 5.0) -> None:
         with self.lock:
             if not self.lock.wait_for(lambda: len(self.parked) >= n, timeout):
                 raise AssertionError(f"only {len(self.parked)} of {n} reads parked")
+
+    def wait_ops(self, op: str, n: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Block until n requests of ``op`` have come; they are returned."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: len(self.ops(op)) >= n, timeout):
+                raise AssertionError(f"only {len(self.ops(op))} {op} requests of {n} came")
+            return self.ops(op)
 
     def ops(self, op: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -244,6 +258,7 @@ class FakeServer:
         for frame in batch:
             with self.lock:
                 self.requests.append(frame)
+                self.lock.notify_all()
             reply = self._handle(conn, frame, afters)
             if reply is not None:
                 replies.append(reply)
@@ -261,6 +276,7 @@ class FakeServer:
         with self.lock:
             if conn in self.conns:
                 self.conns.remove(conn)
+                self.lock.notify_all()
             for parked in [p for p in self.parked if p.conn is conn]:
                 self._unpark(parked)
             for conns in self.interest.values():

@@ -300,9 +300,11 @@ class Client:
                     unlock = ops.unlock(lock.structure, lock.entry_id)
                     try:
                         unlock.finish(await conn.roundtrip(unlock))
-                    except ALREADY_RELEASED:
-                        pass
-                for structure, queue, qtype in self._interests:
+                    except ConnectionLost:
+                        raise
+                    except CQSError:
+                        pass  # released already, or its structure failed: not ours to hold
+                for structure, queue, qtype in list(self._interests):
                     call = ops.register_interest(structure, queue, qtype)
                     call.finish(await conn.roundtrip(call))
         except BaseException as error:

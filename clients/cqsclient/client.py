@@ -306,13 +306,14 @@ class Client:
             with self._book_lock:
                 kept, gone, orphans = self._book.resync(session.locks)
             for lock in orphans:
+                unlock = ops.unlock(lock.structure, lock.entry_id)
                 try:
-                    connection.roundtrip(ops.unlock(lock.structure, lock.entry_id), self.timeout)
-                except ConnectionLost:
+                    unlock.finish(connection.roundtrip(unlock, self.timeout))
+                except (ConnectionLost, RequestTimeout):
                     raise
-                except ALREADY_RELEASED:
-                    pass
-            for structure, queue, qtype in self._interests:
+                except CQSError:
+                    pass  # released already, or its structure failed: not ours to hold
+            for structure, queue, qtype in list(self._interests):
                 call = ops.register_interest(structure, queue, qtype)
                 call.finish(connection.roundtrip(call, self.timeout))
         except BaseException:

@@ -115,18 +115,21 @@ class _PlainChannel:
         if deadline is None:
             self.sock.sendall(data)
             return len(data)
-        view, sent = memoryview(data), 0
+        sent = self.send_now(data)
+        if sent == len(data):  # the common case: the kernel took it all
+            return sent
+        view = memoryview(data)
         while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return sent
+            _wait_ready(self.sock, select.POLLOUT, remaining)
             try:
                 sent += self.sock.send(view[sent:], socket.MSG_DONTWAIT)
             except BlockingIOError:
                 pass
             if sent == len(view):
                 return sent
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return sent
-            _wait_ready(self.sock, select.POLLOUT, remaining)
 
 
 class _TLSChannel:
@@ -283,7 +286,7 @@ class Connection:
         wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
         if self._lost is not None:
             raise self.lost_error(applied=False)
-        if not self._send_lock.acquire(timeout=wait):
+        if not self._send_lock.acquire(True, wait):
             raise RequestTimeout(
                 "timed out waiting for other requests' sends; not sent", applied=False
             )
@@ -291,9 +294,9 @@ class Connection:
         try:
             if self._lost is not None:
                 raise self.lost_error(applied=False)
-            with self._cond:
-                giveback, self._giveback = self._giveback, []
-            if giveback:
+            if self._giveback:  # read unlocked: one that just missed goes with the next
+                with self._cond:
+                    giveback, self._giveback = self._giveback, []
                 data = b"".join([*giveback, frame])
             sent = self._channel.send(data, deadline)
         except OSError as error:

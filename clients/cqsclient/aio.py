@@ -27,7 +27,6 @@ reader task in the same group, and resynced as in the blocking client
 
 from __future__ import annotations
 
-import logging
 import math
 import ssl
 import time
@@ -52,8 +51,6 @@ from .reconnect import LockBook, Reconnect, Resync, policy
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
 __all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
-
-log = logging.getLogger("cqsclient")
 
 # How long closing work (deregister, giving back locks) may take when the
 # caller is being cancelled: it runs shielded, so it must be bounded.
@@ -247,12 +244,11 @@ class Client:
 
     async def _reconnect(self, failed: AsyncConnection, lost: ConnectionLost) -> None:
         """Replace *failed* (unless another task did already); see the blocking client."""
-        assert self.reconnect is not None
+        assert self.reconnect is not None and self._book is not None
         async with self._reconnect_lock:
             if self._conn is not failed:
                 return
             started = time.monotonic()
-            give_up = self.reconnect.give_up_after
             attempts = 0
             for delay in self.reconnect.delays():
                 await anyio.sleep(delay)
@@ -263,26 +259,16 @@ class Client:
                     conn, session = await self._dial(False, self._token)
                     resync = await self._resync(conn, session, lost, attempts, started)
                 except TRANSIENT as error:
-                    log.warning("cqsd reconnect attempt %d failed: %s", attempts, error)
-                    if give_up is not None and time.monotonic() - started >= give_up:
-                        raise lost from error
+                    self.reconnect.failed(attempts, started, error, lost)
                     continue
+                self._book.lose(resync.lost)
                 self._conn = conn
                 self._session(session)
                 self.resync_locks = resync.kept
                 self.last_resync = resync
                 break
             await failed.aclose()
-        log.info(
-            "cqsd reconnected after %.3f s (%d attempts): %d locks kept, %d lost, %d given back",
-            resync.seconds, resync.attempts, len(resync.kept), len(resync.lost),
-            len(resync.given_back),
-        )
-        if self.reconnect.on_resync is not None:
-            try:
-                self.reconnect.on_resync(resync)
-            except Exception:
-                log.exception("Reconnect.on_resync raised")
+        self.reconnect.done(resync)
 
     async def _resync(
         self,

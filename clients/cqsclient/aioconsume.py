@@ -17,7 +17,7 @@ import anyio
 
 from .consume import SHUTDOWN_PAUSE, ConsumerBase, Handout
 from .errors import ConnectionLost, CQSError, RequestTimeout, ShuttingDown
-from .model import Message, QType
+from .model import Message
 from .ops import CLIENT_TIMEOUT, Timeout
 from .unitofwork import ALREADY_RELEASED
 
@@ -41,21 +41,8 @@ class Consumer(ConsumerBase):
     ahead; ``async with s.consume(q) as messages:`` closes on exit.
     """
 
-    def __init__(
-        self,
-        handle: StructureHandle,
-        queue: str,
-        qtype: QType,
-        prefetch: int,
-        wait: float,
-        timeout: Timeout = CLIENT_TIMEOUT,
-    ) -> None:
-        super().__init__(queue, qtype, prefetch, wait, timeout)
-        self.handle = handle
-        self._scope: anyio.CancelScope | None = None
-
-    def __repr__(self) -> str:
-        return f"<cqsclient.aio.Consumer {self.qtype}:{self.queue} of {self.handle.name}>"
+    handle: StructureHandle
+    _scope: anyio.CancelScope | None = None  # the read waiting on the daemon, for stop()
 
     def __aiter__(self) -> Consumer:
         return self

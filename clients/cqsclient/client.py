@@ -10,7 +10,6 @@ client in :mod:`cqsclient.aio` has the same names.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import ssl
@@ -41,8 +40,6 @@ from .reconnect import LockBook, Reconnect, Resync, policy
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
 __all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
-
-log = logging.getLogger("cqsclient")
 
 CLIENT_ENV: Final = "CQSD_CLIENT"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -253,12 +250,11 @@ class Client:
     ) -> None:
         """Replace *failed* by a new registered connection (unless another thread
         did already); raises *lost* if the policy gives up or the client closes."""
-        assert self.reconnect is not None
+        assert self.reconnect is not None and self._book is not None
         with self._reconnect_lock:
             if self._conn is not failed:
                 return
             started = time.monotonic()
-            give_up = self.reconnect.give_up_after
             attempts = 0
             for delay in self.reconnect.delays():
                 failed.nap(delay)
@@ -271,25 +267,16 @@ class Client:
                     connection, session = self._dialer.open(False, self._token)
                     resync = self._resync(connection, session, lost, attempts, started)
                 except TRANSIENT as error:
-                    log.warning("cqsd reconnect attempt %d failed: %s", attempts, error)
-                    if give_up is not None and time.monotonic() - started >= give_up:
-                        raise lost from error
+                    self.reconnect.failed(attempts, started, error, lost)
                     continue
+                with self._book_lock:
+                    self._book.lose(resync.lost)
                 self._conn = connection
                 self._session(session)
                 self.resync_locks = resync.kept
                 self.last_resync = resync
                 break
-        log.info(
-            "cqsd reconnected after %.3f s (%d attempts): %d locks kept, %d lost, %d given back",
-            resync.seconds, resync.attempts, len(resync.kept), len(resync.lost),
-            len(resync.given_back),
-        )
-        if self.reconnect.on_resync is not None:
-            try:
-                self.reconnect.on_resync(resync)
-            except Exception:
-                log.exception("Reconnect.on_resync raised")
+        self.reconnect.done(resync)
 
     def _resync(
         self,

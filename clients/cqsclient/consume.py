@@ -76,12 +76,19 @@ class ConsumerBase:
     """What both consumers keep: the messages read ahead and those handed out."""
 
     def __init__(
-        self, queue: str, qtype: QType, prefetch: int, wait: float, timeout: Timeout
+        self,
+        handle: Any,
+        queue: str,
+        qtype: QType,
+        prefetch: int,
+        wait: float,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> None:
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         if not wait > 0:
             raise ValueError(f"wait must be a positive number of seconds, got {wait}")
+        self.handle = handle
         self.queue = queue
         self.qtype = qtype
         self.prefetch = prefetch
@@ -91,6 +98,9 @@ class ConsumerBase:
         self._stopping = False
         self._closed = False
         self._resync: object = None  # the client's last_resync when the buffer was checked
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.Consumer {self.qtype}:{self.queue} of {self.handle.name}>"
 
     @property
     def stopping(self) -> bool:
@@ -144,20 +154,7 @@ class Consumer(ConsumerBase):
     so that leaving the loop early gives the rest back at once.
     """
 
-    def __init__(
-        self,
-        handle: StructureHandle,
-        queue: str,
-        qtype: QType,
-        prefetch: int,
-        wait: float,
-        timeout: Timeout = CLIENT_TIMEOUT,
-    ) -> None:
-        super().__init__(queue, qtype, prefetch, wait, timeout)
-        self.handle = handle
-
-    def __repr__(self) -> str:
-        return f"<cqsclient.Consumer {self.qtype}:{self.queue} of {self.handle.name}>"
+    handle: StructureHandle
 
     def __iter__(self) -> Consumer:
         return self

@@ -28,20 +28,25 @@ book sorts every lock into three:
 Requests in flight when the connection dropped raise ConnectionLost; those
 that certainly did not reach the daemon, and those safe to repeat
 (``Call.retry``: reads, browses, queries, interests), are sent again on the
-new connection instead. This module is pure: the clients do the I/O.
+new connection instead. This module does no I/O (but logging): the clients do.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ConnectionLost
 from .model import HeldLock, Message
 from .ops import Call
 
 __all__ = ["LockBook", "Reconnect", "Resync", "policy"]
+
+log = logging.getLogger("cqsclient")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,28 @@ class Reconnect:
         while True:
             yield delay * (1 - self.jitter * rand())
             delay = min(delay * self.multiplier, self.max_delay)
+
+    def failed(
+        self, attempt: int, started: float, error: BaseException, lost: ConnectionLost
+    ) -> None:
+        """Attempt *attempt* failed with *error*: say so; raise *lost* (the error the
+        request that noticed the loss raises) once ``give_up_after`` has passed."""
+        log.warning("cqsd reconnect attempt %d failed: %s", attempt, error)
+        if self.give_up_after is not None and time.monotonic() - started >= self.give_up_after:
+            raise lost from error
+
+    def done(self, resync: Resync) -> None:
+        """Say what the reconnect found, and tell the application (``on_resync``)."""
+        log.info(
+            "cqsd reconnected after %.3f s (%d attempts): %d locks kept, %d lost, %d given back",
+            resync.seconds, resync.attempts, len(resync.kept), len(resync.lost),
+            len(resync.given_back),
+        )
+        if self.on_resync is not None:
+            try:
+                self.on_resync(resync)
+            except Exception:
+                log.exception("Reconnect.on_resync raised")
 
 
 def policy(reconnect: bool | Reconnect | None) -> Reconnect | None:
@@ -151,12 +178,15 @@ class LockBook:
     def resync(
         self, locks: Iterable[HeldLock]
     ) -> tuple[list[HeldLock], list[HeldLock], list[HeldLock]]:
-        """Fold the daemon's resync list in: (kept, lost, orphans). Lost locks leave
-        the book; orphans do not enter it (the caller gives them back)."""
+        """Compare the daemon's resync list with the book: (kept, lost, orphans).
+        The book is left as it is until the reconnect succeeds (``lose``)."""
         handed = {(lock.structure, lock.entry_id): lock for lock in locks}
         kept = [lock for key, lock in self._held.items() if key in handed]
         lost = [lock for key, lock in self._held.items() if key not in handed]
         orphans = [lock for key, lock in handed.items() if key not in self._held]
-        for lock in lost:
-            del self._held[(lock.structure, lock.entry_id)]
         return kept, lost, orphans
+
+    def lose(self, locks: Iterable[HeldLock]) -> None:
+        """The application no longer holds *locks* (the lost ones of a resync)."""
+        for lock in locks:
+            self._held.pop((lock.structure, lock.entry_id), None)

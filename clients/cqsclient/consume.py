@@ -73,7 +73,7 @@ class Handout:
 
 
 class ConsumerBase:
-    """What both consumers keep: the messages read ahead and those handed out."""
+    """What both consumers keep: their queue and settings, and the messages read ahead."""
 
     def __init__(
         self,
@@ -96,7 +96,6 @@ class ConsumerBase:
         self.timeout = timeout
         self._ahead: deque[Message] = deque()
         self._stopping = False
-        self._closed = False
         self._resync: object = None  # the client's last_resync when the buffer was checked
 
     def __repr__(self) -> str:
@@ -121,7 +120,7 @@ class ConsumerBase:
 
     def _take_ahead(self) -> list[Message]:
         """Every message read ahead and not handed out, for giving back."""
-        self._stopping = self._closed = True
+        self._stopping = True
         ahead, self._ahead = list(self._ahead), deque()
         return ahead
 

@@ -102,9 +102,11 @@ class Reconnect:
     def failed(
         self, attempt: int, started: float, error: BaseException, lost: ConnectionLost
     ) -> None:
-        """Attempt *attempt* failed with *error*: say so; raise *lost* (the error the
+        """Attempt *attempt* failed with *error*: say so (at attempts 1, 2, 4, 8, ...,
+        so that a long outage does not flood the log); raise *lost* (the error the
         request that noticed the loss raises) once ``give_up_after`` has passed."""
-        log.warning("cqsd reconnect attempt %d failed: %s", attempt, error)
+        level = logging.WARNING if attempt & (attempt - 1) == 0 else logging.DEBUG
+        log.log(level, "cqsd reconnect attempt %d failed: %s", attempt, error)
         if self.give_up_after is not None and time.monotonic() - started >= self.give_up_after:
             raise lost from error
 

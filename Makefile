@@ -36,10 +36,11 @@ test: $(STAMP) java
 	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered
 
 # ruff (with the bugbear, import-order and async rules) over everything, and
-# mypy --strict on the engine, the record formats, the protocol, the client and
-# logstream ([tool.ruff] and [tool.mypy] in pyproject.toml). CI runs it first.
+# mypy --strict on the engine, the record formats, the protocol, the client,
+# logstream and the examples ([tool.ruff] and [tool.mypy] in pyproject.toml).
+# CI runs it first.
 lint: $(STAMP)
-	$(BIN)/ruff check cqsd logstream clients tests benchmarks
+	$(BIN)/ruff check cqsd logstream clients tests benchmarks examples
 	$(BIN)/mypy
 
 bench: $(STAMP)

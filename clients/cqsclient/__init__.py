@@ -9,6 +9,12 @@
         m = s.read("TRANX", wait=5.0)   # Message | None, locked by this client
         s.delete(m.entry_id)
 
+    # a worker: every message handled, deleted on success, failed on an exception
+    with cqsclient.connect(client="WORKER1", reconnect=True) as c:
+        for m in c.structure("MSGQ01").consume("TRANX"):
+            with m:
+                handle(m.data)
+
 The blocking client here is thread-safe and pipelines the requests of many
 threads on one connection. ``cqsclient.aio`` has the same names for AnyIO
 (Trio or asyncio); it is imported on first use, so importing ``cqsclient``
@@ -23,23 +29,45 @@ from typing import Any
 from . import errors
 from .address import DEFAULT_ADDRESS, default_address, parse_address
 from .client import Client, StructureHandle, UnitOfWork, connect
-from .errors import ConnectionLost, CQSError
-from .model import BrowsePage, HeldLock, Location, Message, Notification
+from .consume import Consumer, Delivery
+from .errors import ConnectionLost, CQSError, RequestTimeout
+from .model import (
+    BrowsePage,
+    HeldLock,
+    Location,
+    Message,
+    Notification,
+    QType,
+    QueueTypeName,
+)
+from .ops import CLIENT_TIMEOUT, Payload, Timeout
+from .reconnect import Reconnect, Resync
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CLIENT_TIMEOUT",
     "DEFAULT_ADDRESS",
     "BrowsePage",
     "CQSError",
     "Client",
     "ConnectionLost",
+    "Consumer",
+    "Delivery",
     "HeldLock",
     "Location",
     "Message",
     "Notification",
+    "Payload",
+    "QType",
+    "QueueTypeName",
+    "Reconnect",
+    "RequestTimeout",
+    "Resync",
     "StructureHandle",
+    "Timeout",
     "UnitOfWork",
+    "__version__",
     "connect",
     "default_address",
     "errors",

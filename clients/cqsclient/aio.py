@@ -10,33 +10,26 @@
             uow.put("LTERMZ", b"reply", qtype="LTERM")   # gathered: no await
             uow.delete(m.entry_id)
         async for n in c.notifications(timeout=1.0): ...
+        async for m in s.consume("TRANX"):
+            async with m:                                # deleted on success
+                ...
 
 Design note
 -----------
-``connect()`` returns an unopened :class:`Client`; ``async with`` opens the
-stream, starts one reader task in a task group and registers. The reader
-decodes frames and hands each reply to the waiter registered under its id (an
-``anyio.Event`` and a slot) and each notification to an unbounded memory
-stream, so the reader never blocks on a slow consumer. Any number of tasks may
-have requests in flight; sends are serialized by an ``anyio.Lock`` so frames
-never interleave. When the connection drops, the reader wakes every waiter,
-which raises ConnectionLost.
-
-Cancellation is safe for the connection. A waiter cancelled before its reply
-comes is dropped, and the reply is discarded when it arrives; if it was a read,
-the messages it locked are given back (a plain unlock) by a task in the group,
-so a ``with anyio.move_on_after(1): await s.read(q, wait=10)`` never strands a
-lock. A send is shielded from cancellation when the frame is small (it goes to
-the kernel at once); a large frame's send may be cancelled part-way, which
-leaves the byte stream without frame boundaries, so the connection is then
-closed and everything in flight gets ConnectionLost.
+``connect()`` returns an unopened :class:`Client`; ``async with`` opens a task
+group and a connection (:mod:`cqsclient.aioconnection`: its reader task runs
+in the group) and registers. A request's timeout is a cancel scope around its
+round trip, so a timed-out request is abandoned exactly as a cancelled one is.
+With ``reconnect`` a lost connection is replaced by a new one, with its own
+reader task in the same group, and resynced as in the blocking client
+(:mod:`cqsclient.reconnect`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, Final
@@ -44,222 +37,24 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from cqsproto import (
-    CLOSED,
-    DEFAULT_MAX_FRAME,
-    MAX_FRAME_LIMIT,
-    NEED_DATA,
-    FrameDecoder,
-    ProtocolError,
-    encode_frame,
-    max_frame_for,
-)
+from cqsproto import max_frame_for
 
 from . import ops
 from .address import Address, parse_address
-from .client import DEFAULT_TIMEOUT, client_name, tls_context
-from .connection import CHUNK
-from .errors import CannotConnect, ConnectionLost, CQSError, MessageTooLarge
+from .aioconnection import AsyncConnection, Progress
+from .aioconsume import Consumer, Delivery
+from .client import DEFAULT_TIMEOUT, TRANSIENT, client_name, tls_context
+from .errors import CannotConnect, ConnectionLost, CQSError, RequestTimeout, ShuttingDown
 from .model import BrowsePage, HeldLock, Location, Message, Notification
-from .ops import Call, Payload, QType
+from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
+from .reconnect import LockBook, Reconnect, Resync, policy
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
-__all__ = ["Client", "StructureHandle", "UnitOfWork", "connect"]
-
-# Frames up to this size are sent shielded from cancellation: they fit in the
-# socket's send buffer, so the send cannot hang, and finishing it keeps the
-# connection usable. Larger sends stay cancellable (see the design note).
-SHIELDED_SEND: Final = 64 * 1024
+__all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
 
 # How long closing work (deregister, giving back locks) may take when the
 # caller is being cancelled: it runs shielded, so it must be bounded.
 CLEANUP_TIMEOUT: Final = 5.0
-
-
-class _Waiter:
-    __slots__ = ("abandoned", "call", "event", "reply")
-
-    def __init__(self, call: Call) -> None:
-        self.call = call
-        self.event = anyio.Event()
-        self.reply: dict[str, Any] | None = None
-        self.abandoned = False
-
-
-class _Connection:
-    """Sends requests, and (in its reader task) files replies and notifications."""
-
-    def __init__(self, stream: anyio.abc.ByteStream, address: str) -> None:
-        self.address = address
-        self._stream = stream
-        self._decoder = FrameDecoder(MAX_FRAME_LIMIT)
-        self.max_frame = DEFAULT_MAX_FRAME
-        self._ids = itertools.count(1)
-        self._send_lock = anyio.Lock()
-        self._waiters: dict[int, _Waiter] = {}
-        self._notes_in, self.notes = anyio.create_memory_object_stream[Notification](math.inf)
-        self._lost: str | None = None
-        self._close_detail: str | None = None
-        self._task_group: anyio.abc.TaskGroup | None = None
-
-    @property
-    def lost(self) -> bool:
-        return self._lost is not None
-
-    def lost_error(self) -> ConnectionLost:
-        return ConnectionLost(
-            f"connection to {self.address} lost: {self._lost}", address=self.address
-        )
-
-    async def roundtrip(self, call: Call) -> dict[str, Any]:
-        """Send *call*'s request with a fresh id and return its reply frame."""
-        if self._lost is not None:
-            raise self.lost_error()
-        rid = next(self._ids)
-        request = call.request
-        request["id"] = rid
-        try:
-            frame = encode_frame(request, self.max_frame)
-        except ProtocolError as error:
-            raise MessageTooLarge(f"request refused before sending: {error.message}") from None
-        waiter = _Waiter(call)
-        # Registered before sending, so the reader cannot miss a fast reply.
-        self._waiters[rid] = waiter
-        sent = False
-        try:
-            await self._send(frame)
-            sent = True
-            await waiter.event.wait()
-        except BaseException:
-            self._abandon(rid, waiter, sent)
-            raise
-        if waiter.reply is None:
-            raise self.lost_error()
-        return waiter.reply
-
-    def _abandon(self, rid: int, waiter: _Waiter, sent: bool) -> None:
-        """The caller of request *rid* is gone (cancelled): nobody will take its reply."""
-        if waiter.reply is not None:
-            # The reply came in the same instant as the cancellation.
-            self._give_back(waiter.call, waiter.reply)
-        elif self._waiters.get(rid) is waiter:
-            if sent and waiter.call.locks:
-                waiter.abandoned = True  # the reader gives back what it locks
-            else:
-                del self._waiters[rid]
-
-    async def _send(self, frame: bytes) -> None:
-        async with self._send_lock:
-            if self._lost is not None:
-                raise self.lost_error()
-            try:
-                if len(frame) <= SHIELDED_SEND:
-                    with anyio.CancelScope(shield=True):
-                        await self._stream.send(frame)
-                else:
-                    await self._stream.send(frame)
-            except BaseException as error:
-                if isinstance(error, anyio.get_cancelled_exc_class()):
-                    self._fail("a large send was cancelled part-way")
-                    raise
-                self._fail(f"send failed: {error!r}")
-                raise self.lost_error() from error
-
-    # --- the reader task ---
-
-    async def read_loop(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Read frames until the connection ends; then fail whatever still waits."""
-        self._task_group = task_group
-        detail = "the server closed the connection"
-        try:
-            while True:
-                try:
-                    data = await self._stream.receive(CHUNK)
-                except anyio.EndOfStream:
-                    data = b""
-                self._decoder.receive_data(data)
-                if self._drain():
-                    break
-        except ProtocolError as error:
-            detail = f"the server sent a bad frame: {error}"
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
-            detail = f"receive failed: {error!r}"
-        except Exception as error:  # a bug here must not leave waiters hanging
-            detail = f"internal error in the reader: {error!r}"
-        finally:
-            self._fail(detail)
-
-    def _drain(self) -> bool:
-        """Dispatch every whole frame; True once the stream has ended."""
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is NEED_DATA:
-                return False
-            if frame is CLOSED:
-                return True
-            self._dispatch(frame)
-
-    def _dispatch(self, frame: dict[str, Any]) -> None:
-        rid = frame.get("id")
-        if rid is None:
-            if "notify" in frame:
-                note = ops.notification_from_wire(frame)
-                if note is not None:
-                    self._notes_in.send_nowait(note)
-            elif frame.get("ok") is False:
-                self._close_detail = ops.unexpected_close_detail(frame)
-            return
-        waiter = self._waiters.pop(rid, None)
-        if waiter is None:
-            return
-        if waiter.abandoned:
-            self._give_back(waiter.call, frame)
-            return
-        waiter.reply = frame
-        waiter.event.set()
-
-    def _give_back(self, call: Call, frame: dict[str, Any]) -> None:
-        # The reply to a cancelled read: unlock what it locked.
-        if frame.get("ok") is not True or self._task_group is None:
-            return
-        structure = call.request["structure"]
-        messages = (frame.get("result") or {}).get("messages") or []
-        for message in messages:
-            unlock = ops.unlock(structure, message["entry_id"])
-            self._task_group.start_soon(self._quiet, unlock)
-
-    async def _quiet(self, call: Call) -> None:
-        try:
-            await self.roundtrip(call)
-        except CQSError:
-            pass
-
-    # --- loss and closing ---
-
-    def expect_close(self, detail: str) -> None:
-        """The server will close the connection (deregister): say *detail* when it does."""
-        self._close_detail = detail
-
-    def _fail(self, detail: str) -> None:
-        if self._lost is None:
-            self._lost = self._close_detail or detail
-        waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
-            waiter.event.set()
-        self._notes_in.close()
-
-    async def aclose(self) -> None:
-        """Close the stream; requests in flight get ConnectionLost. Idempotent."""
-        if self._lost is None:
-            self._lost = self._close_detail or "closed by this client"
-        self._fail(self._lost)
-        # Forcefully: a TLS close_notify exchange could wait on a peer that is
-        # gone, and the session is over whatever the peer says.
-        await anyio.aclose_forcefully(self._stream)
-
-    def close_notifications(self) -> None:
-        """Drop the notifications nobody took; for the very end of the client."""
-        self.notes.close()
 
 
 def connect(
@@ -269,6 +64,7 @@ def connect(
     cold: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT,
     *,
+    reconnect: bool | Reconnect = False,
     ssl_context: ssl.SSLContext | None = None,
     cafile: str | None = None,
     operator: bool = False,
@@ -279,7 +75,14 @@ def connect(
     address or missing client name is raised here, the rest on entering.
     """
     return Client(
-        parse_address(address), client_name(client), secret, cold, timeout, ssl_context, cafile,
+        parse_address(address),
+        client_name(client),
+        secret,
+        cold,
+        timeout,
+        ssl_context,
+        cafile,
+        policy(reconnect),
         operator,
     )
 
@@ -299,7 +102,10 @@ async def _open_stream(
 
 
 class Client:
-    """A registered client on one connection, shared by any number of tasks."""
+    """A registered client on one connection, shared by any number of tasks.
+
+    Its attributes are the blocking client's (:class:`cqsclient.Client`).
+    """
 
     def __init__(
         self,
@@ -310,19 +116,27 @@ class Client:
         timeout: float | None,
         ssl_context: ssl.SSLContext | None,
         cafile: str | None,
+        reconnect: Reconnect | None = None,
         operator: bool = False,
     ) -> None:
         self.name = name
         self._operator = operator
         self.address = address.text
+        self.timeout = timeout
+        self.reconnect = reconnect
+        self.last_resync: Resync | None = None
         self._parsed = address
         self._secret = secret
         self._cold = cold
-        self._timeout = timeout
         self._ssl_context = ssl_context
         self._cafile = cafile
-        self._conn: _Connection | None = None
+        self._conn: AsyncConnection | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._closing = False
+        self._token: str | None = None
+        self._reconnect_lock = anyio.Lock()
+        self._book: LockBook | None = LockBook() if reconnect is not None else None
+        self._interests: dict[tuple[str, str, QType], None] = {}
         self.server = ""
         self.server_version = 0
         self.max_message = 0
@@ -338,17 +152,74 @@ class Client:
         """True until opened, and once the connection is closed or lost."""
         return self._conn is None or self._conn.lost
 
-    async def _do(self, call: Call) -> Any:
+    def _opened(self) -> AsyncConnection:
         if self._conn is None:
             raise RuntimeError("use `async with cqsclient.aio.connect(...) as client`")
-        return call.finish(await self._conn.roundtrip(call))
+        return self._conn
 
-    # --- opening and closing ---
+    async def _do(self, call: Call, timeout: Timeout = CLIENT_TIMEOUT) -> Any:
+        self._opened()
+        seconds = ops.seconds(timeout, self.timeout, call)
+        deadline = math.inf if seconds is None else seconds + call.wait
+        while True:
+            conn = self._opened()
+            progress = Progress()
+            try:
+                with anyio.move_on_after(deadline) as scope:
+                    reply = await conn.roundtrip(call, progress)
+                if scope.cancelled_caught:
+                    raise RequestTimeout(
+                        f"no reply to {call.request['op']} within its timeout; "
+                        + ("whether the daemon applied it is unknown" if progress.sent
+                           else "not sent"),
+                        applied=None if progress.sent else False,
+                    )
+                result = call.finish(reply)
+            except ConnectionLost as lost:
+                if self.reconnect is None or self._closing:
+                    raise
+                await self._reconnect(conn, lost)
+                if lost.applied is False or call.retry:
+                    continue
+                lost.add_note(
+                    "the client has reconnected; whether the daemon applied this request "
+                    "is unknown (see Client.last_resync for the locks)"
+                )
+                raise
+            if self._book is not None:
+                self._book.note(call, result)
+            return result
+
+    # --- opening, reconnecting and closing ---
 
     async def __aenter__(self) -> Client:
-        if self._conn is not None:
+        if self._task_group is not None:
             raise RuntimeError("this client has already been opened")
-        timeout = math.inf if self._timeout is None else self._timeout
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        try:
+            self._conn, session = await self._dial(self._cold, None)
+        except BaseException:
+            self._task_group.cancel_scope.cancel()
+            await self._task_group.__aexit__(None, None, None)
+            raise
+        self._session(session)
+        if self._book is not None:
+            self._book.adopt(session.locks)
+        return self
+
+    def _session(self, session: ops.Session) -> None:
+        self.server = session.server
+        self.server_version = session.version
+        self.max_message = session.max_message
+        self.structures = session.structures
+        self.resync_locks = session.locks
+        self._token = session.token
+
+    async def _dial(self, cold: bool, takeover: str | None) -> tuple[AsyncConnection, ops.Session]:
+        """A new connection, its reader running, registered (see :class:`Dialer`)."""
+        assert self._task_group is not None
+        timeout = math.inf if self.timeout is None else self.timeout
         try:
             with anyio.fail_after(timeout):
                 stream = await _open_stream(self._parsed, self._ssl_context, self._cafile)
@@ -356,41 +227,101 @@ class Client:
             raise CannotConnect(
                 f"cannot connect to {self.address}: {error or 'timed out'}", address=self.address
             ) from error
-        self._conn = _Connection(stream, self.address)
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        self._task_group.start_soon(self._conn.read_loop, self._task_group)
-        try:
-            await self._register(timeout)
-        except BaseException:
-            await self._shutdown(deregister=False)
-            raise
-        return self
-
-    # the register reply's own deadline, not the caller's: hence a parameter
-    async def _register(self, timeout: float) -> None:  # noqa: ASYNC109
-        assert self._conn is not None
+        conn = AsyncConnection(stream, self.address)
+        self._task_group.start_soon(conn.read_loop, self._task_group)
+        call = ops.register(self.name, self._secret, cold, self._operator, takeover)
         try:
             with anyio.fail_after(timeout):
-                session: ops.Session = await self._do(
-                    ops.register(self.name, self._secret, self._cold, self._operator)
-                )
-        except TimeoutError as error:
-            raise CannotConnect(
-                f"cannot register with {self.address}: timed out", address=self.address
-            ) from error
-        except CannotConnect:
+                session: ops.Session = call.finish(await conn.roundtrip(call))
+        except BaseException as error:
+            await conn.aclose()
+            if isinstance(error, TimeoutError | ConnectionLost) and not isinstance(
+                error, CannotConnect
+            ):
+                detail = error.message if isinstance(error, ConnectionLost) else "timed out"
+                raise CannotConnect(
+                    f"cannot register with {self.address}: {detail}", address=self.address
+                ) from error
             raise
-        except ConnectionLost as error:
-            raise CannotConnect(
-                f"cannot register with {self.address}: {error.message}", address=self.address
-            ) from error
-        self.server = session.server
-        self.server_version = session.version
-        self.max_message = session.max_message
-        self.structures = session.structures
-        self.resync_locks = session.locks
-        self._conn.max_frame = max_frame_for(session.max_message)
+        conn.max_frame = max_frame_for(session.max_message)
+        return conn, session
+
+    async def _reconnect(self, failed: AsyncConnection, lost: ConnectionLost) -> None:
+        """Replace *failed* (unless another task did already); see the blocking client."""
+        assert self.reconnect is not None and self._book is not None
+        async with self._reconnect_lock:
+            if self._conn is not failed:
+                return
+            started = time.monotonic()
+            attempts = 0
+            for delay in self.reconnect.delays():
+                await anyio.sleep(delay)
+                if self._closing:
+                    raise lost
+                attempts += 1
+                try:
+                    conn, session = await self._dial(False, self._token)
+                    resync = await self._resync(conn, session, lost, attempts, started)
+                except TRANSIENT as error:
+                    self.reconnect.failed(attempts, started, error, lost)
+                    continue
+                self._book.lose(resync.lost)
+                self._conn = conn
+                self._session(session)
+                self.resync_locks = resync.kept
+                self.last_resync = resync
+                break
+            await failed.aclose()
+        self.reconnect.done(resync)
+
+    async def _resync(
+        self,
+        conn: AsyncConnection,
+        session: ops.Session,
+        lost: ConnectionLost,
+        attempts: int,
+        started: float,
+    ) -> Resync:
+        assert self._book is not None
+        kept, gone, orphans = self._book.resync(session.locks)
+        try:
+            with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
+                for lock in orphans:
+                    unlock = ops.unlock(lock.structure, lock.entry_id)
+                    try:
+                        unlock.finish(await conn.roundtrip(unlock))
+                    except ConnectionLost:
+                        raise
+                    except CQSError:
+                        pass  # released already, or its structure failed: not ours to hold
+                for structure, queue, qtype in list(self._interests):
+                    call = ops.register_interest(structure, queue, qtype)
+                    call.finish(await conn.roundtrip(call))
+        except BaseException as error:
+            await conn.aclose()
+            if isinstance(error, TimeoutError):
+                raise RequestTimeout("timed out resyncing after a reconnect") from error
+            raise
+        return Resync(lost.message, attempts, time.monotonic() - started, kept, gone, orphans,
+                      list(self._interests))
+
+    async def _release(self, structure: str, entry_id: int) -> None:
+        """Give back a lock the application never saw; see the blocking client."""
+        if self._book is not None:
+            self._book.forget((structure, entry_id))
+        call = ops.unlock(structure, entry_id)
+        try:
+            with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
+                call.finish(await self._opened().roundtrip(call))
+        except (ConnectionLost, TimeoutError, *ALREADY_RELEASED):
+            pass
+
+    def holds(self, structure: str, entry_id: int) -> bool | None:
+        """Whether the application still holds the lock on *entry_id* as far as this
+        client knows (None without ``reconnect``, which keeps no book)."""
+        if self._book is None:
+            return None
+        return (structure, entry_id) in self._book
 
     async def __aexit__(
         self,
@@ -401,90 +332,128 @@ class Client:
         await self._shutdown(deregister=True, quiet=exc is not None)
 
     async def _shutdown(self, deregister: bool, quiet: bool = True) -> None:
-        assert self._conn is not None and self._task_group is not None
+        assert self._task_group is not None
+        self._closing = True
+        conn = self._opened()
         try:
-            if deregister and not self._conn.lost:
+            if deregister and not conn.lost:
                 # Shielded so that a cancelled caller still deregisters cleanly.
                 with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-                    self._conn.expect_close("deregistered by this client")
                     try:
-                        await self._do(ops.deregister())
+                        await self._deregister(conn)
+                    except (ConnectionLost, ShuttingDown):
+                        pass  # gone already, or going: the session ends either way
                     except CQSError:
                         if not quiet:
                             raise
         finally:
-            await self._conn.aclose()
+            await self._opened().aclose()
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
-            self._conn.close_notifications()
+            self._opened().close_notifications()
+
+    async def _deregister(self, conn: AsyncConnection) -> None:
+        conn.expect_close("deregistered by this client")
+        call = ops.deregister()
+        try:
+            call.finish(await conn.roundtrip(call))
+        finally:
+            await conn.aclose()
+            if self._book is not None:
+                self._book.clear()
 
     async def deregister(self) -> None:
-        """End the session cleanly, then close the connection."""
-        if self._conn is not None:
-            self._conn.expect_close("deregistered by this client")
-        try:
-            await self._do(ops.deregister())
-        finally:
-            await self.close()
+        """End the session cleanly, then close the connection (see the blocking client)."""
+        self._closing = True
+        await self._deregister(self._opened())
 
-    async def close(self) -> None:
-        """Close the connection without deregistering (the daemon treats it as a drop)."""
-        if self._conn is not None:
-            await self._conn.aclose()
+    async def close(self, failed: bool = False) -> None:
+        """Leave: deregister, as leaving ``async with`` does; with ``failed=True`` (or
+        :meth:`abort`) drop the connection instead. See the blocking client."""
+        self._closing = True
+        conn = self._opened()
+        if failed or conn.lost:
+            await conn.aclose()
+            return
+        try:
+            await self._deregister(conn)
+        except (ConnectionLost, ShuttingDown):
+            pass  # gone already, or going: the session ends either way
+
+    async def abort(self) -> None:
+        """Drop the connection without deregistering: ``close(failed=True)``."""
+        await self.close(failed=True)
 
     # --- requests ---
 
-    async def structure(self, name: str) -> StructureHandle:
+    async def structure(self, name: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> StructureHandle:
         """A handle on structure *name*; raises UnknownStructure if it is not defined."""
-        stats = await self._do(ops.connect(name))
+        stats = await self._do(ops.connect(name), timeout)
         return StructureHandle(self, name, stats)
 
-    async def register_interest(self, structure: str, queue: str, qtype: QType = "TRAN") -> None:
+    async def register_interest(
+        self, structure: str, queue: str, qtype: QType = "TRAN", *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> None:
         """Be notified when the queue goes from empty to non-empty (at once if it has work)."""
-        await self._do(ops.register_interest(structure, queue, qtype))
+        await self._do(ops.register_interest(structure, queue, qtype), timeout)
+        self._interests[(structure, queue, qtype)] = None
 
     async def deregister_interest(
-        self, structure: str, queue: str, qtype: QType = "TRAN"
+        self, structure: str, queue: str, qtype: QType = "TRAN", *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> None:
         """Stop the notifications for the queue."""
-        await self._do(ops.deregister_interest(structure, queue, qtype))
+        self._interests.pop((structure, queue, qtype), None)
+        await self._do(ops.deregister_interest(structure, queue, qtype), timeout)
 
     def notifications(self, timeout: float = 1.0) -> AsyncIterator[Notification]:
         """An async iterator of notifications as they arrive; it stops once *timeout*
         seconds pass without one, and raises ConnectionLost if the connection drops
-        (after what came before)."""
-        if self._conn is None:
-            raise RuntimeError("use `async with cqsclient.aio.connect(...) as client`")
-        return _Notifications(self._conn, timeout)
+        (after what came before), unless the client reconnects (see the blocking client)."""
+        self._opened()
+        return _Notifications(self, timeout)
 
-    async def query(self, kind: str, structure: str | None = None) -> list[dict[str, Any]]:
+    async def query(
+        self, kind: str, structure: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
         """The rows of a display: structures, queues, clients, locks, headers or backups."""
-        rows: list[dict[str, Any]] = await self._do(ops.query(kind, structure))
+        rows: list[dict[str, Any]] = await self._do(ops.query(kind, structure), timeout)
         return rows
 
-    async def checkpoint(self, structure: str) -> dict[str, Any]:
+    async def checkpoint(
+        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """Checkpoint a structure to its SRDS now; waits for the job and returns its report."""
-        result: dict[str, Any] = await self._do(ops.checkpoint(structure))
+        result: dict[str, Any] = await self._do(ops.checkpoint(structure), timeout)
         return result
 
-    async def alter(self, structure: str, size: int) -> dict[str, Any]:
+    async def alter(
+        self, structure: str, size: int, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """SETXCF START,ALTER (see the blocking client); returns the structure's stats."""
-        result: dict[str, Any] = await self._do(ops.alter(structure, size))
+        result: dict[str, Any] = await self._do(ops.alter(structure, size), timeout)
         return result
 
-    async def rebuild(self, structure: str, size: int | None = None) -> dict[str, Any]:
+    async def rebuild(
+        self, structure: str, size: int | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """Structure copy (see the blocking client); returns the structure's stats."""
-        result: dict[str, Any] = await self._do(ops.rebuild(structure, size))
+        result: dict[str, Any] = await self._do(ops.rebuild(structure, size), timeout)
         return result
 
-    async def delete_structure(self, structure: str) -> dict[str, Any]:
+    async def delete_structure(
+        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """SETXCF FORCE (see the blocking client)."""
-        result: dict[str, Any] = await self._do(ops.delete_structure(structure))
+        result: dict[str, Any] = await self._do(ops.delete_structure(structure), timeout)
         return result
 
-    async def recover(self, structure: str, purge: bool = False) -> dict[str, Any]:
+    async def recover(
+        self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """RECOVER CFSTRUCT (see the blocking client); returns a report."""
-        result: dict[str, Any] = await self._do(ops.recover(structure, purge))
+        result: dict[str, Any] = await self._do(ops.recover(structure, purge), timeout)
         return result
 
 
@@ -499,15 +468,21 @@ class StructureHandle:
     def __repr__(self) -> str:
         return f"<aio.StructureHandle {self.name!r} of {self.client!r}>"
 
-    async def _do(self, call: Call) -> Any:
-        return await self.client._do(call)
+    async def _do(self, call: Call, timeout: Timeout = CLIENT_TIMEOUT) -> Any:
+        return await self.client._do(call, timeout)
 
     async def put(
-        self, queue: str, data: Payload, qtype: QType = "TRAN", recoverable: bool = True
+        self,
+        queue: str,
+        data: Payload,
+        qtype: QType = "TRAN",
+        recoverable: bool = True,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> int:
         """Put a message; returns its entry id. Raises MessageTooLarge before sending."""
         call = ops.put(self.name, queue, data, qtype, recoverable, self.client.max_message)
-        entry_id: int = await self._do(call)
+        entry_id: int = await self._do(call, timeout)
         return entry_id
 
     async def put_batch(
@@ -516,30 +491,58 @@ class StructureHandle:
         payloads: Iterable[Payload],
         qtype: QType = "TRAN",
         recoverable: bool = True,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[int]:
         """Put several messages in one atomic commit; returns their entry ids in order."""
         max_message = self.client.max_message
         call = ops.put_batch(self.name, queue, payloads, qtype, recoverable, max_message)
-        entry_ids: list[int] = await self._do(call)
+        entry_ids: list[int] = await self._do(call, timeout)
         return entry_ids
 
     async def read(
-        self, queue: str, qtype: QType = "TRAN", wait: float | None = None
+        self,
+        queue: str,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Message | None:
         """Read and lock the next message, waiting up to *wait* seconds; None if there is none."""
-        message: Message | None = await self._do(ops.read(self.name, queue, qtype, wait))
+        call = ops.read(self.name, queue, qtype, wait)
+        message: Message | None = await self._do(call, timeout)
         return message
 
     async def read_batch(
-        self, queue: str, n: int, qtype: QType = "TRAN", wait: float | None = None
+        self,
+        queue: str,
+        n: int,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages; [] if there is none (after waiting)."""
-        messages: list[Message] = await self._do(ops.read_batch(self.name, queue, n, qtype, wait))
+        call = ops.read_batch(self.name, queue, n, qtype, wait)
+        messages: list[Message] = await self._do(call, timeout)
         return messages
 
-    async def delete(self, entry_id: int) -> None:
+    def consume(
+        self,
+        queue: str,
+        qtype: QType = "TRAN",
+        *,
+        prefetch: int = 1,
+        wait: float = 30.0,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> Consumer:
+        """Messages of the queue as they come: ``async for m in s.consume(q)``; see
+        the blocking client and :mod:`cqsclient.consume`."""
+        return Consumer(self, queue, qtype, prefetch, wait, timeout)
+
+    async def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
-        await self._do(ops.delete(self.name, entry_id))
+        await self._do(ops.delete(self.name, entry_id), timeout)
 
     async def unlock(
         self,
@@ -547,14 +550,20 @@ class StructureHandle:
         failed: bool = False,
         queue: str | None = None,
         qtype: QType | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Location:
         """Give back a locked message (see the blocking client); returns where it went."""
-        location: Location = await self._do(ops.unlock(self.name, entry_id, failed, queue, qtype))
+        call = ops.unlock(self.name, entry_id, failed, queue, qtype)
+        location: Location = await self._do(call, timeout)
         return location
 
-    async def move(self, entry_id: int, queue: str, qtype: QType = "TRAN") -> None:
+    async def move(
+        self, entry_id: int, queue: str, qtype: QType = "TRAN", *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> None:
         """Move a message not locked by another client to another queue."""
-        await self._do(ops.move(self.name, entry_id, queue, qtype))
+        await self._do(ops.move(self.name, entry_id, queue, qtype), timeout)
 
     async def browse(
         self,
@@ -562,9 +571,12 @@ class StructureHandle:
         qtype: QType | None = None,
         limit: int = ops.BROWSE_PAGE,
         cursor: Any = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> BrowsePage:
         """One page of messages (nothing locked), with ``cursor`` for the next page."""
-        page: BrowsePage = await self._do(ops.browse(self.name, queue, qtype, limit, cursor))
+        call = ops.browse(self.name, queue, qtype, limit, cursor)
+        page: BrowsePage = await self._do(call, timeout)
         return page
 
     def browse_all(
@@ -573,31 +585,37 @@ class StructureHandle:
         qtype: QType | None = None,
         limit: int | None = None,
         page_size: int = ops.BROWSE_PAGE,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> AsyncIterator[Message]:
         """An async iterator of every message (at most *limit*), following cursors."""
-        return _BrowseAll(self, queue, qtype, limit, page_size)
+        return _BrowseAll(self, queue, qtype, limit, page_size, timeout)
 
     def unit_of_work(self) -> UnitOfWork:
         """An async context manager gathering puts, deletes, moves and unlocks into one commit."""
         return UnitOfWork(self)
 
-    async def operator_delete(self, entry_id: int) -> None:
+    async def operator_delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete any message not locked by another client (operator delete)."""
-        await self._do(ops.delete(self.name, entry_id, operator=True))
+        await self._do(ops.delete(self.name, entry_id, operator=True), timeout)
 
-    async def requeue(self, entry_id: int) -> Location:
+    async def requeue(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> Location:
         """Put a cold or suspended message back on its home queue; returns where."""
-        location: Location = await self._do(ops.requeue(self.name, entry_id))
+        location: Location = await self._do(ops.requeue(self.name, entry_id), timeout)
         return location
 
-    async def dequeue(self, queue: str, qtype: QType = "TRAN") -> int:
+    async def dequeue(
+        self, queue: str, qtype: QType = "TRAN", *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> int:
         """Delete every message of the queue; returns how many went."""
-        count: int = await self._do(ops.dequeue(self.name, queue, qtype))
+        count: int = await self._do(ops.dequeue(self.name, queue, qtype), timeout)
         return count
 
-    async def query(self, kind: str) -> list[dict[str, Any]]:
+    async def query(
+        self, kind: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
         """The rows of a display, for this structure only."""
-        return await self.client.query(kind, self.name)
+        return await self.client.query(kind, self.name, timeout=timeout)
 
 
 # Iterators are classes rather than async generators: a caller that breaks out
@@ -606,23 +624,28 @@ class StructureHandle:
 
 
 class _Notifications:
-    def __init__(self, conn: _Connection, timeout: float) -> None:
-        self._conn = conn
+    def __init__(self, client: Client, timeout: float) -> None:
+        self._client = client
         self._timeout = timeout
 
     def __aiter__(self) -> _Notifications:
         return self
 
     async def __anext__(self) -> Notification:
-        note: Notification | None = None
-        with anyio.move_on_after(self._timeout):
-            try:
-                note = await self._conn.notes.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise self._conn.lost_error() from None
-        if note is None:
+        client = self._client
+        while True:
+            conn = client._opened()
+            with anyio.move_on_after(self._timeout):
+                try:
+                    return await conn.notes.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    lost = conn.lost_error()
+                    if client.reconnect is None or client._closing:
+                        raise lost from None
+            if conn.lost and client.reconnect is not None and not client._closing:
+                await client._reconnect(conn, conn.lost_error())
+                continue
             raise StopAsyncIteration
-        return note
 
 
 class _BrowseAll:
@@ -633,8 +656,10 @@ class _BrowseAll:
         qtype: QType | None,
         limit: int | None,
         page_size: int,
+        timeout: Timeout,
     ) -> None:
         self._handle = handle
+        self._timeout = timeout
         self._args = (queue, qtype)
         self._limit = limit
         self._page_size = page_size
@@ -654,7 +679,8 @@ class _BrowseAll:
                 size = min(size, self._limit - self._count)
             if self._done or size <= 0:
                 raise StopAsyncIteration
-            page = await self._handle.browse(*self._args, size, self._cursor)
+            page = await self._handle.browse(*self._args, size, self._cursor,
+                                             timeout=self._timeout)
             self._page, self._index = page, 0
             self._count += len(page)
             self._cursor = page.cursor
@@ -673,21 +699,32 @@ class UnitOfWork(UnitOfWorkBase):
         self._handle = handle
 
     async def read(
-        self, queue: str, qtype: QType = "TRAN", wait: float | None = None
+        self,
+        queue: str,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Message | None:
         """Read and lock a message now; it is given back if the unit of work fails."""
         self._check_open()
-        message = await self._handle.read(queue, qtype, wait)
+        message = await self._handle.read(queue, qtype, wait, timeout=timeout)
         if message is not None:
             self._note_read([message])
         return message
 
     async def read_batch(
-        self, queue: str, n: int, qtype: QType = "TRAN", wait: float | None = None
+        self,
+        queue: str,
+        n: int,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages now; given back if the unit of work fails."""
         self._check_open()
-        messages = await self._handle.read_batch(queue, n, qtype, wait)
+        messages = await self._handle.read_batch(queue, n, qtype, wait, timeout=timeout)
         self._note_read(messages)
         return messages
 
@@ -708,15 +745,13 @@ class UnitOfWork(UnitOfWorkBase):
             return
         try:
             self.entry_ids = await self._handle._do(call)
-        except ConnectionLost:
-            raise
         except CQSError as error:
+            # A refused commit applied nothing; a lost one maybe (see the module).
             await self._give_back(error)
             raise
 
     async def _give_back(self, cause: BaseException) -> None:
-        if isinstance(cause, ConnectionLost):
-            self._closed = True
+        if not self._gives_back(cause, self._handle.client.reconnect is not None):
             return
         # Shielded: a unit of work ended by cancellation still gives back its reads.
         with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):

@@ -2,8 +2,10 @@
 
 Every method builds its request with :mod:`cqsclient.ops` and sends it over
 one :class:`~cqsclient.connection.Connection`, which any number of threads
-may share (their requests are pipelined). The async client in
-:mod:`cqsclient.aio` has the same names.
+may share (their requests are pipelined). With ``reconnect``, a lost
+connection is replaced by a new one (:mod:`cqsclient.reconnect`) under the
+same Client, so handles, units of work and consumers carry on. The async
+client in :mod:`cqsclient.aio` has the same names.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-from collections.abc import Iterable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Final
 
@@ -19,16 +23,31 @@ from cqsproto import max_frame_for
 
 from . import ops
 from .address import Address, parse_address
-from .connection import Connection
-from .errors import CannotConnect, ConnectionLost, CQSError
+from .connection import Abandoned, Connection
+from .consume import Consumer, Delivery
+from .errors import (
+    CannotConnect,
+    ClientActive,
+    ClientLimit,
+    ConnectionLost,
+    CQSError,
+    RequestTimeout,
+    ShuttingDown,
+)
 from .model import BrowsePage, HeldLock, Location, Message, Notification
-from .ops import Call, Payload, QType
+from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
+from .reconnect import LockBook, Reconnect, Resync, policy
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
-__all__ = ["Client", "StructureHandle", "UnitOfWork", "connect"]
+__all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
 
 CLIENT_ENV: Final = "CQSD_CLIENT"
 DEFAULT_TIMEOUT: Final = 10.0
+
+# What a reconnect attempt may meet and try again after: the daemon is down or
+# restarting, still has the old connection's name (a daemon without takeover),
+# or is full for now. Anything else (NotAuthorized, ...) ends the reconnect.
+TRANSIENT: Final = (ConnectionLost, RequestTimeout, ShuttingDown, ClientActive, ClientLimit)
 
 def client_name(client: str | None) -> str:
     """*client*, else ``$CQSD_CLIENT``; raises ValueError if neither is given."""
@@ -81,6 +100,7 @@ def connect(
     cold: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT,
     *,
+    reconnect: bool | Reconnect = False,
     ssl_context: ssl.SSLContext | None = None,
     cafile: str | None = None,
     operator: bool = False,
@@ -91,9 +111,13 @@ def connect(
     *client* to ``$CQSD_CLIENT``. ``cold=True`` is a cold start: whatever the
     client still held from a previous connection goes to the cold queue; a warm
     start (the default) gets it back, listed in ``Client.resync_locks``.
-    *timeout* bounds connecting and registering, not later requests (a read
-    may wait as long as it asks to). For ``tls://`` addresses, *ssl_context*
-    (else a default context, trusting *cafile* if given) checks the server.
+    *timeout* bounds connecting and registering, and is every request's default
+    timeout (beyond a read's ``wait``; jobs such as checkpoint have none): see
+    RequestTimeout for what a timed-out request did. *reconnect* (True, or a
+    :class:`~cqsclient.reconnect.Reconnect` policy) replaces a lost connection,
+    warm (see :mod:`cqsclient.reconnect`). For ``tls://`` addresses,
+    *ssl_context* (else a default context, trusting *cafile* if given) checks
+    the server.
     ``operator=True`` opens an operator session, as cqsctl does: it takes no
     ``max_clients`` slot and never collides with another session of the same
     name (the client must be allowed operator requests).
@@ -104,22 +128,50 @@ def connect(
     registration (NotAuthorized, ClientActive, ClientLimit, ShuttingDown, ...).
     """
     parsed = parse_address(address)
-    name = client_name(client)
-    sock = open_socket(parsed, timeout, ssl_context, cafile)
-    connection = Connection(sock, parsed.text, timeout)
-    call = ops.register(name, secret, cold, operator)
-    try:
-        session = call.finish(connection.roundtrip(call.request))
-    except ConnectionLost as error:
-        connection.close()
-        raise CannotConnect(
-            f"cannot register with {parsed}: {error.message}", address=parsed.text
-        ) from error
-    except BaseException:
-        connection.close()
-        raise
-    connection.end_handshake(max_frame_for(session.max_message))
-    return Client(connection, name, session)
+    dialer = Dialer(parsed, client_name(client), secret, timeout, ssl_context, cafile, operator)
+    connection, session = dialer.open(cold, None)
+    return Client(dialer, connection, session, policy(reconnect))
+
+
+class Dialer:
+    """Opens a registered connection: for connect(), and again for each reconnect."""
+
+    def __init__(
+        self,
+        address: Address,
+        name: str,
+        secret: str | None,
+        timeout: float | None,
+        ssl_context: ssl.SSLContext | None,
+        cafile: str | None,
+        operator: bool = False,
+    ) -> None:
+        self.address = address
+        self.operator = operator
+        self.name = name
+        self.secret = secret
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self.cafile = cafile
+
+    def open(self, cold: bool, takeover: str | None) -> tuple[Connection, ops.Session]:
+        """A new connection, registered (taking the name over with *takeover*)."""
+        parsed = self.address
+        sock = open_socket(parsed, self.timeout, self.ssl_context, self.cafile)
+        connection = Connection(sock, parsed.text)
+        call = ops.register(self.name, self.secret, cold, self.operator, takeover)
+        try:
+            session: ops.Session = call.finish(connection.roundtrip(call, self.timeout))
+        except (ConnectionLost, RequestTimeout) as error:
+            connection.close()
+            raise CannotConnect(
+                f"cannot register with {parsed}: {error.message}", address=parsed.text
+            ) from error
+        except BaseException:
+            connection.close()
+            raise
+        connection.max_frame = max_frame_for(session.max_message)
+        return connection, session
 
 
 class Client:
@@ -127,105 +179,300 @@ class Client:
 
     Attributes: ``name``, ``address``, ``server`` (the daemon's version string),
     ``max_message`` (the largest message it accepts), ``structures`` (the names
-    it defines) and ``resync_locks`` (what this client still held when its last
-    connection dropped: :class:`HeldLock` values).
+    it defines), ``resync_locks`` (what this client still held when its last
+    connection dropped: :class:`HeldLock` values), ``timeout`` (the requests'
+    default timeout), ``reconnect`` (the policy, or None) and ``last_resync``
+    (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect).
     """
 
-    def __init__(self, connection: Connection, name: str, session: ops.Session) -> None:
+    def __init__(
+        self,
+        dialer: Dialer,
+        connection: Connection,
+        session: ops.Session,
+        reconnect: Reconnect | None = None,
+    ) -> None:
+        self._dialer = dialer
         self._conn = connection
-        self.name = name
+        self.name = dialer.name
         self.address = connection.address
+        self.timeout = dialer.timeout
+        self.reconnect = reconnect
+        self.last_resync: Resync | None = None
+        self._session(session)
+        self._closing = False
+        self._reconnect_lock = threading.Lock()
+        # What a reconnect restores: the locks the application holds and its interests.
+        self._book_lock = threading.Lock()
+        self._book: LockBook | None = None
+        self._interests: dict[tuple[str, str, QType], None] = {}
+        if reconnect is not None:
+            self._book = LockBook()
+            self._book.adopt(session.locks)
+
+    def _session(self, session: ops.Session) -> None:
         self.server = session.server
         self.server_version = session.version
         self.max_message = session.max_message
         self.structures: list[str] = session.structures
         self.resync_locks: list[HeldLock] = session.locks
+        self._token = session.token
 
     def __repr__(self) -> str:
         state = "closed" if self._conn.lost else "open"
         return f"<cqsclient.Client {self.name!r} at {self.address} ({state})>"
 
-    def _do(self, call: Call) -> Any:
-        return call.finish(self._conn.roundtrip(call.request))
+    def _do(
+        self,
+        call: Call,
+        timeout: Timeout = CLIENT_TIMEOUT,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Any:
+        seconds = ops.seconds(timeout, self.timeout, call)
+        while True:
+            conn = self._conn
+            try:
+                result = call.finish(conn.roundtrip(call, seconds, cancelled))
+            except ConnectionLost as lost:
+                if self.reconnect is None or self._closing:
+                    raise
+                self._reconnect(conn, lost, cancelled)
+                if lost.applied is False or call.retry:
+                    continue
+                lost.add_note(
+                    "the client has reconnected; whether the daemon applied this request "
+                    "is unknown (see Client.last_resync for the locks)"
+                )
+                raise
+            if self._book is not None:
+                with self._book_lock:
+                    self._book.note(call, result)
+            return result
+
+    # --- reconnecting ---
+
+    def _reconnect(
+        self, failed: Connection, lost: ConnectionLost, cancelled: Callable[[], bool] | None
+    ) -> None:
+        """Replace *failed* by a new registered connection (unless another thread
+        did already); raises *lost* if the policy gives up or the client closes."""
+        assert self.reconnect is not None and self._book is not None
+        with self._reconnect_lock:
+            if self._conn is not failed:
+                return
+            started = time.monotonic()
+            attempts = 0
+            for delay in self.reconnect.delays():
+                failed.nap(delay)
+                if self._closing:
+                    raise lost
+                if cancelled is not None and cancelled():
+                    raise Abandoned("reconnect abandoned") from lost
+                attempts += 1
+                try:
+                    connection, session = self._dialer.open(False, self._token)
+                    resync = self._resync(connection, session, lost, attempts, started)
+                except TRANSIENT as error:
+                    self.reconnect.failed(attempts, started, error, lost)
+                    continue
+                with self._book_lock:
+                    self._book.lose(resync.lost)
+                self._conn = connection
+                self._session(session)
+                self.resync_locks = resync.kept
+                self.last_resync = resync
+                break
+        self.reconnect.done(resync)
+
+    def _resync(
+        self,
+        connection: Connection,
+        session: ops.Session,
+        lost: ConnectionLost,
+        attempts: int,
+        started: float,
+    ) -> Resync:
+        """On the new connection, before anyone else uses it: give back the orphans
+        and register the interests again; the report."""
+        assert self._book is not None
+        try:
+            with self._book_lock:
+                kept, gone, orphans = self._book.resync(session.locks)
+            for lock in orphans:
+                unlock = ops.unlock(lock.structure, lock.entry_id)
+                try:
+                    unlock.finish(connection.roundtrip(unlock, self.timeout))
+                except (ConnectionLost, RequestTimeout):
+                    raise
+                except CQSError:
+                    pass  # released already, or its structure failed: not ours to hold
+            for structure, queue, qtype in list(self._interests):
+                call = ops.register_interest(structure, queue, qtype)
+                call.finish(connection.roundtrip(call, self.timeout))
+        except BaseException:
+            connection.close()
+            raise
+        return Resync(lost.message, attempts, time.monotonic() - started, kept, gone, orphans,
+                      list(self._interests))
+
+    def _release(self, structure: str, entry_id: int) -> None:
+        """Give back a lock the application never saw (read ahead), without
+        reconnecting for it: on a lost connection the next resync gives it back
+        (it is an orphan then), or peer recovery does."""
+        if self._book is not None:
+            with self._book_lock:
+                self._book.forget((structure, entry_id))
+        call = ops.unlock(structure, entry_id)
+        try:
+            call.finish(self._conn.roundtrip(call, self.timeout))
+        except (ConnectionLost, RequestTimeout, *ALREADY_RELEASED):
+            pass
+
+    def holds(self, structure: str, entry_id: int) -> bool | None:
+        """Whether the application still holds the lock on *entry_id* as far as this
+        client knows (None without ``reconnect``, which keeps no book)."""
+        if self._book is None:
+            return None
+        with self._book_lock:
+            return (structure, entry_id) in self._book
 
     @property
     def closed(self) -> bool:
         """True once the connection is closed or lost."""
         return self._conn.lost
 
-    def structure(self, name: str) -> StructureHandle:
+    def structure(self, name: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> StructureHandle:
         """A handle on structure *name*; raises UnknownStructure if it is not defined."""
-        stats = self._do(ops.connect(name))
+        stats = self._do(ops.connect(name), timeout)
         return StructureHandle(self, name, stats)
 
-    def register_interest(self, structure: str, queue: str, qtype: QType = "TRAN") -> None:
+    def register_interest(
+        self, structure: str, queue: str, qtype: QType = "TRAN", *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> None:
         """Be notified when the queue goes from empty to non-empty (at once if it has work)."""
-        self._do(ops.register_interest(structure, queue, qtype))
+        self._do(ops.register_interest(structure, queue, qtype), timeout)
+        self._interests[(structure, queue, qtype)] = None
 
-    def deregister_interest(self, structure: str, queue: str, qtype: QType = "TRAN") -> None:
+    def deregister_interest(
+        self, structure: str, queue: str, qtype: QType = "TRAN", *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> None:
         """Stop the notifications for the queue."""
-        self._do(ops.deregister_interest(structure, queue, qtype))
+        self._interests.pop((structure, queue, qtype), None)
+        self._do(ops.deregister_interest(structure, queue, qtype), timeout)
 
     def notifications(self, timeout: float = 1.0) -> Iterator[Notification]:
         """Yield notifications as they arrive; stop once *timeout* seconds pass without one.
 
-        Raises ConnectionLost if the connection drops (after yielding what came before).
+        Raises ConnectionLost if the connection drops (after yielding what came
+        before), unless the client reconnects: then the interests are registered
+        again (each queue holding work notifies at once) and the wait goes on.
         """
         while True:
-            note = self._conn.next_notification(timeout)
+            conn = self._conn
+            try:
+                note = conn.next_notification(timeout)
+            except ConnectionLost as lost:
+                if self.reconnect is None or self._closing:
+                    raise
+                self._reconnect(conn, lost, None)
+                continue
             if note is None:
                 return
             yield note
 
-    def query(self, kind: str, structure: str | None = None) -> list[dict[str, Any]]:
+    def query(
+        self, kind: str, structure: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
         """The rows of a display: structures, queues, clients, locks, headers or backups."""
-        result: list[dict[str, Any]] = self._do(ops.query(kind, structure))
+        result: list[dict[str, Any]] = self._do(ops.query(kind, structure), timeout)
         return result
 
-    def checkpoint(self, structure: str) -> dict[str, Any]:
+    def checkpoint(self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> dict[str, Any]:
         """Checkpoint a structure to its SRDS now (BACKUP CFSTRUCT); waits for the job
         and returns its report (slot, lsn, rows, seconds)."""
-        result: dict[str, Any] = self._do(ops.checkpoint(structure))
+        result: dict[str, Any] = self._do(ops.checkpoint(structure), timeout)
         return result
 
-    def recover(self, structure: str, purge: bool = False) -> dict[str, Any]:
+    def recover(
+        self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """RECOVER CFSTRUCT: the structure is failed, rebuilt from its newest checkpoint
         and the log (or emptied, with *purge*), and available again; returns a report."""
-        result: dict[str, Any] = self._do(ops.recover(structure, purge))
+        result: dict[str, Any] = self._do(ops.recover(structure, purge), timeout)
         return result
 
-    def alter(self, structure: str, size: int) -> dict[str, Any]:
+    def alter(
+        self, structure: str, size: int, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """SETXCF START,ALTER: set a structure's current size in bytes (up to its SIZE,
         never below what is in use); returns its stats."""
-        result: dict[str, Any] = self._do(ops.alter(structure, size))
+        result: dict[str, Any] = self._do(ops.alter(structure, size), timeout)
         return result
 
-    def rebuild(self, structure: str, size: int | None = None) -> dict[str, Any]:
+    def rebuild(
+        self, structure: str, size: int | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """Structure copy: every message copied to a new instance (with a new SIZE if
         given) while requests wait; returns its stats."""
-        result: dict[str, Any] = self._do(ops.rebuild(structure, size))
+        result: dict[str, Any] = self._do(ops.rebuild(structure, size), timeout)
         return result
 
-    def delete_structure(self, structure: str) -> dict[str, Any]:
+    def delete_structure(
+        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
         """SETXCF FORCE: empty a structure (and its overflow structure) and its
         checkpoints, so that nothing in it is ever recovered."""
-        result: dict[str, Any] = self._do(ops.delete_structure(structure))
+        result: dict[str, Any] = self._do(ops.delete_structure(structure), timeout)
         return result
 
+    # --- leaving ---
+
     def deregister(self) -> None:
-        """End the session cleanly (the daemon releases its state), then close."""
-        self._conn.expect_close("deregistered by this client")
+        """End the session cleanly (the daemon frees the name and gives back this
+        client's locks, unfailed), then close. Raises what the request raises."""
+        self._closing = True
+        conn = self._conn
+        conn.expect_close("deregistered by this client")
+        call = ops.deregister()
         try:
-            self._do(ops.deregister())
+            call.finish(conn.roundtrip(call, self.timeout))
         finally:
-            self._conn.close()
+            conn.close()
+            if self._book is not None:
+                self._book.clear()
 
-    def close(self) -> None:
-        """Close the connection without deregistering (the daemon treats it as a drop).
+    def close(self, failed: bool = False) -> None:
+        """Leave: deregister, as leaving a ``with`` block does, then close.
 
-        Idempotent. Requests in flight in other threads get ConnectionLost.
+        With ``failed=True`` (or :meth:`abort`) drop the connection instead, as a
+        crash would: the daemon keeps this client's locks for ``resync_grace``
+        seconds, then gives them back as failed deliveries (peer recovery).
+        Idempotent; requests in flight in other threads get ConnectionLost. A
+        connection already lost is only closed.
         """
-        self._conn.close()
+        self._leave(quiet=False, failed=failed)
+
+    def abort(self) -> None:
+        """Drop the connection without deregistering: ``close(failed=True)``."""
+        self._leave(quiet=True, failed=True)
+
+    def _leave(self, quiet: bool, failed: bool) -> None:
+        self._closing = True
+        conn = self._conn
+        if failed or conn.lost:
+            conn.close()
+            return
+        try:
+            self.deregister()
+        except (ConnectionLost, ShuttingDown):
+            pass  # gone already, or going: the session ends either way
+        except CQSError:
+            # Deregistering is a courtesy when leaving with an error already,
+            # and its failure must not hide the error that ended the block.
+            if not quiet:
+                raise
 
     def __enter__(self) -> Client:
         return self
@@ -236,21 +483,15 @@ class Client:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._conn.lost:
-            return
-        try:
-            self.deregister()
-        except CQSError:
-            # Leaving with an error already: deregistering is a courtesy, and
-            # its failure must not hide the error that ended the block.
-            if exc is None:
-                raise
+        self._leave(quiet=exc is not None, failed=False)
 
 
 class StructureHandle:
     """The requests on one structure; from :meth:`Client.structure`.
 
-    ``stats`` is the structure's row as it was when the handle was made.
+    ``stats`` is the structure's row as it was when the handle was made. Every
+    request takes ``timeout``: seconds (beyond a read's ``wait``) before it
+    raises RequestTimeout, None for no limit; the client's by default.
     """
 
     def __init__(self, client: Client, name: str, stats: dict[str, Any]) -> None:
@@ -261,15 +502,21 @@ class StructureHandle:
     def __repr__(self) -> str:
         return f"<StructureHandle {self.name!r} of {self.client!r}>"
 
-    def _do(self, call: Call) -> Any:
-        return self.client._do(call)
+    def _do(self, call: Call, timeout: Timeout = CLIENT_TIMEOUT) -> Any:
+        return self.client._do(call, timeout)
 
     def put(
-        self, queue: str, data: Payload, qtype: QType = "TRAN", recoverable: bool = True
+        self,
+        queue: str,
+        data: Payload,
+        qtype: QType = "TRAN",
+        recoverable: bool = True,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> int:
         """Put a message; returns its entry id. Raises MessageTooLarge before sending."""
         call = ops.put(self.name, queue, data, qtype, recoverable, self.client.max_message)
-        entry_id: int = self._do(call)
+        entry_id: int = self._do(call, timeout)
         return entry_id
 
     def put_batch(
@@ -278,28 +525,64 @@ class StructureHandle:
         payloads: Iterable[Payload],
         qtype: QType = "TRAN",
         recoverable: bool = True,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[int]:
         """Put several messages in one atomic commit; returns their entry ids in order."""
         max_message = self.client.max_message
         call = ops.put_batch(self.name, queue, payloads, qtype, recoverable, max_message)
-        entry_ids: list[int] = self._do(call)
+        entry_ids: list[int] = self._do(call, timeout)
         return entry_ids
 
-    def read(self, queue: str, qtype: QType = "TRAN", wait: float | None = None) -> Message | None:
+    def read(
+        self,
+        queue: str,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> Message | None:
         """Read and lock the next message, waiting up to *wait* seconds; None if there is none."""
-        message: Message | None = self._do(ops.read(self.name, queue, qtype, wait))
+        message: Message | None = self._do(ops.read(self.name, queue, qtype, wait), timeout)
         return message
 
     def read_batch(
-        self, queue: str, n: int, qtype: QType = "TRAN", wait: float | None = None
+        self,
+        queue: str,
+        n: int,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages; [] if there is none (after waiting)."""
-        messages: list[Message] = self._do(ops.read_batch(self.name, queue, n, qtype, wait))
+        call = ops.read_batch(self.name, queue, n, qtype, wait)
+        messages: list[Message] = self._do(call, timeout)
         return messages
 
-    def delete(self, entry_id: int) -> None:
+    def consume(
+        self,
+        queue: str,
+        qtype: QType = "TRAN",
+        *,
+        prefetch: int = 1,
+        wait: float = 30.0,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> Consumer:
+        """Messages of the queue, one by one, as they come: ``for m in s.consume(q)``.
+
+        Each is a :class:`Delivery` (a Message, locked by this client) to ``ack()``
+        (delete) or ``nack()`` (give back; ``failed=True`` by default), or to use as
+        ``with m:`` (ack on success, nack on an exception). *prefetch* messages are
+        read (and locked) at a time; when the queue is empty the consumer waits on
+        the daemon, *wait* seconds per read. ``stop()`` ends the loop (from another
+        thread or a signal handler too); see :class:`Consumer`.
+        """
+        return Consumer(self, queue, qtype, prefetch, wait, timeout)
+
+    def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
-        self._do(ops.delete(self.name, entry_id))
+        self._do(ops.delete(self.name, entry_id), timeout)
 
     def unlock(
         self,
@@ -307,15 +590,21 @@ class StructureHandle:
         failed: bool = False,
         queue: str | None = None,
         qtype: QType | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Location:
         """Give back a locked message; ``failed`` counts a failed delivery (and may
         suspend it); *queue*/*qtype* put it on another queue. Returns where it went."""
-        location: Location = self._do(ops.unlock(self.name, entry_id, failed, queue, qtype))
+        call = ops.unlock(self.name, entry_id, failed, queue, qtype)
+        location: Location = self._do(call, timeout)
         return location
 
-    def move(self, entry_id: int, queue: str, qtype: QType = "TRAN") -> None:
+    def move(
+        self, entry_id: int, queue: str, qtype: QType = "TRAN", *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> None:
         """Move a message not locked by another client to another queue."""
-        self._do(ops.move(self.name, entry_id, queue, qtype))
+        self._do(ops.move(self.name, entry_id, queue, qtype), timeout)
 
     def browse(
         self,
@@ -323,11 +612,14 @@ class StructureHandle:
         qtype: QType | None = None,
         limit: int = ops.BROWSE_PAGE,
         cursor: Any = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> BrowsePage:
         """One page of messages (nothing locked): a list with a ``cursor`` attribute
         to pass back for the next page (None when done). With *queue* and no
         *qtype* the type is TRAN; with neither, the whole structure is browsed."""
-        page: BrowsePage = self._do(ops.browse(self.name, queue, qtype, limit, cursor))
+        call = ops.browse(self.name, queue, qtype, limit, cursor)
+        page: BrowsePage = self._do(call, timeout)
         return page
 
     def browse_all(
@@ -336,6 +628,8 @@ class StructureHandle:
         qtype: QType | None = None,
         limit: int | None = None,
         page_size: int = ops.BROWSE_PAGE,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Iterator[Message]:
         """Every message (at most *limit*), following cursors page by page."""
         cursor: Any = None
@@ -344,7 +638,7 @@ class StructureHandle:
             size = page_size if limit is None else min(page_size, limit - count)
             if size <= 0:
                 return
-            page = self.browse(queue, qtype, size, cursor)
+            page = self.browse(queue, qtype, size, cursor, timeout=timeout)
             for message in page:
                 yield message
             count += len(page)
@@ -358,23 +652,25 @@ class StructureHandle:
 
     # --- operator requests ---
 
-    def operator_delete(self, entry_id: int) -> None:
+    def operator_delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete any message not locked by another client (operator delete)."""
-        self._do(ops.delete(self.name, entry_id, operator=True))
+        self._do(ops.delete(self.name, entry_id, operator=True), timeout)
 
-    def requeue(self, entry_id: int) -> Location:
+    def requeue(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> Location:
         """Put a cold or suspended message back on its home queue; returns where."""
-        location: Location = self._do(ops.requeue(self.name, entry_id))
+        location: Location = self._do(ops.requeue(self.name, entry_id), timeout)
         return location
 
-    def dequeue(self, queue: str, qtype: QType = "TRAN") -> int:
+    def dequeue(
+        self, queue: str, qtype: QType = "TRAN", *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> int:
         """Delete every message of the queue; returns how many went."""
-        count: int = self._do(ops.dequeue(self.name, queue, qtype))
+        count: int = self._do(ops.dequeue(self.name, queue, qtype), timeout)
         return count
 
-    def query(self, kind: str) -> list[dict[str, Any]]:
+    def query(self, kind: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> list[dict[str, Any]]:
         """The rows of a display, for this structure only."""
-        return self.client.query(kind, self.name)
+        return self.client.query(kind, self.name, timeout=timeout)
 
 
 class UnitOfWork(UnitOfWorkBase):
@@ -384,20 +680,33 @@ class UnitOfWork(UnitOfWorkBase):
         super().__init__(handle.name, handle.client.max_message)
         self._handle = handle
 
-    def read(self, queue: str, qtype: QType = "TRAN", wait: float | None = None) -> Message | None:
+    def read(
+        self,
+        queue: str,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> Message | None:
         """Read and lock a message now; it is given back if the unit of work fails."""
         self._check_open()
-        message = self._handle.read(queue, qtype, wait)
+        message = self._handle.read(queue, qtype, wait, timeout=timeout)
         if message is not None:
             self._note_read([message])
         return message
 
     def read_batch(
-        self, queue: str, n: int, qtype: QType = "TRAN", wait: float | None = None
+        self,
+        queue: str,
+        n: int,
+        qtype: QType = "TRAN",
+        wait: float | None = None,
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages now; given back if the unit of work fails."""
         self._check_open()
-        messages = self._handle.read_batch(queue, n, qtype, wait)
+        messages = self._handle.read_batch(queue, n, qtype, wait, timeout=timeout)
         self._note_read(messages)
         return messages
 
@@ -418,7 +727,8 @@ class UnitOfWork(UnitOfWorkBase):
             return
         try:
             self.entry_ids = self._handle._do(call)
-        except ConnectionLost:
+        except ConnectionLost as lost:
+            self._give_back(lost)
             raise
         except CQSError as error:
             # The daemon applied none of it: give the reads back, then report.
@@ -426,8 +736,7 @@ class UnitOfWork(UnitOfWorkBase):
             raise
 
     def _give_back(self, cause: BaseException) -> None:
-        if isinstance(cause, ConnectionLost):
-            self._closed = True
+        if not self._gives_back(cause, self._handle.client.reconnect is not None):
             return
         for call in self._giveback_calls():
             try:

@@ -20,7 +20,21 @@ poll on the socket) so that it can stop when no notification comes.
 
 When the connection drops, every thread waiting or arriving afterwards gets a
 fresh :class:`ConnectionLost` naming the address: nobody can tell whether the
-server acted on a request whose reply never came, so nothing is retried.
+server acted on a request whose reply never came, so nothing is retried here
+(``applied`` says False for a request that never went whole).
+
+Timeouts. Each request may have a deadline: its send (waiting for the send
+lock, then the socket) and its wait for the reply both end there, raising
+:class:`RequestTimeout`. A request that gives up (a timeout, an interrupt, a
+``cancelled()`` that turned true) is *abandoned*: its reply, when it comes, is
+dropped, and if it was a read the messages it locked are given back by plain
+unlocks queued in ``_giveback``: the reading thread that got the late reply
+sends them if the socket takes them at once (a non-blocking send, never a
+wait: a reader must not block on a send), and whatever is left goes ahead of
+the next request's frame. ``poke()``
+wakes the threads waiting on this connection so that they look at their
+``cancelled()`` again; it only writes a byte to a pipe the reader polls, so a
+signal handler may call it.
 
 TLS sockets are different: OpenSSL does not allow one SSL object to be read
 and written by two threads at once, so the TLS channel works non-blocking
@@ -30,12 +44,15 @@ and holds a lock around each SSL call, waiting for readiness outside it.
 from __future__ import annotations
 
 import itertools
+import os
 import select
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 from cqsproto import (
@@ -49,43 +66,80 @@ from cqsproto import (
 )
 
 from . import ops
-from .errors import ConnectionLost, MessageTooLarge
+from .errors import ConnectionLost, MessageTooLarge, RequestTimeout
 from .model import Notification
+from .ops import Call
 
-__all__ = ["CHUNK", "Connection"]
+__all__ = ["CHUNK", "Abandoned", "Connection"]
 
 # Bytes asked of the socket per read: big enough that a 100 MiB reply takes
 # some 400 reads, small enough not to hold megabytes for small replies.
 CHUNK: Final = 256 * 1024
 
 
+class Abandoned(Exception):
+    """The caller's ``cancelled()`` turned true while its request waited (it was abandoned)."""
+
+
 class _PlainChannel:
     """A connected Unix or TCP socket in blocking mode."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, wakeup: int) -> None:
         self.sock = sock
         sock.settimeout(None)
         # Only the leader reads, so one poll object serves every reading thread.
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
+        self._poll.register(wakeup, select.POLLIN)
+        self._wakeup = wakeup
 
     def recv(self, timeout: float | None) -> bytes | None:
-        """Up to CHUNK bytes, b"" at EOF, None if *timeout* passed first."""
-        if timeout is not None and not self._poll.poll(max(0, int(timeout * 1000 + 0.999))):
+        """Up to CHUNK bytes, b"" at EOF, None if *timeout* passed or poke() woke us."""
+        ready = self._poll.poll(_millis(timeout))
+        if not ready:
+            return None
+        if any(fd == self._wakeup for fd, _ in ready):
+            _drain(self._wakeup)
             return None
         return self.sock.recv(CHUNK)
 
-    def sendall(self, data: bytes) -> None:
-        self.sock.sendall(data)
+    def send_now(self, data: bytes) -> int:
+        """Send what the socket takes without waiting; the bytes sent."""
+        try:
+            return self.sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return 0
+
+    def send(self, data: bytes, deadline: float | None) -> int:
+        """Send *data*; the bytes sent, fewer than all only if *deadline* passed."""
+        if deadline is None:
+            self.sock.sendall(data)
+            return len(data)
+        sent = self.send_now(data)
+        if sent == len(data):  # the common case: the kernel took it all
+            return sent
+        view = memoryview(data)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return sent
+            _wait_ready(self.sock, select.POLLOUT, remaining)
+            try:
+                sent += self.sock.send(view[sent:], socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+            if sent == len(view):
+                return sent
 
 
 class _TLSChannel:
     """A TLS socket in non-blocking mode, one SSL call at a time (see the design note)."""
 
-    def __init__(self, sock: ssl.SSLSocket) -> None:
+    def __init__(self, sock: ssl.SSLSocket, wakeup: int) -> None:
         self.sock = sock
         sock.setblocking(False)
         self._ssl_lock = threading.Lock()
+        self._wakeup = wakeup
 
     def recv(self, timeout: float | None) -> bytes | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -100,38 +154,74 @@ class _TLSChannel:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
-            _wait_ready(self.sock, event, remaining)
+            if _wait_ready(self.sock, event, remaining, self._wakeup):
+                return None
 
-    def sendall(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
+    def send_now(self, data: bytes) -> int:
+        # A TLS record may not be split across calls at will: leave it to send().
+        return 0
+
+    def send(self, data: bytes, deadline: float | None) -> int:
+        view, sent = memoryview(data), 0
+        while sent < len(view):
             with self._ssl_lock:
                 try:
-                    view = view[self.sock.send(view) :]
+                    sent += self.sock.send(view[sent:])
                     continue
                 except ssl.SSLWantWriteError:
                     event = select.POLLOUT
                 except ssl.SSLWantReadError:
                     event = select.POLLIN
-            _wait_ready(self.sock, event, None)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return sent
+            _wait_ready(self.sock, event, remaining)
+        return sent
 
 
-def _wait_ready(sock: socket.socket, event: int, timeout: float | None) -> None:
+def _millis(timeout: float | None) -> int | None:
+    return None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+
+
+def _wait_ready(
+    sock: socket.socket, event: int, timeout: float | None, wakeup: int | None = None
+) -> bool:
+    """Wait until *sock* is ready for *event* or *timeout* passes; True if poke() woke us."""
     poller = select.poll()
     poller.register(sock, event)
-    poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999)))
+    if wakeup is not None:
+        poller.register(wakeup, select.POLLIN)
+    ready = poller.poll(_millis(timeout))
+    if wakeup is not None and any(fd == wakeup for fd, _ in ready):
+        _drain(wakeup)
+        return True
+    return False
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
 
 
 class Connection:
     """Sends requests and matches replies by id; see the module's design note."""
 
-    def __init__(self, sock: socket.socket, address: str, timeout: float | None = None) -> None:
+    def __init__(self, sock: socket.socket, address: str) -> None:
         self.address = address
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        # Closed only with the connection object, so that a late poke() can never
+        # write to a descriptor number reused by something else.
+        weakref.finalize(self, _close_pipe, self._wake_r, self._wake_w)
         self._channel: _TLSChannel | _PlainChannel
         if isinstance(sock, ssl.SSLSocket):
-            self._channel = _TLSChannel(sock)
+            self._channel = _TLSChannel(sock, self._wake_r)
         else:
-            self._channel = _PlainChannel(sock)
+            self._channel = _PlainChannel(sock, self._wake_r)
         self._sock = sock
         # The daemon is trusted to frame its replies; a batch read may exceed
         # the request limit, so only the 4-byte prefix bounds what it sends.
@@ -142,74 +232,174 @@ class Connection:
         self._cond = threading.Condition(threading.Lock())
         self._replies: dict[int, dict[str, Any]] = {}
         self._notes: deque[Notification] = deque()
+        # Requests whose callers gave up: their replies are dropped when they come,
+        # after giving back what a read among them locked (None: nothing to give back).
+        self._abandoned: dict[int, Call | None] = {}
+        self._giveback: list[bytes] = []  # unlock frames to send ahead of the next request
         self._reading = False
         self._lost: str | None = None
         self._closed = False
         # Words from the server's id-less error frame, if it sent one before closing.
         self._close_detail: str | None = None
-        # While registering, reads give up at this monotonic time.
-        self._deadline = None if timeout is None else time.monotonic() + timeout
-
-    def end_handshake(self, max_frame: int) -> None:
-        """Registration is over: no more read deadline, and frames up to *max_frame*."""
-        self._deadline = None
-        self.max_frame = max_frame
 
     @property
     def lost(self) -> bool:
         """True once the connection has dropped or been closed."""
         return self._lost is not None
 
-    def lost_error(self) -> ConnectionLost:
+    def lost_error(self, applied: bool | None = None) -> ConnectionLost:
         """A fresh ConnectionLost saying why (fresh so tracebacks do not pile up)."""
         return ConnectionLost(
-            f"connection to {self.address} lost: {self._lost}", address=self.address
+            f"connection to {self.address} lost: {self._lost}",
+            address=self.address,
+            applied=applied,
         )
 
     # --- requests ---
 
-    def roundtrip(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send *request* with a fresh id and return the reply frame with that id.
+    def roundtrip(
+        self,
+        call: Call,
+        timeout: float | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Send *call*'s request with a fresh id and return the reply frame with that id.
 
-        Raises MessageTooLarge if the frame exceeds max_frame (nothing is sent)
-        and ConnectionLost if the connection is or goes down before the reply.
+        *timeout* bounds the send and the wait for the reply, beyond the request's
+        own server-side ``wait``. Raises MessageTooLarge if the frame exceeds
+        max_frame (nothing is sent), RequestTimeout when the deadline passes,
+        Abandoned when *cancelled()* turns true (checked when poke() wakes the
+        waiters), and ConnectionLost if the connection is or goes down first.
         """
         rid = next(self._ids)
+        request = call.request
         request["id"] = rid
         try:
             frame = encode_frame(request, self.max_frame)
         except ProtocolError as error:
             raise MessageTooLarge(f"request refused before sending: {error.message}") from None
-        if self._lost is not None:
-            raise self.lost_error()
-        try:
-            with self._send_lock:
-                self._channel.sendall(frame)
-        except OSError as error:
-            self._fail(f"send failed: {error}")
-            raise self.lost_error() from error
-        except BaseException:
-            # Interrupted part-way (KeyboardInterrupt): the byte stream has
-            # lost its frame boundaries, so the connection cannot go on.
-            self._fail("a send was interrupted part-way")
-            raise
-        return self._await_reply(rid)
+        deadline = None if timeout is None else time.monotonic() + timeout + call.wait
+        self._send(frame, deadline)
+        return self._await_reply(rid, call, deadline, cancelled)
 
-    def _await_reply(self, rid: int) -> dict[str, Any]:
+    def _send(self, frame: bytes, deadline: float | None) -> None:
+        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if self._lost is not None:
+            raise self.lost_error(applied=False)
+        if not self._send_lock.acquire(True, wait):
+            raise RequestTimeout(
+                "timed out waiting for other requests' sends; not sent", applied=False
+            )
+        data, giveback = frame, []
+        try:
+            if self._lost is not None:
+                raise self.lost_error(applied=False)
+            if self._giveback:  # read unlocked: one that just missed goes with the next
+                with self._cond:
+                    giveback, self._giveback = self._giveback, []
+                data = b"".join([*giveback, frame])
+            sent = self._channel.send(data, deadline)
+        except OSError as error:
+            # Not sent whole, so the daemon cannot have acted on it.
+            self._send_lock.release()
+            self._fail(f"send failed: {error}")
+            raise self.lost_error(applied=False) from error
+        except BaseException as error:
+            self._send_lock.release()
+            if not isinstance(error, ConnectionLost):
+                # Interrupted part-way (KeyboardInterrupt): the byte stream has
+                # lost its frame boundaries, so the connection cannot go on.
+                self._fail("a send was interrupted part-way")
+            raise
+        self._send_lock.release()
+        if sent == len(data):
+            return
+        if sent == 0:
+            with self._cond:
+                self._giveback[:0] = giveback
+            raise RequestTimeout("timed out sending the request; not sent", applied=False)
+        self._fail("a send timed out part-way")
+        raise RequestTimeout(
+            "timed out part-way through sending the request; not sent, and the "
+            "connection is closed",
+            applied=False,
+        )
+
+    def _await_reply(
+        self,
+        rid: int,
+        call: Call,
+        deadline: float | None,
+        cancelled: Callable[[], bool] | None,
+    ) -> dict[str, Any]:
         cond = self._cond
-        while True:
-            with cond:
-                while True:
-                    reply = self._replies.pop(rid, None)
-                    if reply is not None:
-                        return reply
-                    if self._lost is not None:
-                        raise self.lost_error()
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    cond.wait()
-            self._lead(None if self._deadline is None else self._deadline - time.monotonic())
+        try:
+            while True:
+                with cond:
+                    while True:
+                        reply = self._replies.pop(rid, None)
+                        if reply is not None:
+                            return reply
+                        if self._lost is not None:
+                            raise self.lost_error()
+                        if cancelled is not None and cancelled():
+                            raise Abandoned(f"{call.request['op']} abandoned")
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            raise RequestTimeout(
+                                f"no reply to {call.request['op']} within its timeout; "
+                                "whether the daemon applied it is unknown"
+                            )
+                        if not self._reading:
+                            self._reading = True
+                            break
+                        cond.wait(remaining)
+                self._lead(remaining)
+        except BaseException:
+            self._abandon(rid, call)
+            raise
+
+    def _abandon(self, rid: int, call: Call) -> None:
+        """Nobody waits for *rid* any more; see the design note."""
+        with self._cond:
+            if self._lost is not None:
+                return
+            reply = self._replies.pop(rid, None)
+            if reply is None:
+                self._abandoned[rid] = call if call.locks else None
+            elif call.locks:
+                self._give_back(call, reply)
+
+    def _give_back(self, call: Call, reply: dict[str, Any]) -> None:
+        # With the condition lock held: queue unlocks of what a dropped read locked.
+        if reply.get("ok") is not True:
+            return
+        structure = call.structure
+        for message in (reply.get("result") or {}).get("messages") or []:
+            unlock = ops.unlock(structure, message["entry_id"])
+            rid = next(self._ids)
+            unlock.request["id"] = rid
+            self._abandoned[rid] = None
+            self._giveback.append(encode_frame(unlock.request))
+
+    def poke(self) -> None:
+        """Wake the threads waiting on this connection, to look at their ``cancelled()``.
+
+        Safe in a signal handler: it takes no lock.
+        """
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:
+            pass  # the pipe is full (a wake-up is pending anyway) or closed
+
+    def nap(self, seconds: float) -> None:
+        """Sleep *seconds*, or until poke() (a reconnect's back-off on a lost connection)."""
+        if seconds <= 0:
+            return
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        if poller.poll(_millis(seconds)):
+            _drain(self._wake_r)
 
     # --- notifications ---
 
@@ -244,10 +434,7 @@ class Connection:
                 data = self._channel.recv(None if timeout is None else max(timeout, 0.0))
             except OSError as error:
                 data, lost = b"", f"receive failed: {error}"
-            if data is None:
-                if self._deadline is not None and time.monotonic() >= self._deadline:
-                    lost = "timed out waiting for the server"
-            elif lost is None:
+            if data is not None and lost is None:
                 lost = self._decode(data, frames)
         finally:
             with self._cond:
@@ -259,6 +446,26 @@ class Connection:
                 self._cond.notify_all()
             if self._lost is not None:
                 self._release_socket()
+            elif self._giveback:
+                self._send_giveback()
+
+    def _send_giveback(self) -> None:
+        """Send the queued give-back unlocks if the socket takes them now; what it
+        does not take stays at the head of the queue, for the next send."""
+        if not self._send_lock.acquire(blocking=False):
+            return  # a sender is busy: it takes them along
+        try:
+            with self._cond:
+                data, self._giveback = b"".join(self._giveback), []
+            try:
+                sent = self._channel.send_now(data)
+            except OSError:
+                sent = 0  # the reader will see the connection end
+            if sent < len(data):
+                with self._cond:
+                    self._giveback.insert(0, data[sent:])
+        finally:
+            self._send_lock.release()
 
     def _decode(self, data: bytes, frames: list[dict[str, Any]]) -> str | None:
         """Decode every whole frame of *data* into *frames*; the loss detail, if any."""
@@ -279,6 +486,11 @@ class Connection:
         # Called with the condition lock held.
         rid = frame.get("id")
         if rid is not None:
+            if rid in self._abandoned:
+                call = self._abandoned.pop(rid)
+                if call is not None:
+                    self._give_back(call, frame)
+                return
             self._replies[rid] = frame
         elif "notify" in frame:
             note = ops.notification_from_wire(frame)
@@ -306,6 +518,7 @@ class Connection:
             if self._lost is None:
                 self._lost = self._close_detail or "closed by this client"
             self._cond.notify_all()
+        self.poke()
         self._release_socket()
 
     def _release_socket(self) -> None:
@@ -325,3 +538,8 @@ class Connection:
                 return  # the leader calls us again on its way out
             self._closed = True
         self._sock.close()
+
+
+def _close_pipe(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)

@@ -295,7 +295,8 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         "--timeout",
         type=_seconds,
         default=default(10.0),
-        help="seconds to connect and register (default 10)",
+        help="seconds to connect and register, and for each reply; jobs such as "
+        "checkpoint take as long as they take (default 10)",
     )
     parser.add_argument(
         "--json",

@@ -6,9 +6,13 @@ can catch the class (``except StructureFull``) or test the code
 (``error.reason == "STRUCTURE_FULL"``). The one code the server never sends
 is ``CONNECTION_LOST``: the SDK raises :class:`ConnectionLost` itself when the
 connection drops, to the request that noticed and to every other request in
-flight, because nobody can know whether the server acted on them. Nothing is
-retried silently; that decision belongs to the caller, who knows whether the
-request was idempotent.
+flight, because nobody can know whether the server acted on them, and
+:class:`RequestTimeout` when a reply does not come in time. Both say what the
+SDK knows of the request in ``applied``: ``False`` when it never reached the
+daemon whole (so it was not applied), ``None`` when the SDK cannot know. A
+client connected with ``reconnect`` sends again what certainly was not
+applied, and what is safe to repeat; nothing else is retried silently: that
+decision belongs to the caller, who knows whether the request was idempotent.
 
 The codes are the protocol's (``cqsproto.Reason``, a str enum), the same the
 daemon sends, so the two sides cannot drift apart.
@@ -36,6 +40,7 @@ __all__ = [
     "NotRegistered",
     "OverflowRejected",
     "ProtocolViolation",
+    "RequestTimeout",
     "ShuttingDown",
     "SmdsFull",
     "SmdsUnavailable",
@@ -161,18 +166,31 @@ class ShuttingDown(CQSError):
 class ConnectionLost(CQSError):
     """The connection to the daemon dropped (or was closed) before the reply came.
 
-    Whether the server acted on a request in flight is unknown. ``address``
-    names the daemon's address.
+    ``applied`` is False if the request never reached the daemon whole (it was
+    sent after the loss, or its send failed), so it was not applied; None if it
+    was sent and whether the daemon acted on it is unknown. ``address`` names
+    the daemon's address.
     """
 
     reason = "CONNECTION_LOST"
 
-    def __init__(self, message: str, reason: str | None = None, *, address: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        reason: str | None = None,
+        *,
+        address: str = "",
+        applied: bool | None = None,
+    ) -> None:
         self.address = address
+        self.applied = applied
         super().__init__(message, reason)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_connection_error, (type(self), self.message, self.address))
+        return (
+            _rebuild_connection_error,
+            (type(self), self.message, self.address, self.applied),
+        )
 
 
 class CannotConnect(ConnectionLost):
@@ -185,8 +203,38 @@ class ProtocolViolation(CQSError):
     reason = "PROTOCOL_VIOLATION"
 
 
-def _rebuild_connection_error(cls: type[ConnectionLost], message: str, address: str) -> Any:
-    return cls(message, address=address)
+class RequestTimeout(CQSError, TimeoutError):
+    """No reply came within the request's timeout (after its ``wait``, for a read).
+
+    ``applied`` is False if the request never went to the daemon whole (it waited
+    for other threads' sends, or its own send stalled), so it was not applied;
+    None if it went and the SDK cannot know whether the daemon acted on it. The
+    reply, if it comes later, is dropped; the messages a late read reply locked
+    are given back (a plain unlock, sent before the client's next request). The
+    connection stays open, unless the send stalled part-way through the frame:
+    then it is closed, and every request in flight gets ConnectionLost.
+    Also a builtin TimeoutError.
+    """
+
+    reason = "TIMEOUT"
+
+    def __init__(self, message: str, reason: str | None = None, *,
+                 applied: bool | None = None) -> None:
+        self.applied = applied
+        super().__init__(message, reason)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_timeout, (self.message, self.applied))
+
+
+def _rebuild_connection_error(
+    cls: type[ConnectionLost], message: str, address: str, applied: bool | None = None
+) -> Any:
+    return cls(message, address=address, applied=applied)
+
+
+def _rebuild_timeout(message: str, applied: bool | None) -> RequestTimeout:
+    return RequestTimeout(message, applied=applied)
 
 
 # The reason codes of DESIGN §4 (a contract), in its order, and their classes.

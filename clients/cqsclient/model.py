@@ -7,9 +7,35 @@ thousands of them may be alive after a large browse or batch read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["BrowsePage", "HeldLock", "Location", "Message", "Notification"]
+__all__ = [
+    "BrowsePage",
+    "HeldLock",
+    "Location",
+    "Message",
+    "Notification",
+    "QType",
+    "QueueTypeName",
+]
+
+QueueTypeName = Literal[
+    "TRAN",
+    "TRAN_STAGING",
+    "TRAN_SUSPEND",
+    "TRAN_SERIAL",
+    "LTERM",
+    "LTERM_STAGING",
+    "APPC",
+    "REMOTE",
+    "OTMA",
+    "USER1",
+    "USER2",
+]
+"""The queue types of DESIGN §3, by name, in number order (1-11)."""
+
+QType = QueueTypeName | int
+"""A queue type as a request takes it: its name, or its number (1-11)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +51,7 @@ class Message:
 
     entry_id: int
     queue: str
-    qtype: str
+    qtype: QueueTypeName
     data: bytes
     recoverable: bool
     put_time: int
@@ -50,7 +76,7 @@ class Notification:
     """A queue of ``structure`` went from empty to non-empty (or held work at registration)."""
 
     structure: str
-    qtype: str
+    qtype: QueueTypeName
     queue: str
 
 
@@ -61,14 +87,14 @@ class HeldLock:
     structure: str
     entry_id: int
     queue: str
-    qtype: str
+    qtype: QueueTypeName
 
 
 @dataclass(frozen=True, slots=True)
 class Location:
     """Where an unlocked or requeued message went."""
 
-    qtype: str
+    qtype: QueueTypeName
     queue: str
 
 

@@ -16,10 +16,20 @@ the daemon.
 read it is an ordinary outcome (``None`` or ``[]``), for anything else it is an
 error like any other. Defaults are sent explicitly, so a request on the wire
 reads the same whatever the server's defaults.
+
+A Call also says what the clients need to know of it without knowing its
+fields: ``locks`` (a successful reply locks messages for this client),
+``releases`` (the entries whose locks it gives up), ``retry`` (it may be sent
+again after a reconnect even if the lost connection may have carried it: it
+changes nothing, or a read, whose lost locks the resync gives back), ``job``
+(it runs a job that takes as long as it takes, so the client's default
+timeout does not apply) and ``wait`` (seconds the server may hold it before
+replying, which a timeout adds to).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,16 +37,36 @@ from typing import Any, Final
 from cqsproto import PROTOCOL_VERSION
 
 from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
-from .model import BrowsePage, HeldLock, Location, Message, Notification
+from .model import BrowsePage, HeldLock, Location, Message, Notification, QType
 
-__all__ = ["Call", "Session", "message_from_wire"]
+__all__ = ["CLIENT_TIMEOUT", "Call", "QType", "Session", "Timeout", "message_from_wire"]
 
-QType = str | int
 Payload = bytes | bytearray | memoryview
 
 # The largest page a browse asks for when following cursors on its own; the
 # daemon's default page is 100, and bigger pages mean fewer round trips.
 BROWSE_PAGE: Final = 100
+
+
+class _ClientTimeout(enum.Enum):
+    CLIENT_TIMEOUT = "the client's timeout"
+
+    def __repr__(self) -> str:
+        return "CLIENT_TIMEOUT"
+
+
+CLIENT_TIMEOUT: Final = _ClientTimeout.CLIENT_TIMEOUT
+"""A request's ``timeout`` default: the client's (``connect(timeout=...)``); jobs have none."""
+
+Timeout = float | None | _ClientTimeout
+"""A request's ``timeout``: seconds, None for none, or CLIENT_TIMEOUT."""
+
+
+def seconds(timeout: Timeout, default: float | None, call: Call) -> float | None:
+    """The timeout *call* runs with, given its caller's *timeout* and the client's."""
+    if isinstance(timeout, _ClientTimeout):
+        return None if call.job else default
+    return timeout
 
 
 class _Raise:
@@ -49,9 +79,9 @@ RAISE: Final = _Raise()
 
 
 class Call:
-    """One request: the map to send and how to read its reply."""
+    """One request: the map to send, how to read its reply, and what it does to locks."""
 
-    __slots__ = ("empty", "locks", "parse", "request")
+    __slots__ = ("empty", "job", "locks", "parse", "releases", "request", "retry")
 
     def __init__(
         self,
@@ -59,6 +89,10 @@ class Call:
         parse: Callable[[dict[str, Any]], Any],
         empty: Any = RAISE,
         locks: bool = False,
+        *,
+        retry: bool = False,
+        releases: tuple[int, ...] = (),
+        job: bool = False,
     ) -> None:
         self.request = request
         self.parse = parse
@@ -67,6 +101,20 @@ class Call:
         # True if a successful reply locks messages for this client (reads): an
         # async caller cancelled while waiting must give them back.
         self.locks = locks
+        self.retry = retry
+        self.releases = releases
+        self.job = job
+
+    @property
+    def wait(self) -> float:
+        """Seconds the server may wait before it replies (a waiting read's ``wait``)."""
+        wait = self.request.get("wait")
+        return float(wait) if wait else 0.0
+
+    @property
+    def structure(self) -> str:
+        """The structure the request names ("" for none)."""
+        return str(self.request.get("structure") or "")
 
     def finish(self, reply: dict[str, Any]) -> Any:
         """The result of this call given its *reply*; raises the reply's CQSError."""
@@ -169,6 +217,7 @@ class Session:
     max_message: int
     structures: list[str]
     locks: list[HeldLock]
+    token: str | None  # for a takeover by this client's next connection
 
 
 def _session(result: dict[str, Any]) -> Session:
@@ -181,13 +230,17 @@ def _session(result: dict[str, Any]) -> Session:
             HeldLock(lock["structure"], lock["entry_id"], lock["queue"], lock["qtype"])
             for lock in result.get("locks", [])
         ],
+        token=result.get("token"),
     )
 
 
-def register(client: str, secret: str | None, cold: bool, operator: bool = False) -> Call:
+def register(client: str, secret: str | None, cold: bool, operator: bool = False,
+             takeover: str | None = None) -> Call:
     """``register``: log in as *client* (an *operator* session: cqsctl, no client
-    slot, locks of its own); the result is a :class:`Session`."""
-    request = {
+    slot, locks of its own; or taking the name over from a connection still
+    holding it, given that registration's *takeover* token); the result is a
+    :class:`Session`."""
+    request: dict[str, Any] = {
         "op": "register",
         "client": client,
         "secret": secret,
@@ -196,6 +249,8 @@ def register(client: str, secret: str | None, cold: bool, operator: bool = False
     }
     if operator:
         request["operator"] = True
+    if takeover is not None:
+        request["takeover"] = takeover
     return Call(request, _session)
 
 
@@ -206,7 +261,7 @@ def deregister() -> Call:
 
 def connect(structure: str) -> Call:
     """``connect``: check the structure exists; the result is its stats row."""
-    return Call({"op": "connect", "structure": structure}, dict)
+    return Call({"op": "connect", "structure": structure}, dict, retry=True)
 
 
 # --- messages ---------------------------------------------------------------
@@ -242,7 +297,7 @@ def read(structure: str, queue: str, qtype: QType, wait: float | None) -> Call:
         "n": 1,
         "wait": wait,
     }
-    return Call(request, _first_message(structure), empty=None, locks=True)
+    return Call(request, _first_message(structure), empty=None, locks=True, retry=True)
 
 
 def read_batch(structure: str, queue: str, n: int, qtype: QType, wait: float | None) -> Call:
@@ -255,7 +310,7 @@ def read_batch(structure: str, queue: str, n: int, qtype: QType, wait: float | N
         "n": n,
         "wait": wait,
     }
-    return Call(request, _messages(structure), empty=[], locks=True)
+    return Call(request, _messages(structure), empty=[], locks=True, retry=True)
 
 
 def browse(
@@ -280,13 +335,13 @@ def browse(
         "cursor": cursor,
         "limit": limit,
     }
-    return Call(request, _page(structure))
+    return Call(request, _page(structure), retry=True)
 
 
 def delete(structure: str, entry_id: int, operator: bool = False) -> Call:
     """``delete``: of an entry this client holds locked, or any unlocked one as operator."""
     request = {"op": "delete", "structure": structure, "entry_id": entry_id, "operator": operator}
-    return Call(request, _nothing)
+    return Call(request, _nothing, releases=() if operator else (entry_id,))
 
 
 def move(structure: str, entry_id: int, queue: str, qtype: QType) -> Call:
@@ -298,7 +353,7 @@ def move(structure: str, entry_id: int, queue: str, qtype: QType) -> Call:
         "queue": queue,
         "qtype": qtype,
     }
-    return Call(request, _nothing)
+    return Call(request, _nothing, releases=(entry_id,))
 
 
 def unlock(
@@ -317,13 +372,14 @@ def unlock(
         "queue": queue,
         "qtype": qtype,
     }
-    return Call(request, _location)
+    return Call(request, _location, releases=(entry_id,))
 
 
 def commit(structure: str, ops: list[dict[str, Any]]) -> Call:
     """``commit``: apply *ops* atomically; the result is the entry ids of its puts."""
     request = {"op": "commit", "structure": structure, "ops": ops}
-    return Call(request, lambda result: [int(e) for e in result["entry_ids"]])
+    released = tuple(op["entry_id"] for op in ops if op["op"] in ("delete", "move", "unlock"))
+    return Call(request, lambda result: [int(e) for e in result["entry_ids"]], releases=released)
 
 
 def put_batch(
@@ -374,18 +430,18 @@ def unlock_op(
 def register_interest(structure: str, queue: str, qtype: QType) -> Call:
     """``register_interest``: be notified when the queue gets work."""
     request = {"op": "register_interest", "structure": structure, "queue": queue, "qtype": qtype}
-    return Call(request, _nothing)
+    return Call(request, _nothing, retry=True)
 
 
 def deregister_interest(structure: str, queue: str, qtype: QType) -> Call:
     """``deregister_interest``: stop the notifications for the queue."""
     request = {"op": "deregister_interest", "structure": structure, "queue": queue, "qtype": qtype}
-    return Call(request, _nothing)
+    return Call(request, _nothing, retry=True)
 
 
 def query(kind: str, structure: str | None = None) -> Call:
     """``query``: the rows of a display (structures, queues, clients, locks, headers, backups)."""
-    return Call({"op": "query", "kind": kind, "structure": structure}, _rows)
+    return Call({"op": "query", "kind": kind, "structure": structure}, _rows, retry=True)
 
 
 def requeue(structure: str, entry_id: int) -> Call:
@@ -401,12 +457,12 @@ def dequeue(structure: str, queue: str, qtype: QType) -> Call:
 
 def checkpoint(structure: str) -> Call:
     """``checkpoint``: take a structure checkpoint now; the job's report when it ends."""
-    return Call({"op": "checkpoint", "structure": structure}, dict)
+    return Call({"op": "checkpoint", "structure": structure}, dict, job=True)
 
 
 def recover(structure: str, purge: bool) -> Call:
     """``recover``: rebuild a structure from its checkpoint and the log (or empty it)."""
-    return Call({"op": "recover", "structure": structure, "purge": purge}, dict)
+    return Call({"op": "recover", "structure": structure, "purge": purge}, dict, job=True)
 
 
 def alter(structure: str, size: int) -> Call:
@@ -416,12 +472,12 @@ def alter(structure: str, size: int) -> Call:
 
 def rebuild(structure: str, size: int | None) -> Call:
     """``rebuild``: copy a structure to a new instance, optionally with a new size."""
-    return Call({"op": "rebuild", "structure": structure, "size": size}, dict)
+    return Call({"op": "rebuild", "structure": structure, "size": size}, dict, job=True)
 
 
 def delete_structure(structure: str) -> Call:
     """``delete_structure``: empty a structure and its checkpoints (a cold start)."""
-    return Call({"op": "delete_structure", "structure": structure}, dict)
+    return Call({"op": "delete_structure", "structure": structure}, dict, job=True)
 
 
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:

@@ -17,7 +17,10 @@ count as a failed delivery) every message the unit of work read: nothing it
 did is left behind. An unlock answered with ENTRY_NOT_FOUND or LOCK_NOT_HELD
 means the message was already dealt with outside the unit of work and is
 skipped. After a lost connection nothing is sent: the daemon's peer recovery
-releases the locks of a client that dropped.
+releases the locks of a client that dropped; unless the client reconnects, which
+takes the locks back (warm resync), so it gives them back on the new
+connection. A commit whose reply was lost may or may not have been applied:
+ConnectionLost says so, and the give-back skips what the commit deleted.
 
 Messages read but not named by any gathered op stay locked by the client
 after a successful commit, exactly as after a plain ``read``; delete, move or
@@ -29,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import ops
-from .errors import CQSError, EntryNotFound, LockNotHeld
+from .errors import ConnectionLost, CQSError, EntryNotFound, LockNotHeld
 from .model import Message
 from .ops import Call, Payload, QType
 
@@ -107,6 +110,13 @@ class UnitOfWorkBase:
         if not self._ops:
             return None
         return ops.commit(self.structure, self._ops)
+
+    def _gives_back(self, cause: BaseException, reconnects: bool) -> bool:
+        """Whether to send the give-back unlocks after *cause* (see the design note)."""
+        if isinstance(cause, ConnectionLost) and not reconnects:
+            self._closed = True
+            return False
+        return True
 
     def _giveback_calls(self) -> list[Call]:
         """The plain unlocks that give back every message read, for an abort."""

@@ -30,6 +30,7 @@ OPS: dict[str, Spec] = {
         "cold": ((bool,), False),
         "version": ((int,), REQUIRED),
         "operator": ((bool,), False),
+        "takeover": ((str, type(None)), None),
     },
     "deregister": {},
     "connect": {"structure": _STRUCTURE},

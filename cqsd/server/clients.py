@@ -8,6 +8,8 @@ back to their queues as failed deliveries, as CQS returns a failed member's
 work. A cold start instead moves them to the cold queue for the operator.
 """
 
+import hmac
+import secrets
 from collections.abc import Callable
 
 import structlog
@@ -35,17 +37,20 @@ class Clients:
         self.spawn = spawn
         self.sessions: dict[str, Session] = {}  # the connection each registered name holds
         self.pending: dict[str, trio.CancelScope] = {}  # grace timers of dropped clients
+        self.tokens: dict[str, str] = {}  # the takeover token of each registered name
         self.interest: dict[Interest, set[Session]] = {}
         self.access = Access(config)
         self.operators = 0  # operator sessions among ``sessions``: they take no client slot
 
     # -- registration ------------------------------------------------------------
 
-    def register(self, session: Session, client: str, secret: str | None,
-                 cold: bool, operator: bool = False) -> list[dict]:
-        """Give ``client`` to ``session``; returns the locks it resyncs (none if
-        ``cold``: they go to the cold queue). An ``operator`` session (cqsctl) takes
-        no client slot and holds its locks as ``client:<session id>``, its own."""
+    def register(self, session: Session, client: str, secret: str | None, cold: bool,
+                 operator: bool = False, takeover: str | None = None) -> tuple[list[dict], str]:
+        """Give ``client`` to ``session``, taking it from the connection holding it if
+        ``takeover`` is that registration's token; returns the locks it resyncs (none
+        if ``cold``: they go to the cold queue) and the token of this registration.
+        An ``operator`` session (cqsctl) takes no client slot and holds its locks as
+        ``client:<session id>``, its own (and no token: nothing takes it over)."""
         if session.client is not None:
             raise _bad(f"this connection is already registered as {session.client}")
         if not CLIENT_NAME.fullmatch(client):
@@ -54,14 +59,18 @@ class Clients:
                                                   session.cert_cn, operator)
         session.name = client
         if operator:
-            return self._operator_session(session, client)
-        if client in self.sessions:
-            raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
-        if len(self.sessions) - self.operators >= self.config.daemon.max_clients:
+            return self._operator_session(session, client), ""
+        old = self.sessions.get(client)
+        if old is not None:
+            if takeover is None or not hmac.compare_digest(takeover, self.tokens[client]):
+                raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+            old.cut(f"client {client} was taken over by a new connection ({session.peer})")
+        elif len(self.sessions) - self.operators >= self.config.daemon.max_clients:
             raise CQSError(Reason.CLIENT_LIMIT, f"{len(self.sessions) - self.operators} "
                                                 "clients are registered, the maximum")
         session.client = client
         self.sessions[client] = session
+        self.tokens[client] = token = secrets.token_hex(16)
         pending = self.pending.pop(client, None)
         if pending is not None:
             pending.cancel()
@@ -74,8 +83,9 @@ class Clients:
                              messages=len(moved))
             else:
                 locks += [wire.lock(s.name, e) for e in s.client_locks(client)]
-        log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks))
-        return locks
+        log.info("register", client=client, peer=session.peer, cold=cold, resync_locks=len(locks),
+                 takeover=old is not None)
+        return locks, token
 
     def _operator_session(self, session: Session, client: str) -> list[dict]:
         session.client = f"{client}{OPERATOR_MARK}{session.id}"
@@ -122,6 +132,7 @@ class Clients:
 
     def _forget(self, session: Session) -> None:
         del self.sessions[session.client]
+        self.tokens.pop(session.client, None)
         if session.operator:
             self.operators -= 1
 

@@ -125,10 +125,9 @@ class Daemon:
                     self.spawn("poller", self.connections.poller.run)
                 self.spawn("checkpoint triggers", self.checkpoints.run)
                 self.settle()  # overflow processing a restart found due
-                for client in sorted(crashed):
-                    self.clients.recover_peer(client)  # their holder died with the daemon
-                for client in sorted(held):
-                    self.clients.schedule_peer_recovery(client)  # they may come back
+                for client in sorted(held | crashed):
+                    # their holders outlive the daemon, and may come back to resync
+                    self.clients.schedule_peer_recovery(client)
                 self.spawn("signals", self._signals)
                 if monitoring:
                     self.spawn("monitoring", self.monitor.serve, monitoring)

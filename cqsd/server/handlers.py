@@ -35,16 +35,18 @@ Result = dict[str, Any]
 
 
 def op_register(d: "Daemon", session: Session, rid: int, client: str, secret: str | None,
-                cold: bool, version: int, operator: bool) -> Result:
-    """register {client, secret?, cold?, version, operator?}
-    -> {version, server, max_message, structures, locks, client}"""
+                cold: bool, version: int, operator: bool, takeover: str | None) -> Result:
+    """register {client, secret?, cold?, version, operator?, takeover?}
+    -> {version, server, max_message, structures, locks, client, token}"""
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
-    locks = d.clients.register(session, client, secret, cold, operator)
+    locks, token = d.clients.register(session, client, secret, cold, operator, takeover)
+    d.waiters.drop_client(client)  # reads a connection taken over left waiting
     return {"version": PROTOCOL_VERSION, "server": "cqsd",
             "max_message": d.config.daemon.max_message,
-            "structures": list(d.registry.pairs), "locks": locks, "client": session.client}
+            "structures": list(d.registry.pairs), "locks": locks, "client": session.client,
+            "token": token}
 
 
 def op_deregister(d: "Daemon", session: Session, rid: int) -> Result:

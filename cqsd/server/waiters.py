@@ -69,6 +69,14 @@ class ReadWaiters:
                 waiter.event.set()
             structure.watched.discard(key)
 
+    def drop_client(self, client: str) -> None:
+        """Take ``client``'s waiters out of line unserved (their connection was taken
+        over: a message locked for them now would reach nobody); their tasks end them."""
+        for queue in self._queues.values():
+            for waiter in [w for w in queue if w.client == client]:
+                queue.remove(waiter)
+                waiter.event.set()
+
     def _forget(self, structure: Structure, key: Key) -> None:
         self._queues.pop((structure.name, key), None)
         structure.watched.discard(key)

@@ -20,10 +20,11 @@ Knobs for tests: ``handlers[op]`` overrides an op (a function of the
 connection and the request returning the reply map, or None to send none);
 ``shuffle`` replies to the requests of one read in random order;
 ``notify_before_reply`` sends a notification before every reply;
-``drop_all()`` cuts every connection; ``wait_parked(n)`` blocks until n reads
-wait for messages; ``requests`` records every request received. Tests set up
-or inspect the structures through ``engine()`` (the lock held) and
-``messages()``.
+``drop_all()`` cuts every connection; ``wait_connections(n)`` blocks until n
+are open; ``wait_parked(n)`` blocks until n reads wait for messages;
+``requests`` records every request received, and ``wait_ops(op, n)`` waits
+for n of one op. Tests set up or inspect the
+structures through ``engine()`` (the lock held) and ``messages()``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Conn:
     sock: socket.socket
     client: str | None = None
     deregistered: bool = False
+    token: str | None = None
     send_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, frame: dict[str, Any]) -> None:
@@ -166,10 +168,23 @@ class FakeServer:
             except OSError:
                 pass
 
+    def wait_connections(self, n: int, timeout: float = 5.0) -> None:
+        """Block until exactly n connections are open (the fake has seen the others end)."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: len(self.conns) == n, timeout):
+                raise AssertionError(f"{len(self.conns)} connections open, not {n}")
+
     def wait_parked(self, n: int, timeout: float = 5.0) -> None:
         with self.lock:
             if not self.lock.wait_for(lambda: len(self.parked) >= n, timeout):
                 raise AssertionError(f"only {len(self.parked)} of {n} reads parked")
+
+    def wait_ops(self, op: str, n: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Block until n requests of ``op`` have come; they are returned."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: len(self.ops(op)) >= n, timeout):
+                raise AssertionError(f"only {len(self.ops(op))} {op} requests of {n} came")
+            return self.ops(op)
 
     def ops(self, op: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -243,6 +258,7 @@ class FakeServer:
         for frame in batch:
             with self.lock:
                 self.requests.append(frame)
+                self.lock.notify_all()
             reply = self._handle(conn, frame, afters)
             if reply is not None:
                 replies.append(reply)
@@ -260,6 +276,7 @@ class FakeServer:
         with self.lock:
             if conn in self.conns:
                 self.conns.remove(conn)
+                self.lock.notify_all()
             for parked in [p for p in self.parked if p.conn is conn]:
                 self._unpark(parked)
             for conns in self.interest.values():
@@ -336,12 +353,19 @@ class FakeServer:
             raise CQSError(Reason.UNKNOWN_STRUCTURE, f"no structure named {name!r}")
         return self.pairs[name]
 
-    def op_register(self, conn, rid, client, secret, cold, version, operator=False):
+    def op_register(self, conn, rid, client, secret, cold, version, takeover, operator=False):
         if version != PROTOCOL_VERSION:
             raise CQSError(Reason.INVALID_REQUEST, f"protocol version {version}")
-        if any(c.client == client and not c.deregistered for c in self.conns if c is not conn):
-            raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+        holder = next((c for c in self.conns if c is not conn and c.client == client
+                       and not c.deregistered), None)
+        if holder is not None:
+            if takeover is None or takeover != holder.token:
+                raise CQSError(Reason.CLIENT_ACTIVE, f"client {client} is already registered")
+            holder.deregistered = True  # as the daemon's cut: its locks stay the client's
+            with contextlib.suppress(OSError):
+                holder.sock.shutdown(socket.SHUT_RDWR)
         conn.client = client
+        conn.token = f"{client}-{rid}-{random.random()}"
         locks = []
         for pair in self.pairs.values():
             if cold:
@@ -349,7 +373,7 @@ class FakeServer:
             else:
                 locks += [wire.lock(pair.name, e) for e in pair.client_locks(client)]
         return {"version": PROTOCOL_VERSION, "server": "fake 0", "max_message": self.max_message,
-                "structures": list(self.pairs), "locks": locks}
+                "structures": list(self.pairs), "locks": locks, "token": conn.token}
 
     def op_deregister(self, conn, rid):
         conn.deregistered = True  # before the reply: its name may register again at once

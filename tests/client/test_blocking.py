@@ -163,14 +163,17 @@ def test_server_error_frame_before_close_is_reported(server, client):
         client.query("structures")
 
 
-def test_close_fails_a_request_waiting_in_another_thread(server, client):
-    """close() from one thread wakes another blocked on its reply with ConnectionLost."""
+@pytest.mark.parametrize(("leave", "why"), [("abort", "closed by this client"),
+                                             ("close", "deregistered by this client")])
+def test_leaving_fails_a_request_waiting_in_another_thread(server, client, leave, why):
+    """abort() or close() from one thread wakes another blocked on its reply with
+    ConnectionLost saying why."""
     s = client.structure("MSGQ01")
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(s.read, "Q", wait=30)
         server.wait_parked(1)
-        client.close()
-        with pytest.raises(errors.ConnectionLost, match="closed by this client"):
+        getattr(client, leave)()
+        with pytest.raises(errors.ConnectionLost, match=why):
             pending.result(timeout=10)
 
 

@@ -14,18 +14,22 @@ import pytest
 import cqsclient.aio as aio
 import cqsclient.client as blocking
 
-CLASSES = ["Client", "StructureHandle", "UnitOfWork"]
-# The one difference in names: each client's own context-manager protocol.
-PROTOCOL = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
+CLASSES = ["Client", "StructureHandle", "UnitOfWork", "Consumer", "Delivery"]
+# The one difference in names: each client's own context-manager and iterator protocols.
+PROTOCOL = {"__enter__": "__aenter__", "__exit__": "__aexit__",
+            "__iter__": "__aiter__", "__next__": "__anext__"}
 # Methods that do no I/O, so they are plain methods in the async client too:
 # a unit of work's put, delete, move and unlock only gather ops for its one
 # commit (cqsclient/unitofwork.py); unit_of_work only makes the context
-# manager; browse_all and notifications return async iterators, made without
-# waiting for anything.
+# manager; browse_all, notifications and consume return async iterators, made
+# without waiting for anything; holds looks in the client's lock book; a
+# consumer's stop only sets a flag (and wakes the read); iterators return
+# themselves.
 NOT_AWAITED = {
-    ("Client", "notifications"), ("StructureHandle", "browse_all"),
-    ("StructureHandle", "unit_of_work"), ("UnitOfWork", "put"), ("UnitOfWork", "delete"),
-    ("UnitOfWork", "move"), ("UnitOfWork", "unlock"),
+    ("Client", "notifications"), ("Client", "holds"), ("StructureHandle", "browse_all"),
+    ("StructureHandle", "unit_of_work"), ("StructureHandle", "consume"), ("UnitOfWork", "put"),
+    ("UnitOfWork", "delete"), ("UnitOfWork", "move"), ("UnitOfWork", "unlock"),
+    ("Consumer", "stop"), ("Consumer", "__iter__"),
 }
 # Deliberate differences in parameters, each with its reason.
 DIFFERENT = {
@@ -36,10 +40,12 @@ DIFFERENT = {
 
 
 def members(cls: type) -> dict[str, object]:
-    """Public methods and properties, with __init__ and the context-manager protocol."""
+    """Public methods and properties, with __init__ and the context-manager and
+    iterator protocols (a Delivery's message fields are data, not members)."""
     wanted = {"__init__", *PROTOCOL, *PROTOCOL.values()}
-    return {n: inspect.getattr_static(cls, n) for n in dir(cls)
-            if not n.startswith("_") or (n in wanted and n in vars(cls))}
+    found = {n: inspect.getattr_static(cls, n) for n in dir(cls)
+             if not n.startswith("_") or (n in wanted and n in vars(cls))}
+    return {n: m for n, m in found.items() if callable(m) or isinstance(m, property)}
 
 
 def counterpart(name: str) -> str:

@@ -201,14 +201,14 @@ class Model:
 
     def restarted(self, clean: bool) -> None:
         """The daemon stopped (SIGTERM) or was killed, and started again: a clean stop
-        keeps everything, locks included, for the clients to resync within the grace;
-        a crash keeps only recoverable messages, and its holders' locks go back."""
+        keeps everything, a crash only recoverable messages; either way the locks
+        wait out the grace for their holders to resync."""
         self.registered.clear()
         if not clean:
             for m in [m for m in self.msgs.values() if not m.recoverable]:
                 self.delete(m)
         owners = {m.owner for m in self.msgs.values() if m.where == "locked"}
-        if not clean or self.grace == 0:
+        if self.grace == 0:
             for owner in owners:
                 self.release(owner, failed=True)
 

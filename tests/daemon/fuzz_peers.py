@@ -229,7 +229,7 @@ class SdkPeer:
     def call(self, fn, timeout: float | None = None) -> Reply | None:
         """Run an SDK call; its value as an ok Reply, its CQSError as a refusal,
         None if the connection was lost."""
-        timer = threading.Timer(timeout or ANSWER_TIMEOUT, self.sdk.close)
+        timer = threading.Timer(timeout or ANSWER_TIMEOUT, self.sdk.abort)
         timer.start()
         try:
             return Reply(True, fn())
@@ -255,7 +255,7 @@ class SdkPeer:
 
     def close(self) -> None:
         self.closed = True
-        self.sdk.close()
+        self.sdk.abort()
 
 
 def message_map(m) -> dict:

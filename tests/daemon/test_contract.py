@@ -174,11 +174,11 @@ def drive_every_op(d) -> None:
     held = cqsclient.connect(d.address, client="HOLDER")
     held.structure(S).put("HELD", b"h")
     locked = held.structure(S).read("HELD")
-    held.close()  # a drop, not a deregister: the lock waits out resync_grace
+    held.abort()  # a drop, not a deregister: the lock waits out resync_grace
     d.wait_for("connection_lost")
     with cqsclient.connect(d.address, client="HOLDER") as again:
         assert [lk.entry_id for lk in again.resync_locks] == [locked.entry_id]
-        again.close()
+        again.abort()
     d.wait_for("connection_lost", 2)
     with cqsclient.connect(d.address, client="HOLDER", cold=True) as cold:
         assert [m.owner for m in cold.structure(S).browse() if m.where == "cold"] == ["HOLDER"]

@@ -1,0 +1,285 @@
+"""Consume loops: ``for m in s.consume("TRANX"): ...`` and what each message is.
+
+Design note
+-----------
+A consumer reads up to ``prefetch`` messages at a time (each locked by this
+client) and hands them out one by one as :class:`Delivery` values: Messages
+that know how to settle themselves, by ``ack()`` (delete) or ``nack()`` (give
+back; ``failed=True`` counts a failed delivery, so a message that keeps
+failing ends on the suspend queue after ``max_deliveries``), or as a context
+manager that acks on success and nacks on an exception (which it re-raises;
+an interrupt or a cancellation gives the message back as unread instead).
+
+When the queue is empty the consumer waits on the daemon: a read with a
+server-side ``wait``, which the daemon serves the moment a message becomes
+readable (a put, an unlock, a move, the end of a SERIAL queue's message in
+flight), so nothing polls. Interest notifications would not do here: they
+fire when a queue goes from empty to non-empty, and a SERIAL queue whose next
+message becomes readable is not empty before. ``stop()`` ends the loop
+without waiting for the read's ``wait``: the read is abandoned, and what it
+locks if served later is given back. The messages read ahead and not handed
+out are given back (plain unlocks, not failures) when the consumer closes:
+leaving a ``with s.consume(...)`` block, on ``close()``, or once stopped.
+
+With ``reconnect`` the loop carries on through a lost connection or a daemon
+restart: the read is sent again on the new connection, messages read ahead
+whose locks did not come back are dropped from the buffer (someone else may
+get them), and a Delivery whose lock was lost settles as False instead of
+raising. A daemon shutting down ends the loop of a client without
+``reconnect``; with it, the loop waits for the daemon to come back.
+
+The bookkeeping here is shared with the async consumer (``cqsclient.aio``);
+the blocking :class:`Consumer` and :class:`Delivery` follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field, fields
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+from . import ops
+from .connection import Abandoned
+from .errors import ConnectionLost, CQSError, RequestTimeout, ShuttingDown
+from .model import Message, QType
+from .ops import CLIENT_TIMEOUT, Timeout
+from .unitofwork import ALREADY_RELEASED
+
+if TYPE_CHECKING:
+    from .client import StructureHandle
+
+__all__ = ["Consumer", "ConsumerBase", "Delivery", "Handout"]
+
+log = logging.getLogger("cqsclient")
+
+# Seconds a consumer waits before reading again while the daemon shuts down
+# (its connection is about to drop; the reconnect then takes over).
+SHUTDOWN_PAUSE: Final = 0.2
+
+_MESSAGE_FIELDS: Final = tuple(f.name for f in fields(Message))
+
+
+class Handout:
+    """What a Delivery carries besides its message: who handed it out, and whether
+    it has been settled (a Delivery is a frozen Message: this is its one mutable part)."""
+
+    __slots__ = ("consumer", "settled")
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.settled = False
+
+
+class ConsumerBase:
+    """What both consumers keep: their queue and settings, and the messages read ahead."""
+
+    def __init__(
+        self,
+        handle: Any,
+        queue: str,
+        qtype: QType,
+        prefetch: int,
+        wait: float,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> None:
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be at least 1, got {prefetch}")
+        if not wait > 0:
+            raise ValueError(f"wait must be a positive number of seconds, got {wait}")
+        self.handle = handle
+        self.queue = queue
+        self.qtype = qtype
+        self.prefetch = prefetch
+        self.wait = wait
+        self.timeout = timeout
+        self._ahead: deque[Message] = deque()
+        self._stopping = False
+        self._resync: object = None  # the client's last_resync when the buffer was checked
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.Consumer {self.qtype}:{self.queue} of {self.handle.name}>"
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` or ``close()`` was called (or the daemon shut down)."""
+        return self._stopping
+
+    def _read_call(self, structure: str) -> ops.Call:
+        return ops.read_batch(structure, self.queue, self.prefetch, self.qtype, self.wait)
+
+    def _next_ahead(self, client: Any) -> Message | None:
+        """The next message read ahead whose lock this client still holds, or None."""
+        if client.last_resync is not self._resync:
+            # A reconnect: what it did not hand back is someone else's now.
+            self._resync = client.last_resync
+            kept = [m for m in self._ahead if client.holds(m.structure, m.entry_id)]
+            self._ahead = deque(kept)
+        return self._ahead.popleft() if self._ahead else None
+
+    def _take_ahead(self) -> list[Message]:
+        """Every message read ahead and not handed out, for giving back."""
+        self._stopping = True
+        ahead, self._ahead = list(self._ahead), deque()
+        return ahead
+
+    @staticmethod
+    def _start_settling(delivery: Any) -> bool:
+        """True if *delivery* was not settled yet (it is now being settled)."""
+        handout: Handout = delivery._handout
+        if handout.settled:
+            return False
+        handout.settled = True
+        return True
+
+    @staticmethod
+    def _settle_call(structure: str, entry_id: int, failed: bool | None) -> ops.Call:
+        if failed is None:
+            return ops.delete(structure, entry_id)
+        return ops.unlock(structure, entry_id, failed)
+
+    def _deliver(self, cls: type[Any], message: Message) -> Any:
+        return cls(*(getattr(message, name) for name in _MESSAGE_FIELDS), Handout(self))
+
+
+class Consumer(ConsumerBase):
+    """An iterator of :class:`Delivery` values; from :meth:`StructureHandle.consume`.
+
+    ``stop()`` ends the iteration at the next message (safe from another thread
+    or a signal handler: it only sets a flag and wakes the read); ``close()``
+    stops and gives back what was read ahead. As a context manager it closes on
+    exit: use ``with s.consume(q, prefetch=10) as messages:`` when reading ahead,
+    so that leaving the loop early gives the rest back at once.
+    """
+
+    handle: StructureHandle
+
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> Delivery:
+        client = self.handle.client
+        while True:
+            if self._stopping:
+                self.close()
+                raise StopIteration
+            message = self._next_ahead(client)
+            if message is not None:
+                delivery: Delivery = self._deliver(Delivery, message)
+                return delivery
+            self._fill()
+
+    def _fill(self) -> None:
+        client = self.handle.client
+        try:
+            got = client._do(self._read_call(self.handle.name), self.timeout, self._cancelled)
+        except Abandoned:
+            return
+        except ShuttingDown:
+            if client.reconnect is None:
+                self._stopping = True
+                return
+            client._conn.nap(SHUTDOWN_PAUSE)
+            return
+        except RequestTimeout as timeout:
+            if client.reconnect is None:
+                raise
+            log.warning("cqsd consumer of %s: %s; reading again", self.queue, timeout)
+            return
+        self._ahead.extend(got)
+
+    def _cancelled(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """End the loop at the next message; a read waiting on the daemon is abandoned."""
+        self._stopping = True
+        self.handle.client._conn.poke()
+
+    def close(self) -> None:
+        """Stop, and give back the messages read ahead and not handed out. Idempotent."""
+        for message in self._take_ahead():
+            self.handle.client._release(self.handle.name, message.entry_id)
+
+    def _settle(self, message: Delivery, failed: bool | None, timeout: Timeout) -> bool:
+        if not self._start_settling(message):
+            return False
+        client = self.handle.client
+        call = self._settle_call(self.handle.name, message.entry_id, failed)
+        while True:
+            try:
+                client._do(call, timeout)
+                return True
+            except ALREADY_RELEASED:
+                return False
+            except ConnectionLost:
+                if client.reconnect is None or client.closed:
+                    raise
+                # Reconnected: if the lock came back, the request was not applied.
+                if not client.holds(self.handle.name, message.entry_id):
+                    return False
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Delivery(Message):
+    """A message a consumer handed out, locked by this client until it is settled.
+
+    ``ack()`` deletes it; ``nack()`` gives it back (``failed=True``: a failed
+    delivery; ``failed=False``: as if never read). Both return True when done,
+    False when this client no longer held the lock (it was settled already, or
+    the lock was lost across a reconnect or to peer recovery): the message may
+    then be delivered again. As a context manager: ack on success, nack on an
+    exception, which goes on up. A message deleted in a unit of work instead
+    (``uow.delete(m.entry_id)``, with a reply put atomically) needs neither.
+    """
+
+    _handout: Any = field(default=None, compare=False)
+
+    @property
+    def settled(self) -> bool:
+        """True once acked or nacked."""
+        handout: Handout = self._handout
+        return handout.settled
+
+    def ack(self, *, timeout: Timeout = CLIENT_TIMEOUT) -> bool:
+        """Delete the message: it has been dealt with."""
+        consumer: Consumer = self._handout.consumer
+        return consumer._settle(self, None, timeout)
+
+    def nack(self, failed: bool = True, *, timeout: Timeout = CLIENT_TIMEOUT) -> bool:
+        """Give the message back, as a failed delivery unless ``failed=False``."""
+        consumer: Consumer = self._handout.consumer
+        return consumer._settle(self, failed, timeout)
+
+    def __enter__(self) -> Delivery:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.settled:
+            return
+        if exc is None:
+            self.ack()
+            return
+        try:
+            # An error in the handler is a failed delivery; an interrupt is not the
+            # message's fault (KeyboardInterrupt, SystemExit): it goes back as unread.
+            self.nack(failed=isinstance(exc, Exception))
+        except CQSError as error:
+            exc.add_note(f"could not give back entry {self.entry_id}: {error}")

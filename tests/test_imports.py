@@ -1,5 +1,6 @@
 """Imports go one way (STYLE §14, issue 12): read from the source with ``ast``, not by
-importing, so a lazy import inside a function counts as much as one at the top.
+importing, so a lazy import inside a function counts as much as one at the top (one
+under ``if TYPE_CHECKING:`` never runs, and does not count).
 
     cqsclient ──▶ cqsproto ◀── cqsd ──▶ logstream
 
@@ -41,7 +42,7 @@ def imported(module: str, path: Path) -> set[str]:
     """The modules (of ours or not) that *module* imports anywhere in its source."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -52,6 +53,24 @@ def imported(module: str, path: Path) -> set[str]:
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
     return found
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node that can run: all but the bodies of ``if TYPE_CHECKING:`` (an
+    import there is for the type checker alone and makes no arrow)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def ours(name: str) -> bool:

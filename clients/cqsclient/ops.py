@@ -62,6 +62,9 @@ Timeout = float | None | _ClientTimeout
 """A request's ``timeout``: seconds, None for none, or CLIENT_TIMEOUT."""
 
 
+MAX_LOCAL_WAIT: Final = 365 * 24 * 3600.0
+
+
 def seconds(timeout: Timeout, default: float | None, call: Call) -> float | None:
     """The timeout *call* runs with, given its caller's *timeout* and the client's."""
     if isinstance(timeout, _ClientTimeout):
@@ -107,9 +110,14 @@ class Call:
 
     @property
     def wait(self) -> float:
-        """Seconds the server may wait before it replies (a waiting read's ``wait``)."""
-        wait = self.request.get("wait")
-        return float(wait) if wait else 0.0
+        """Seconds the server may wait before it replies (a waiting read's ``wait``).
+        A wait the server will refuse (not a number, NaN, negative) counts as none,
+        and one of more than a year as a year, so that the deadline stays a time."""
+        try:
+            wait = float(self.request.get("wait") or 0)
+        except (TypeError, ValueError):
+            return 0.0
+        return min(wait, MAX_LOCAL_WAIT) if wait > 0 else 0.0
 
     @property
     def structure(self) -> str:

@@ -61,7 +61,7 @@ def test_an_operator_session_that_drops_returns_its_locks_at_once(make_daemon):
         s.put("Q", b"held by an operator")
         ops = cqsclient.connect(d.address, client="APP", operator=True)  # same name: no clash
         assert ops.structure("MSGQ01").read("Q").data == b"held by an operator"
-        ops.close()  # a drop, not a deregistration
+        ops.abort()  # a drop, not a deregistration
         d.wait_for("peer_recovery", structure="MSGQ01")
         assert s.read("Q", wait=5).data == b"held by an operator"
         rows = {r["client"]: r for r in app.query("clients")}

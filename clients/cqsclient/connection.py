@@ -180,7 +180,12 @@ class _TLSChannel:
 
 
 def _millis(timeout: float | None) -> int | None:
-    return None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+    """A poll timeout: milliseconds, at most what poll takes (about 24 days; a
+    longer wait simply polls again)."""
+    return None if timeout is None else min(max(0, int(timeout * 1000 + 0.999)), POLL_MAX)
+
+
+POLL_MAX = 2**31 - 1
 
 
 def _wait_ready(

@@ -19,7 +19,7 @@ A data set that cannot be opened or read is *unavailable*: the requests that
 need it get SMDS_UNAVAILABLE, everything else carries on (DESIGN §11).
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,17 @@ from ..config import Config
 from ..engine import CQSError, Entry, Put, Reason, Structure, StructurePair, parse_qtype
 from ..engine.qtypes import check_name
 from ..engine.structure import Op
-from ..smds import BufferPool, DataMap, DataSetDamage, ExpandFailed, NoSpace, SmdsError, SpaceMap
+from ..smds import (
+    PAGE,
+    BufferPool,
+    DataMap,
+    DataSetDamage,
+    ExpandFailed,
+    NoSpace,
+    Range,
+    SmdsError,
+    SpaceMap,
+)
 from ..smds.dataset import DataSet, path_of
 from ..storage import repository
 from .limits import Limits, offload_bound
@@ -73,7 +83,7 @@ class DataSets:
                 self.limits.check_offloaded(len(data), offload_bound(len(dmap.ranges)))
             entry = pair.put(qtype, name, data, recoverable, dmap)
         except BaseException:
-            self._give_back(dataset, [dmap])
+            self._give_back(dataset, dmap)
             raise
         self._write(dataset, entry, data)
         return entry
@@ -103,11 +113,12 @@ class DataSets:
             results = pair.commit(client, batch)
         except BaseException:
             for dataset, dmap in placed:
-                self._give_back(dataset, [dmap])
+                self._give_back(dataset, dmap)
             raise
+        datasets = iter(placed)
         for op, entry in zip(batch, results, strict=True):
             if type(op) is Put and op.dmap is not None:
-                self._write(self._open[(entry.store, owner)], entry, op.data)
+                self._write(next(datasets)[0], entry, op.data)
         return results
 
     def payload(self, entry: Entry) -> bytes | memoryview:
@@ -126,13 +137,15 @@ class DataSets:
                            f"entry {entry.entry_id}: the data set of {dmap.owner} in "
                            f"{entry.store} cannot be read ({err})") from None
 
-    def _place(self, structure: str, client: str, key: tuple[int, str],
+    def _place(self, structure: str, owner: str, key: tuple[int, str],
                data: bytes) -> tuple[DataSet, DataMap]:
-        dataset = self._dataset(structure, client, create=True)
-        return dataset, DataMap.of(client, data, self._allocate(dataset, key, len(data)))
+        dataset = self._dataset(structure, owner, create=True)
+        return dataset, DataMap.of(owner, data, self._allocate(dataset, key, len(data)))
 
     def _write(self, dataset: DataSet, entry: Entry, data: bytes) -> None:
         assert entry.map is not None
+        if (dataset.structure, dataset.owner) in self._broken:
+            return  # an earlier write of the same request failed: reads say so
         try:
             dataset.write_message(entry.map, entry.entry_id, data)
         except SmdsError as err:  # the log has the blocks of a recoverable one: recovery
@@ -142,15 +155,14 @@ class DataSets:
             self._dirty.add(dataset)
             self.unsynced = True
 
-    def _give_back(self, dataset: DataSet, maps: Iterable[DataMap]) -> None:
-        """Free at once the space of puts that never became entries."""
+    def _give_back(self, dataset: DataSet, dmap: DataMap) -> None:
+        """Free at once the space of a put that never became an entry."""
         assert dataset.space is not None
-        for dmap in maps:
-            dataset.space.free(dmap.ranges, None)
+        dataset.space.free(dmap.ranges, None)
 
     # -- space ------------------------------------------------------------------------
 
-    def _allocate(self, dataset: DataSet, key: tuple[int, str], nbytes: int) -> list[Any]:
+    def _allocate(self, dataset: DataSet, key: tuple[int, str], nbytes: int) -> list[Range]:
         space = dataset.space
         assert space is not None
         while True:
@@ -179,10 +191,10 @@ class DataSets:
             dataset.expand(sc.dsmax)
         except ExpandFailed as err:
             self._expand_off.add(key)
-            log.warning("smds_expand_failed", structure=dataset.structure, owner=dataset.owner,
-                      size=old, dsmax=sc.dsmax, reason=err.reason, error=str(err),
-                      action="dsexpand is now off for this data set; puts that need space "
-                             "get SMDS_FULL")
+            log.warning("smds_expand_failed", structure=dataset.structure,
+                        owner=dataset.owner, size=old, dsmax=sc.dsmax, reason=err.reason,
+                        error=str(err), action="dsexpand is now off for this data set; puts "
+                                               "that need space get SMDS_FULL")
             return False
         except SmdsError as err:
             self._unavailable(key, "expand_failed", err)
@@ -302,7 +314,7 @@ class DataSets:
                    if e.map is not None and e.map.owner == dataset.owner]
         for e in entries:
             assert e.map is not None
-            e.map.check_within(h.dsblock // 4096, h.size // h.dsblock)
+            e.map.check_within(h.dsblock // PAGE, h.size // h.dsblock)
         space = SpaceMap.rebuild(h.dsblock, h.size,
                                  (r for e in entries if e.map is not None for r in e.map.ranges))
         if entries:

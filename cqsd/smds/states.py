@@ -88,6 +88,7 @@ class Event(StrEnum):
     ACTIVATE = "activate"  # first use by its owner: NOTFOUND -> NEW
     RESTART_DONE = "restart-done"  # triggered by OPENED: restart processing completed
     DAMAGE = "damage"  # triggered by DATA_FAIL: header, empty, I/O error, prefix, down-level
+    FOUND_INVALID = "found-invalid"  # recovery found it invalid (or gone) when it opened it
     OPEN_FAILURE = "open-failure"  # triggered by ALLOC_FAIL, OPEN_FAIL, STORAGE_FAIL
     CLOSE_EMPTY = "close-empty"  # closed normally at a time it holds no messages
     RESET_FAILED = "reset-failed"  # reset-smds --status failed
@@ -138,6 +139,7 @@ STATUS: dict[Event, dict[Status, Status]] = {
     E.ACTIVATE: {S.NOTFOUND: S.NEW},
     E.RESTART_DONE: _each(OWNER_OPENS, S.ACTIVE),
     E.DAMAGE: _each(OWNER_OPENS | {S.FAILED}, S.FAILED),
+    E.FOUND_INVALID: _each(OWNER_OPENS | {S.FAILED}, S.FAILED),
     E.OPEN_FAILURE: {s: s for s in OWNER_OPENS},
     E.CLOSE_EMPTY: {S.ACTIVE: S.EMPTY},
     E.RESET_FAILED: _each(OWNER_OPENS | {S.FAILED}, S.FAILED),
@@ -154,6 +156,7 @@ STATUS: dict[Event, dict[Status, Status]] = {
 ACCESS: dict[Event, dict[Access, Access]] = {
     E.RESTART_DONE: {A.SUSPENDED: A.ENABLED},  # the attempt the seed permits succeeded
     E.DAMAGE: {A.ENABLED: A.SUSPENDED},
+    E.FOUND_INVALID: {A.ENABLED: A.SUSPENDED},
     E.OPEN_FAILURE: {A.ENABLED: A.SUSPENDED},
     E.RESET_FAILED: {A.ENABLED: A.SUSPENDED},
     E.RESET_RECOVERED: {A.SUSPENDED: A.ENABLED},
@@ -188,9 +191,9 @@ AVAIL: dict[Event, dict[Avail, Avail]] = {
 }
 
 # events that need the connection closed first (the daemon closes it, then fires them)
-NEEDS_CLOSED = frozenset({E.ACTIVATE, E.DAMAGE, E.OPEN_FAILURE, E.CLOSE_EMPTY, E.RESET_FAILED,
-                          E.RESET_RECOVERED, E.RECOVERY_START, E.RECOVERY_DONE,
-                          E.RECOVERY_FAIL, E.PURGE, E.DISABLE, E.STOP})
+NEEDS_CLOSED = frozenset({E.ACTIVATE, E.DAMAGE, E.FOUND_INVALID, E.OPEN_FAILURE, E.CLOSE_EMPTY,
+                          E.RESET_FAILED, E.RESET_RECOVERED, E.RECOVERY_START,
+                          E.RECOVERY_DONE, E.RECOVERY_FAIL, E.PURGE, E.DISABLE, E.STOP})
 # what each event triggers next, as the seed has one state follow another
 TRIGGERS: dict[Event, Event] = {
     E.OPENED: E.RESTART_DONE,

@@ -33,7 +33,10 @@ class Availability:
         self.path = repository_path
         self._states: dict[Key, SmdsState] = {}
         self._records: dict[Key, dict[str, Any]] = {}  # the repository's row of each
-        for row in repository.smds_datasets(repository_path):
+
+    def load(self) -> None:
+        """Read the states the repository keeps (at start, the data directory locked)."""
+        for row in repository.smds_datasets(self.path):
             key = (row["structure"], row["owner"])
             self._records[key] = row
             self._states[key] = SmdsState(Status(row["status"]), Access(row["access"]),

@@ -296,13 +296,15 @@ class DataSets:
         return unsynced
 
     async def sync(self) -> None:
-        """fdatasync every data set written since the last call, in a worker thread."""
-        dirty, self._dirty = self._dirty, set()
-        if dirty:
-            async with self._syncing:
-                failed = await trio.to_thread.run_sync(_sync_all, list(dirty))
-            for dataset, err in failed:
-                self._damaged((dataset.structure, dataset.owner), "sync", err, dataset)
+        """fdatasync every data set written since the last call, in a worker thread
+        (taken once no command is closing one: a close fsyncs it itself)."""
+        async with self._syncing:
+            dirty, self._dirty = self._dirty, set()
+            if not dirty:
+                return
+            failed = await trio.to_thread.run_sync(_sync_all, list(dirty))
+        for dataset, err in failed:
+            self._damaged((dataset.structure, dataset.owner), "sync", err, dataset)
 
     def sync_now(self) -> None:
         """``sync`` on the loop, for the stop path."""
@@ -317,6 +319,7 @@ class DataSets:
         offloading structure, so that damage is found and named now. A recovery
         the daemon stopped in leaves its data sets FAILED; a SUSPENDED one is
         tried again (seed 000)."""
+        self.states.load()
         for structure in self.registry.structures():
             if structure.offload_rules is None:
                 continue
@@ -651,11 +654,11 @@ def _words(err: BaseException) -> str:
     return f"{err}: {err.__cause__}" if err.__cause__ is not None else str(err)
 
 
-def _sync_all(datasets: list[DataSet]) -> list[tuple[DataSet, SmdsError]]:
-    failed = []
+def _sync_all(datasets: list[DataSet]) -> list[tuple[DataSet, Exception]]:
+    failed: list[tuple[DataSet, Exception]] = []
     for dataset in datasets:
         try:
             dataset.sync()
-        except SmdsError as err:
+        except (SmdsError, ValueError) as err:  # ValueError: abandoned after damage meanwhile
             failed.append((dataset, err))
     return failed

@@ -7,7 +7,6 @@ and every acknowledged recoverable message back byte for byte, or named as lost.
 import contextlib
 import io
 import json
-import random
 
 import pytest
 
@@ -16,20 +15,11 @@ from cqsclient import ctl
 from cqsclient.errors import CQSError
 
 from .harness import STRUCTURES
+from .test_smds import SIXTEEN, MiB, payload
 
-KiB, MiB, PAGE = 1024, 1024 * 1024, 4096
-S = "SMDS8"
-SMDS8 = f"""
-[[structure]]
-name = "{S}"
-size = "16MiB"
-offload = "smds"
-dssize = "4MiB"
-"""
-
-
-def payload(n: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(n)
+KiB, PAGE = 1024, 4096
+S = "SMDS16"
+SMALL_DATA_SETS = SIXTEEN.replace('dssize = "8MiB"', 'dssize = "4MiB"')
 
 
 def cqsctl(d, *argv: str) -> tuple[int, str, str]:
@@ -94,7 +84,7 @@ def test_a_corrupt_header_fails_only_its_data_set_until_reset_recovered(make_dae
     the owner's own small puts carry on. Enabling it leaves it SUSPENDED; once the
     header is right again, reset-smds --status recovered makes it ACTIVE through
     restart processing, and every message is back."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     mine = put(d, "A", {"AQ": (300_000, 1)}) | put(d, "A", {"AQ": (70_000, 2)}, False)
     theirs = put(d, "B", {"BQ": (200_000, 3)})
     d.stop()
@@ -148,7 +138,7 @@ def test_a_damaged_block_deletes_a_non_recoverable_message_and_fails_for_a_recov
     gets SMDS_UNAVAILABLE, the message is deleted with an event and the data set stays
     ACTIVE; the read of a recoverable one makes the data set FAILED. Once the block is
     repaired, reset-smds --status recovered brings every message back."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     (lost,) = put(d, "A", {"NONREC": (50_000, 1)}, recoverable=False)
     kept = put(d, "A", {"REC": (300_000, 2)})
     (rec,) = kept
@@ -179,7 +169,7 @@ def test_a_data_set_deleted_while_stopped_is_allocfail_until_it_is_back(make_dae
     SMDSCONN ALLOCFAIL, AVAIL(ERROR), ACCESS(SUSPENDED) — its status stays ACTIVE, as the
     cause may be the environment. A retry by reset-smds --access enabled while it is
     still gone suspends it again; once it is back, start-smdsconn opens it."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     mine = put(d, "A", {"AQ": (300_000, 1)})
     d.stop()
     saved = path(d, "A").read_bytes()
@@ -205,7 +195,7 @@ def test_a_read_only_disk_is_openfail_and_start_smdsconn_retries(make_daemon, na
     """A data set on a disk that is read-only at start cannot be opened for update:
     OPENFAIL, AVAIL(ERROR), ACCESS(SUSPENDED); with the disk writable again,
     start-smdsconn opens it and its messages are back."""
-    d = make_daemon(structures=SMDS8, prefix=namespace.prefix).start()
+    d = make_daemon(structures=SMALL_DATA_SETS, prefix=namespace.prefix).start()
     mine = put(d, "A", {"AQ": (300_000, 1)})
     d.stop()
     namespace.writable(path(d, "A").parent, False)
@@ -224,7 +214,7 @@ def test_a_stopped_connection_stays_stopped_across_a_restart(make_daemon):
     small puts and others' data sets carry on, an operator may still delete its
     messages. start-smdsconn opens it again, with the saved map if nothing was
     deleted meanwhile, else rebuilt."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     mine = put(d, "A", {"AQ": (300_000, 1)}) | put(d, "A", {"AQ": (200_000, 2)})
     theirs = put(d, "B", {"BQ": (200_000, 3)})
     seen = len(d.lines)
@@ -269,7 +259,7 @@ def test_a_data_set_moved_while_disabled_and_a_copy_too_small_is_caught(make_dae
     smaller than its extent is fine while it holds every block in use (the space
     map is rebuilt at its size); one that cuts off a block in use is FAILED, and
     the whole copy with reset-smds --status recovered brings it back."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     mine = put(d, "A", {"AQ": (300_000, 1)}) | put(d, "A", {"AQ": (600_000, 2)})
     assert cqsctl(d, "reset-smds", S, "A", "--access", "disabled")[0] == 0
     assert states(d, "A") == ("ACTIVE", "DISABLED", "CLOSED", "NORMAL")
@@ -307,7 +297,7 @@ def test_purge_and_an_empty_close_make_data_sets_empty_and_the_next_open_resets_
     structure and make every data set EMPTY (how many messages were purged is in the
     structure_failed event), and the owner's next offloaded put makes its data set
     ACTIVE again."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     put(d, "A", {"AQ": (300_000, 1)})
     (gone,) = put(d, "B", {"BQ": (300_000, 2)})
     with cqsclient.connect(d.address, client="OPS", operator=True) as c:
@@ -342,7 +332,7 @@ def test_alter_smds_overrides_buffers_and_expansion_and_retries_a_failed_expansi
     data set growing (puts that need room get SMDS_FULL, nothing else); --dsexpand yes
     retries at once, and an expansion refused at dsmax sets DSEXPAND(NO) again with an
     event (seed 000, "Data set becomes full")."""
-    d = make_daemon(structures=SMDS8.replace('dssize = "4MiB"', 'dssize = "2MiB"\n'
+    d = make_daemon(structures=SMALL_DATA_SETS.replace('dssize = "4MiB"', 'dssize = "2MiB"\n'
                                              'dsmax = "3MiB"')).start()
     put(d, "A", {"AQ": (100_000, 1)})
     status, out, _ = cqsctl(d, "--json", "alter-smds", S, "A", "--dsbufs", "7", "--dsexpand", "no")
@@ -384,7 +374,7 @@ def test_a_down_level_copy_made_recovered_loses_only_the_newer_messages_by_name(
     block's check); marked RECOVERED anyway, restart processing checks every entry's
     blocks: the messages the copy holds are back, each newer one is deleted with an
     smds_message_lost event naming it."""
-    d = make_daemon(structures=SMDS8).start()
+    d = make_daemon(structures=SMALL_DATA_SETS).start()
     older = put(d, "A", {"AQ": (300_000, 1)})
     d.stop()
     copy = path(d, "A").read_bytes()
@@ -412,7 +402,7 @@ def test_recovery_interrupted_then_repeated_gives_every_message_back(make_daemon
     while another owner's valid data set is left as it was."""
     import subprocess
     import sys
-    d = make_daemon('spark_master = "local[1]"', structures=SMDS8).start()
+    d = make_daemon('spark_master = "local[1]"', structures=SMALL_DATA_SETS).start()
     mine = put(d, "A", {"AQ": (300_000, 1)}) | put(d, "A", {"AQ": (600_000, 2)})
     theirs = put(d, "B", {"BQ": (200_000, 3)})
     d.stop()
@@ -454,7 +444,7 @@ def test_the_async_client_has_every_smds_command_and_refusals_name_the_state(mak
     import anyio
 
     import cqsclient.aio
-    d = make_daemon(structures=STRUCTURES + SMDS8).start()
+    d = make_daemon(structures=STRUCTURES + SMALL_DATA_SETS).start()
     put(d, "A", {"AQ": (100_000, 1)})
 
     async def main():

@@ -34,7 +34,7 @@ import trio
 
 from ..config import Config
 from ..engine import CQSError, Entry, Put, Reason, Structure, StructurePair, parse_qtype
-from ..engine.entry import LOCKED
+from ..engine.entry import DELETED, LOCKED
 from ..engine.qtypes import check_name
 from ..engine.structure import Op
 from ..smds import (
@@ -44,23 +44,16 @@ from ..smds import (
     DataMap,
     ExpandFailed,
     NoSpace,
-    OutsideDataSet,
     SmdsError,
-    SpaceMap,
-    Unformatted,
 )
 from ..smds.dataset import DataSet, path_of
-from ..smds.pages import PREFIX
 from ..smds.states import Access, Avail, Conn, Event, IllegalTransition, Status
 from .availability import Availability, Key
 from .limits import Limits, offload_bound
 from .registry import Registry
+from .restartprocessing import AllocFailed, rebuild, restart
 
 log = structlog.get_logger()
-
-
-class AllocFailed(Exception):
-    """The data set file could not be found or made (SMDSCONN ALLOCFAIL)."""
 
 
 class DataSets:
@@ -384,7 +377,9 @@ class DataSets:
         OPEN and its status ACTIVE. Raises SMDS_UNAVAILABLE naming the failure."""
         self.states.fire(key, Event.OPEN, why)
         try:
-            dataset, how, lost = self._restart(key)
+            dataset, how, lost = restart(
+                self.data_dir, key, self.states.state(key).status, self.states.record(key),
+                self.config.structure(key[0]), self.pool(key[0]), lambda: self._owned(key))
         except (FileNotFoundError, AllocFailed) as err:
             failure, error = Event.ALLOC_FAIL, _words(err)
         except MemoryError as err:
@@ -409,80 +404,13 @@ class DataSets:
         self.states.fire(key, failure, error)
         raise self._refusal(key)
 
-    def _restart(self, key: Key) -> tuple[DataSet, str, list[Entry]]:
-        """Restart processing (docs/smds.md): the data set opened for update (made, if
-        NEW, EMPTY or RECOVERED with no header) and its space map loaded, reset or
-        rebuilt; returns it, how its map was had, and the entries whose data it does
-        not hold (RECOVERED only: every entry's blocks are checked)."""
-        structure, owner = key
-        status = self.states.state(key).status
-        record = self.states.record(key)
-        active = status == Status.ACTIVE
-        entries = [e for e in self._entries(structure)
-                   if e.map is not None and e.map.owner == owner]
-        pool = self.pool(structure)
-        try:
-            dataset = DataSet.open(self.data_dir, structure, owner, pool=pool,
-                                   map_time=record.get("map_time") if active else None,
-                                   created=(record.get("created") or None) if active else None)
-            how = "saved map" if dataset.space is not None else "rebuilt"
-        except (FileNotFoundError, Unformatted):
-            if active:
-                raise  # missing: ALLOCFAIL; unformatted: "unexpectedly empty", FAILED
-            sc = self.config.structure(structure)
-            try:
-                dataset = DataSet.create(self.data_dir, structure, owner, dsblock=sc.dsblock,
-                                         dssize=sc.dssize, pool=pool, replace=True)
-            except OSError as err:
-                raise AllocFailed(f"{path_of(self.data_dir, *key)} cannot be made") from err
-            how = "created"
-        if how == "saved map" or (how == "created" and not entries):
-            return dataset, how, []
-        if status == Status.EMPTY and not entries:
-            dataset.space = SpaceMap(dataset.header.dsblock, dataset.size)
-            return dataset, "reset", []
-        try:
-            dataset.space, lost = self._rebuild(dataset, entries,
-                                                check_all=status == Status.RECOVERED)
-        except BaseException:
-            dataset.abandon()
-            raise
-        return dataset, how, lost
-
-    def _rebuild(self, dataset: DataSet, entries: list[Entry], *,
-                 check_all: bool = False) -> tuple[SpaceMap, list[Entry]]:
-        """The space map from every entry naming this data set, then the newest
-        block's prefix checked (down-level detection); with ``check_all`` (after
-        recovery) every block's prefix, an entry failing it being lost instead.
-        Raises OutsideDataSet or OverlappingRanges (a smaller copy than what is in
-        use, or a map gone wrong), DownLevel."""
-        h = dataset.header
-        kept, lost = [], []
-        for e in entries:
-            assert e.map is not None
-            try:
-                e.map.check_within(h.dsblock // 4096, h.size // h.dsblock)
-                if check_all:
-                    e.map.check_prefixes(e.entry_id, [dataset.read_raw(at, PREFIX)
-                                                      for at, _ in e.map.read_sizes()])
-            except (OutsideDataSet, BadDataMap, BadPrefix):
-                if not check_all:
-                    raise
-                lost.append(e)
-                continue
-            kept.append(e)
-        space = SpaceMap.rebuild(h.dsblock, h.size,
-                                 (r for e in kept if e.map is not None for r in e.map.ranges))
-        if kept and not check_all:
-            newest = max(kept, key=lambda e: e.entry_id)
-            assert newest.map is not None
-            position, nbytes = newest.map.read_sizes()[0]
-            newest.map.check_newest(newest.entry_id, dataset.read_raw(position, nbytes))
-        return space, lost
-
     def _entries(self, structure: str) -> Iterator[Entry]:
         s = self.registry.physical(structure)
         return s.offloaded() if s is not None else iter(())
+
+    def _owned(self, key: Key) -> list[Entry]:
+        """The entries whose data is in the data set (the clean-up queue's included)."""
+        return [e for e in self._entries(key[0]) if e.map is not None and e.map.owner == key[1]]
 
     def lose(self, entries: list[Entry], why: str, *, mapped: bool = True) -> None:
         """Delete messages whose data is gone, each with an event (seed 000: a
@@ -491,7 +419,7 @@ class DataSets:
         for e in entries:
             assert e.map is not None and e.store is not None
             pair = self.registry.pairs.get(self.registry.overflow_of.get(e.store, e.store))
-            if pair is None or e.where not in ("ready", "locked", "cold"):
+            if pair is None or e.where == DELETED:
                 continue  # failed meanwhile, or deleted already
             if not mapped:
                 self._lost.add(e.entry_id)
@@ -508,10 +436,8 @@ class DataSets:
             if dataset is None:
                 self.try_open(key, "restart after recovery")
                 continue
-            entries = [e for e in self._entries(key[0])
-                       if e.map is not None and e.map.owner == key[1]]
             try:
-                dataset.space, _ = self._rebuild(dataset, entries)
+                dataset.space, _ = rebuild(dataset, self._owned(key))
             except (SmdsError, BadDataMap) as err:
                 self._damaged(key, "rebuild", err)
 

@@ -21,8 +21,8 @@ starts, at its owner's first offloaded put, and when a command or a recovery
 makes it usable again; an attempt that fails names why in its states, and a
 request that needs a data set not open gets SMDS_UNAVAILABLE saying which
 state refuses it, while everything else carries on. Damage found while it is
-in use makes it FAILED; the operator commands are smdscommands.py, media
-recovery is mediarecovery.py.
+in use makes it FAILED. Restart processing is restartprocessing.py, the
+operator commands smdscommands.py, media recovery mediarecovery.py.
 """
 
 from collections.abc import Iterable, Iterator

@@ -39,6 +39,9 @@ from .model import (
     Notification,
     QType,
     QueueTypeName,
+    SmdsAccess,
+    SmdsExpand,
+    SmdsStatus,
 )
 from .ops import CLIENT_TIMEOUT, Payload, Timeout
 from .reconnect import Reconnect, Resync
@@ -64,6 +67,9 @@ __all__ = [
     "Reconnect",
     "RequestTimeout",
     "Resync",
+    "SmdsAccess",
+    "SmdsExpand",
+    "SmdsStatus",
     "StructureHandle",
     "Timeout",
     "UnitOfWork",

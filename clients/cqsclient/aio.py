@@ -32,7 +32,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
@@ -45,7 +45,16 @@ from .aioconnection import AsyncConnection, Progress
 from .aioconsume import Consumer, Delivery
 from .client import DEFAULT_TIMEOUT, TRANSIENT, client_name, tls_context
 from .errors import CannotConnect, ConnectionLost, CQSError, RequestTimeout, ShuttingDown
-from .model import BrowsePage, HeldLock, Location, Message, Notification
+from .model import (
+    BrowsePage,
+    HeldLock,
+    Location,
+    Message,
+    Notification,
+    SmdsAccess,
+    SmdsExpand,
+    SmdsStatus,
+)
 from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
 from .reconnect import LockBook, Reconnect, Resync, policy
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
@@ -454,6 +463,40 @@ class Client:
     ) -> dict[str, Any]:
         """RECOVER CFSTRUCT (see the blocking client); returns a report."""
         result: dict[str, Any] = await self._do(ops.recover(structure, purge), timeout)
+        return result
+
+    async def reset_smds(
+        self, structure: str, owner: str, *, access: SmdsAccess | None = None,
+        status: SmdsStatus | None = None, timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> dict[str, Any]:
+        """RESET SMDS (see the blocking client); returns the cfstatus row."""
+        result: dict[str, Any] = await self._do(
+            ops.reset_smds(structure, owner, access, status), timeout)
+        return result
+
+    async def start_smdsconn(
+        self, structure: str, owner: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """START SMDSCONN (see the blocking client); returns the smdsconn rows."""
+        result: list[dict[str, Any]] = await self._do(ops.start_smdsconn(structure, owner),
+                                                      timeout)
+        return result
+
+    async def stop_smdsconn(
+        self, structure: str, owner: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """STOP SMDSCONN (see the blocking client); returns the smdsconn rows."""
+        result: list[dict[str, Any]] = await self._do(ops.stop_smdsconn(structure, owner),
+                                                      timeout)
+        return result
+
+    async def alter_smds(
+        self, structure: str, owner: str, *, dsbufs: int | Literal["default"] | None = None,
+        dsexpand: SmdsExpand | None = None, timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> dict[str, Any]:
+        """ALTER SMDS (see the blocking client); returns the smds row."""
+        result: dict[str, Any] = await self._do(
+            ops.alter_smds(structure, owner, dsbufs, dsexpand), timeout)
         return result
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from cqsproto import max_frame_for
 
@@ -34,7 +34,16 @@ from .errors import (
     RequestTimeout,
     ShuttingDown,
 )
-from .model import BrowsePage, HeldLock, Location, Message, Notification
+from .model import (
+    BrowsePage,
+    HeldLock,
+    Location,
+    Message,
+    Notification,
+    SmdsAccess,
+    SmdsExpand,
+    SmdsStatus,
+)
 from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
 from .reconnect import LockBook, Reconnect, Resync, policy
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
@@ -425,6 +434,47 @@ class Client:
         """SETXCF FORCE: empty a structure (and its overflow structure) and its
         checkpoints, so that nothing in it is ever recovered."""
         result: dict[str, Any] = self._do(ops.delete_structure(structure), timeout)
+        return result
+
+    # --- shared message data sets (DESIGN §11) ---
+
+    def reset_smds(
+        self, structure: str, owner: str, *, access: SmdsAccess | None = None,
+        status: SmdsStatus | None = None, timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> dict[str, Any]:
+        """RESET SMDS: mark the data set of *owner* in *structure* FAILED (closed at
+        once, to be recovered) or RECOVERED (restart processing makes it ACTIVE),
+        and/or its ACCESS enabled (a retry) or disabled (closed normally); returns
+        its ``display cfstatus`` row."""
+        result: dict[str, Any] = self._do(ops.reset_smds(structure, owner, access, status),
+                                          timeout)
+        return result
+
+    def start_smdsconn(
+        self, structure: str, owner: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """START SMDSCONN: make the daemon's connection to the data set of *owner* (or
+        every data set of *structure*) available and try to open it; returns the
+        ``display smdsconn`` rows."""
+        result: list[dict[str, Any]] = self._do(ops.start_smdsconn(structure, owner), timeout)
+        return result
+
+    def stop_smdsconn(
+        self, structure: str, owner: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """STOP SMDSCONN: close the data set normally (its space map saved) and keep it
+        closed, across restarts, until started; returns the ``display smdsconn`` rows."""
+        result: list[dict[str, Any]] = self._do(ops.stop_smdsconn(structure, owner), timeout)
+        return result
+
+    def alter_smds(
+        self, structure: str, owner: str, *, dsbufs: int | Literal["default"] | None = None,
+        dsexpand: SmdsExpand | None = None, timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> dict[str, Any]:
+        """ALTER SMDS: the data set's DSBUFS and DSEXPAND overrides (``"default"`` drops
+        one); turning expansion on retries it. Returns its ``display smds`` row."""
+        result: dict[str, Any] = self._do(
+            ops.alter_smds(structure, owner, dsbufs, dsexpand), timeout)
         return result
 
     # --- leaving ---

@@ -13,9 +13,8 @@ whole. In JSON every bytes value is ``{"base64": "..."}``, so that any payload
 survives the trip unchanged (``base64 -d`` gives back the exact bytes).
 
 Exit status: 0 success, 1 a request failed (``cqsctl: REASON: message`` on
-stderr, e.g. NO_MESSAGE from ``read`` on an empty queue), 2 a usage error or a
-command not implemented yet, 3 the daemon could not be reached (or the
-connection dropped), naming the address.
+stderr, e.g. NO_MESSAGE from ``read`` on an empty queue), 2 a usage error, 3 the
+daemon could not be reached (or the connection dropped), naming the address.
 """
 
 from __future__ import annotations
@@ -50,16 +49,8 @@ EXIT_UNREACHABLE: Final = 3
 DATA_WIDTH: Final = 60
 
 QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups", "jobs",
-                      "smds", "usage")
+                      "smds", "usage", "cfstatus", "smdsconn")
 PROGRESS_POLL: Final = 0.5  # seconds between looks at a long job's progress
-# Displays of DESIGN §7 whose daemon side comes later.
-LATER_KINDS: Final = ("smdsconn", "cfstatus")
-# Subcommands of DESIGN §7 whose daemon side comes later, with their help.
-LATER_COMMANDS: Final = {
-    "reset-smds": "reset the shared message data set status of a structure",
-    "start-smdsconn": "make a structure's SMDS connection available",
-    "stop-smdsconn": "stop a structure's SMDS connection",
-}
 
 
 class UsageError(Exception):
@@ -244,6 +235,10 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"--size: {error}") from None
 
 
+def _dsbufs(text: str) -> int | str:
+    return "default" if text == "default" else _positive_int(text)
+
+
 def _entry_id(text: str) -> int:
     try:
         return int(text, 0)
@@ -311,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cqsctl",
         description="Operate a cqsd daemon: status, display, put, read, browse, delete, requeue, "
-                    "dequeue, checkpoint, recover, alter, rebuild, delete-structure.",
+                    "dequeue, checkpoint, recover, alter, rebuild, delete-structure, and the "
+                    "shared message data sets: alter-smds, reset-smds, start-smdsconn, "
+                    "stop-smdsconn.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
     parser.add_argument("--version", action="version", version=f"cqsctl {cqsclient.__version__}")
@@ -326,12 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
     command("status", "the daemon at a glance: version, uptime, clients, structures and their "
             "fullness, the log and fsync latency, checkpoints, recovery in progress")
 
-    sub = command("display", "display structures, queues, clients, locks, headers, backups or jobs")
-    sub.add_argument("kind", choices=QUERY_KINDS + LATER_KINDS, metavar="KIND",
-                     help=f"one of: {', '.join(QUERY_KINDS + LATER_KINDS)}")
-    sub.add_argument("--structure", help="only this structure")
+    sub = command("display", "display structures, queues, clients, locks, headers, backups, "
+                  "jobs, or the shared message data sets: smds, usage, cfstatus, smdsconn")
+    sub.add_argument("kind", choices=QUERY_KINDS, metavar="KIND",
+                     help=f"one of: {', '.join(QUERY_KINDS)}")
+    sub.add_argument("where", nargs="?", metavar="STRUCTURE", help="only this structure")
+    sub.add_argument("--structure", help="only this structure (as STRUCTURE)")
     sub.add_argument("--type", choices=("smds",), default="smds",
-                     help="what display usage shows: smds (data sets and buffer pools)")
+                     help="what display usage and cfstatus show: smds (the data sets)")
 
     sub = command("put", "put a message; prints its entry id")
     sub.add_argument("structure", metavar="STRUCTURE")
@@ -397,9 +396,33 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
-    for name, help in LATER_COMMANDS.items():
-        sub = command(name, f"{help} (not implemented yet)")
+    sub = command("alter-smds", "change a data set's buffers or expansion (ALTER SMDS); "
+                  "turning expansion on retries it")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("owner", metavar="OWNER", type=_client_name, help="the owning client")
+    sub.add_argument("--dsbufs", type=_dsbufs, metavar="N|default",
+                     help="buffers of the structure's pool it asks for (1-9999)")
+    sub.add_argument("--dsexpand", choices=("yes", "no", "default"),
+                     help="may it grow by 20%% when 90%% full (default: the structure's)")
+
+    sub = command("reset-smds", "mark a data set FAILED or RECOVERED, or its access enabled "
+                  "or disabled (RESET SMDS)")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("owner", metavar="OWNER", type=_client_name, help="the owning client")
+    sub.add_argument("--access", choices=("enabled", "disabled"),
+                     help="disabled closes it normally; enabled brings it back (or retries it)")
+    sub.add_argument("--status", choices=("failed", "recovered"),
+                     help="failed: stop using it at once, for recovery; recovered: its data "
+                          "is right again, restart processing makes it ACTIVE")
+
+    for name, verb in (("start-smdsconn", "make the daemon's connection to a data set "
+                        "available and open it (START SMDSCONN)"),
+                       ("stop-smdsconn", "close a data set normally and keep it closed, across "
+                        "restarts, until started (STOP SMDSCONN)")):
+        sub = command(name, verb)
         sub.add_argument("structure", metavar="STRUCTURE")
+        sub.add_argument("owner", metavar="OWNER", nargs="?", type=_client_name,
+                         help="the owning client (default: every data set of the structure)")
     return parser
 
 
@@ -425,7 +448,7 @@ def cmd_status(client: cqsclient.Client, args: argparse.Namespace) -> Report:
 
 
 def cmd_display(client: cqsclient.Client, args: argparse.Namespace) -> Report:
-    rows = client.query(args.kind, args.structure)
+    rows = client.query(args.kind, args.where or args.structure)
     text = format_table([readable.row(r) for r in rows]) if rows else f"(no {args.kind})"
     return Report(rows, text)
 
@@ -565,6 +588,27 @@ def cmd_delete_structure(client: cqsclient.Client, args: argparse.Namespace) -> 
     return Report(r, f"{r['structure']} deleted: empty, and nothing older will be recovered")
 
 
+def cmd_reset_smds(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.reset_smds(args.structure, args.owner, access=args.access, status=args.status)
+    return Report(r, f"data set of {r['owner']} in {r['structure']}: STATUS({r['status']}) "
+                     f"ACCESS({r['access']})")
+
+
+def cmd_start_smdsconn(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    rows = client.start_smdsconn(args.structure, args.owner)
+    return Report(rows, format_table(rows) if rows else "(no data sets)")
+
+
+def cmd_stop_smdsconn(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    rows = client.stop_smdsconn(args.structure, args.owner)
+    return Report(rows, format_table(rows) if rows else "(no data sets)")
+
+
+def cmd_alter_smds(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.alter_smds(args.structure, args.owner, dsbufs=args.dsbufs, dsexpand=args.dsexpand)
+    return Report(r, format_table([readable.row(r)]))
+
+
 # Each returns what to print, or None if it printed already.
 COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Report | None]]] = {
     "status": cmd_status,
@@ -580,6 +624,10 @@ COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Repor
     "alter": cmd_alter,
     "rebuild": cmd_rebuild,
     "delete-structure": cmd_delete_structure,
+    "alter-smds": cmd_alter_smds,
+    "reset-smds": cmd_reset_smds,
+    "start-smdsconn": cmd_start_smdsconn,
+    "stop-smdsconn": cmd_stop_smdsconn,
 }
 
 
@@ -616,10 +664,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit:  # argparse's usage errors (2) and --help (0)
         return exit.code if isinstance(exit.code, int) else EXIT_USAGE
-    if args.command in LATER_COMMANDS or getattr(args, "kind", None) in LATER_KINDS:
-        what = args.command if args.command in LATER_COMMANDS else f"display {args.kind}"
-        _fail(f"{what}: not implemented yet")
-        return EXIT_USAGE
     try:
         address = cqsclient.parse_address(args.address).text
         name = args.client or _client_name_or_usage(default_client_name())
@@ -628,6 +672,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAILED
         if args.command == "delete-structure" and not args.yes:
             raise UsageError("delete-structure empties the structure for good: pass --yes")
+        if args.command == "reset-smds" and args.access is None and args.status is None:
+            raise UsageError("reset-smds: give --access, --status or both")
+        if args.command == "alter-smds" and args.dsbufs is None and args.dsexpand is None:
+            raise UsageError("alter-smds: give --dsbufs, --dsexpand or both")
     except (UsageError, ValueError) as error:
         _fail(str(error))
         return EXIT_USAGE

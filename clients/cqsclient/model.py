@@ -17,6 +17,9 @@ __all__ = [
     "Notification",
     "QType",
     "QueueTypeName",
+    "SmdsAccess",
+    "SmdsExpand",
+    "SmdsStatus",
 ]
 
 QueueTypeName = Literal[
@@ -36,6 +39,15 @@ QueueTypeName = Literal[
 
 QType = QueueTypeName | int
 """A queue type as a request takes it: its name, or its number (1-11)."""
+
+SmdsAccess = Literal["enabled", "disabled"]
+"""What ``reset_smds`` may set a data set's ACCESS to (DESIGN §11)."""
+
+SmdsStatus = Literal["failed", "recovered"]
+"""What ``reset_smds`` may set a data set's STATUS to (DESIGN §11)."""
+
+SmdsExpand = Literal["yes", "no", "default"]
+"""An ``alter_smds`` DSEXPAND override; ``"default"`` drops it (the structure's applies)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,22 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from cqsproto import PROTOCOL_VERSION
 
 from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
-from .model import BrowsePage, HeldLock, Location, Message, Notification, QType
+from .model import (
+    BrowsePage,
+    HeldLock,
+    Location,
+    Message,
+    Notification,
+    QType,
+    SmdsAccess,
+    SmdsExpand,
+    SmdsStatus,
+)
 
 __all__ = ["CLIENT_TIMEOUT", "Call", "QType", "Session", "Timeout", "message_from_wire"]
 
@@ -448,7 +458,8 @@ def deregister_interest(structure: str, queue: str, qtype: QType) -> Call:
 
 
 def query(kind: str, structure: str | None = None) -> Call:
-    """``query``: the rows of a display (structures, queues, clients, locks, headers, backups)."""
+    """``query``: the rows of a display (structures, queues, clients, locks, headers, backups,
+    jobs, smds, usage, cfstatus, smdsconn, status)."""
     return Call({"op": "query", "kind": kind, "structure": structure}, _rows, retry=True)
 
 
@@ -486,6 +497,32 @@ def rebuild(structure: str, size: int | None) -> Call:
 def delete_structure(structure: str) -> Call:
     """``delete_structure``: empty a structure and its checkpoints (a cold start)."""
     return Call({"op": "delete_structure", "structure": structure}, dict, job=True)
+
+
+def reset_smds(structure: str, owner: str, access: SmdsAccess | None,
+               status: SmdsStatus | None) -> Call:
+    """``reset_smds``: RESET SMDS ACCESS / STATUS; the data set's cfstatus row after it."""
+    request = {"op": "reset_smds", "structure": structure, "owner": owner, "access": access,
+               "status": status}
+    return Call(request, dict)
+
+
+def start_smdsconn(structure: str, owner: str | None) -> Call:
+    """``start_smdsconn``: START SMDSCONN; the smdsconn rows after it."""
+    return Call({"op": "start_smdsconn", "structure": structure, "owner": owner}, _rows)
+
+
+def stop_smdsconn(structure: str, owner: str | None) -> Call:
+    """``stop_smdsconn``: STOP SMDSCONN; the smdsconn rows after it."""
+    return Call({"op": "stop_smdsconn", "structure": structure, "owner": owner}, _rows)
+
+
+def alter_smds(structure: str, owner: str, dsbufs: int | Literal["default"] | None,
+               dsexpand: SmdsExpand | None) -> Call:
+    """``alter_smds``: ALTER SMDS DSBUFS / DSEXPAND; the data set's smds row after it."""
+    request = {"op": "alter_smds", "structure": structure, "owner": owner, "dsbufs": dsbufs,
+               "dsexpand": dsexpand}
+    return Call(request, dict)
 
 
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:

@@ -17,7 +17,9 @@ from typing import Any, Final
 SIZE_COLUMNS: Final = frozenset({
     "size", "current_size", "used_bytes", "bytes", "max_message", "checkpoint_log_bytes",
 })
-TIME_NS_COLUMNS: Final = frozenset({"put_time", "oldest_put_time"})  # epoch nanoseconds
+TIME_NS_COLUMNS: Final = frozenset({  # epoch nanoseconds
+    "put_time", "oldest_put_time", "rcvtime", "failtime",
+})
 TIME_COLUMNS: Final = frozenset({"started", "finished", "last_checkpoint"})  # epoch seconds
 DURATION_COLUMNS: Final = frozenset({
     "seconds", "uptime_seconds", "checkpoint_age_seconds", "checkpoint_seconds",

@@ -80,6 +80,20 @@ OPS: dict[str, Spec] = {
     "alter": {"structure": _STRUCTURE, "size": ((int,), REQUIRED)},
     "rebuild": {"structure": _STRUCTURE, "size": ((int, type(None)), None)},
     "delete_structure": {"structure": _STRUCTURE},
+    "reset_smds": {
+        "structure": _STRUCTURE,
+        "owner": ((str,), REQUIRED),
+        "access": ((str, type(None)), None),
+        "status": ((str, type(None)), None),
+    },
+    "start_smdsconn": {"structure": _STRUCTURE, "owner": ((str, type(None)), None)},
+    "stop_smdsconn": {"structure": _STRUCTURE, "owner": ((str, type(None)), None)},
+    "alter_smds": {
+        "structure": _STRUCTURE,
+        "owner": ((str,), REQUIRED),
+        "dsbufs": ((int, str, type(None)), None),
+        "dsexpand": ((str, type(None)), None),
+    },
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).

@@ -160,12 +160,15 @@ def _maps_only(rows: dict[int, list]) -> dict[int, list]:
     return rows
 
 
-def load_recovered(s: Structure, path: Path, log_dir: Path, cut: dict[str, int]) -> Rebuilt:
+def load_recovered(s: Structure, path: Path, log_dir: Path, cut: dict[str, int],
+                   offloaded=None) -> Rebuilt:
     """Fill the empty structure ``s`` from a recovery job's image plus the log records
     after the position it covers up to ``cut`` (the durable end of the live log).
 
     Both are materialising (docs/recovery.md): the rows of offloaded messages come
-    with their payloads as well as their maps, for data sets to be rebuilt from.
+    with their payloads as well as their maps, for data sets to be rebuilt from;
+    ``offloaded(row)``, if given, is called with each before its payload is
+    dropped from memory (the structure keeps only the map).
     """
     report = Rebuilt(s.name, clean=False, source="spark")
     t0 = time.perf_counter()
@@ -182,6 +185,11 @@ def load_recovered(s: Structure, path: Path, log_dir: Path, cut: dict[str, int])
 
     last_id = fold(rows, bodies(), s.name, materialise=True)
     report.replay_seconds = time.perf_counter() - t0
+    for row in rows.values():
+        if row[MAP] is not None:
+            if offloaded is not None:
+                offloaded(row)
+            row[DATA] = b""
     image.restore(s, rows)
     s.last_id = max(s.last_id, header.get("last_id", 0), last_id)
     report.messages = len(rows)

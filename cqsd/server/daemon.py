@@ -49,6 +49,7 @@ from .operations import Operations
 from .registry import Registry
 from .relief import Relief
 from .session import Session
+from .smdscommands import SmdsCommands
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
@@ -108,6 +109,7 @@ class Daemon:
             self.operations = Operations(self.config, self.datadir, self.registry, self.clients,
                                          journal, self.checkpoints, self.waiters, self.datasets,
                                          self.settle, self.spawn)
+            self.smds_commands = SmdsCommands(self.config, self.datasets, self.settle)
             self.connections = Connections(self.config, journal, self.limits.max_frame,
                                            self.limits.max_reply, self.clients, self.dispatch,
                                            self._connection_failed)

@@ -262,6 +262,39 @@ def op_recover(d: "Daemon", session: Session, rid: int, structure: str, purge: b
     return _later(session, rid, d.operations.detached, d.operations.recover, structure, purge)
 
 
+def op_reset_smds(d: "Daemon", session: Session, rid: int, structure: str, owner: str,
+                  access: str | None, status: str | None) -> Result:
+    """reset_smds {structure, owner, access?, status?} -> the data set's cfstatus row"""
+    log.info("reset_smds_requested", client=session.client, structure=structure, owner=owner,
+             access=access, status=status)
+    return _later(session, rid, d.smds_commands.reset, structure, owner, access, status)
+
+
+def op_start_smdsconn(d: "Daemon", session: Session, rid: int, structure: str,
+                      owner: str | None) -> Result:
+    """start_smdsconn {structure, owner?} -> {rows}: the smdsconn rows after it"""
+    log.info("start_smdsconn_requested", client=session.client, structure=structure, owner=owner)
+    return {"rows": d.smds_commands.start(structure, owner)}
+
+
+def op_stop_smdsconn(d: "Daemon", session: Session, rid: int, structure: str,
+                     owner: str | None) -> Result:
+    """stop_smdsconn {structure, owner?} -> {rows}: the smdsconn rows after it"""
+    log.info("stop_smdsconn_requested", client=session.client, structure=structure, owner=owner)
+    return _later(session, rid, _rows, d.smds_commands.stop, structure, owner)
+
+
+def op_alter_smds(d: "Daemon", session: Session, rid: int, structure: str, owner: str,
+                  dsbufs: int | str | None, dsexpand: str | None) -> Result:
+    """alter_smds {structure, owner, dsbufs?, dsexpand?} -> the data set's smds row"""
+    row = d.smds_commands.alter(structure, owner, dsbufs, dsexpand)
+    return {c: row[c] for c in queries.SMDS_COLUMNS}
+
+
+async def _rows(operation: Callable[..., Awaitable[list[Result]]], *args: Any) -> Result:
+    return {"rows": await operation(*args)}
+
+
 def _recoverable(d: "Daemon", structure: str) -> None:
     """A structure recover may take: a failed one, or one available now."""
     if structure not in d.registry.failed:

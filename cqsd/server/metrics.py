@@ -245,7 +245,7 @@ def _smds(d: "Daemon") -> Iterator[Metric]:
         key = [row["structure"], row["owner"]]
         for family, field in families:
             family.add_metric(key, row[field])
-        available.add_metric(key, 1 if row["status"] == "ACTIVE" else 0)
+        available.add_metric(key, int(row["available"]))
     yield available
     yield from (family for family, _ in families)
 

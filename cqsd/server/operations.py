@@ -30,6 +30,7 @@ from .clients import Clients
 from .datasets import DataSets
 from .jobs import JobFailed
 from .journal import WRITER, Journal
+from .mediarecovery import MediaRecovery, Plan
 from .registry import Registry
 from .waiters import ReadWaiters
 
@@ -52,6 +53,7 @@ class Operations:
         self.settle = settle
         self.spawn = spawn
         self._recovering: set[str] = set()
+        self.media = MediaRecovery(datasets)
 
     @property
     def recovering(self) -> set[str]:
@@ -114,10 +116,18 @@ class Operations:
         started = time.monotonic()
         new = self.registry.new_pair(name)
         new.last_id = old.last_id
+        names = [s.name for s in new.structures()]
+        plan = None
         try:
-            replayed = await self._rebuild(new, purge, old.last_id)
+            if not purge:  # the data sets that must be restored (seed 000)
+                plan = await self.media.start(names)
+            replayed = await self._rebuild(new, purge, old.last_id, plan)
+            if plan is not None:
+                await self.media.finish(plan)
         except Exception as err:
             reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
+            if plan is not None:
+                self.media.fail(plan, f"the recovery of {name} failed: {reason}")
             log.error("structure_recovery_failed", structure=name, error=reason,
                       action="the structure stays failed; retry cqsctl recover, or --purge")
             raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
@@ -125,8 +135,10 @@ class Operations:
         finally:
             self._recovering.discard(name)
         self._install(new)
-        for s in new.structures():  # what the data sets hold is now what the log says
-            self.datasets.reopen(s.name)
+        if purge:  # the data sets' contents are no longer needed: EMPTY
+            await self.datasets.purged(names, why)
+        else:  # what the data sets hold is now what the log says
+            self.datasets.reopen(names)
         for owner in sorted(set(new.client_stats()) - set(self.clients.sessions)):
             new.release_client(owner)
         self.settle()
@@ -138,9 +150,10 @@ class Operations:
         return {"structure": name, "source": source, "messages": messages,
                 "records_replayed": replayed, "seconds": seconds}
 
-    async def _rebuild(self, new: StructurePair, purge: bool, last_id: int) -> int:
-        """Fill ``new`` from the checkpoint and the log (or purge both); returns the
-        records replayed."""
+    async def _rebuild(self, new: StructurePair, purge: bool, last_id: int,
+                       plan: Plan | None) -> int:
+        """Fill ``new`` from the checkpoint and the log (or purge both), writing the
+        blocks of the data sets ``plan`` restores; returns the records replayed."""
         replayed = 0
         for s in new.structures():
             await self.checkpoints.finished(s.name)  # none starts while it is failed
@@ -156,7 +169,8 @@ class Operations:
             await self.checkpoints.jobs.run(
                 self.config, ["recover", "--structure", s.name, "--to-image", str(path)])
             r = await trio.to_thread.run_sync(
-                load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable})
+                load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable},
+                plan.writer(s.name) if plan is not None else None)
             path.unlink()
             replayed += r.replayed
         return replayed

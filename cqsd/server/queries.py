@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .daemon import Daemon
 
 KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "smds", "usage",
-         "status", "jobs")
+         "cfstatus", "smdsconn", "status", "jobs")
 # DESIGN §11: the columns of display smds and display usage --type smds
 SMDS_COLUMNS = ("structure", "owner", "size", "used_percent", "dsblock", "dsbufs", "dsexpand",
                 "status", "access")
@@ -25,9 +25,13 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
     unknown kind, UNKNOWN_STRUCTURE or STRUCTURE_FAILED for the structure."""
     if kind == "backups":
         return repository.backups(d.datadir.repository, structure)
-    if kind in ("smds", "usage"):
-        if structure is not None:
-            d.registry.pair_of(structure)  # UNKNOWN_STRUCTURE, STRUCTURE_FAILED
+    if kind in ("smds", "usage", "cfstatus", "smdsconn"):
+        if structure is not None and structure not in d.registry.names():
+            d.registry.pair_of(structure)  # UNKNOWN_STRUCTURE (a failed one is shown)
+        if kind == "cfstatus":
+            return d.datasets.cfstatus(structure)
+        if kind == "smdsconn":
+            return d.datasets.smdsconn(structure)
         columns = SMDS_COLUMNS if kind == "smds" else USAGE_COLUMNS
         return [{c: row[c] for c in columns} for row in d.datasets.rows(structure)]
     if kind == "status":

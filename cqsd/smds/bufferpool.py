@@ -72,7 +72,8 @@ class BufferPool:
             raise ValueError(f"{buffers} buffers of {size} bytes")
         self.size = size
         self._ppb = size // PAGE
-        self._buffers = buffers
+        self._buffers = buffers  # what the pool is to hold (resize changes it)
+        self._held = buffers  # what it holds: more than _buffers while pinned ones go
         self._empty = [Buffer(size) for _ in range(buffers)]  # free, holding nothing
         self._lru: OrderedDict[Key, Buffer] = OrderedDict()  # free, holding a block, LRU first
         self._cached: dict[Key, Buffer] = {}  # every buffer holding a block, pinned or not
@@ -90,7 +91,26 @@ class BufferPool:
             lookups = self.hits + self.misses
             return PoolStatistics(self._buffers, self.hits, self.misses,
                                   100 * self.hits / lookups if lookups else 0.0, self.waits,
-                                  self.lowest_free, self._buffers - self.free, len(self._cached))
+                                  self.lowest_free, self._held - self.free, len(self._cached))
+
+    def resize(self, buffers: int) -> None:
+        """Hold ``buffers`` from now on (alter-smds --dsbufs): new ones are added empty;
+        when there are fewer, free buffers go, empty ones first and then the least
+        recently used, and a buffer pinned by a read goes when it is released."""
+        if buffers < 1:
+            raise ValueError(f"{buffers} buffers")
+        with self._lock:
+            self._buffers = buffers
+            while self._held < buffers:
+                self._empty.append(Buffer(self.size))
+                self._held += 1
+            while self._held > buffers and self._empty:
+                self._empty.pop()
+                self._held -= 1
+            while self._held > buffers and self._lru:
+                key, _ = self._lru.popitem(last=False)
+                self._forget(key)
+                self._held -= 1
 
     def lookup(self, key: Key, nbytes: int) -> Buffer | None:
         """The buffer holding at least ``nbytes`` of block ``key``, pinned (a hit), or
@@ -147,6 +167,11 @@ class BufferPool:
                 self._drop(buffer)
             buffer.pins -= 1
             if buffer.pins:
+                return
+            if self._held > self._buffers:  # the pool was made smaller meanwhile
+                if buffer.key is not None:
+                    self._forget(buffer.key)
+                self._held -= 1
                 return
             if buffer.key is None:
                 self._empty.append(buffer)

@@ -22,7 +22,7 @@ from crc32c import crc32c
 from cqsproto.names import CLIENT_NAME
 
 from .errors import BadDataMap, BadPrefix, DownLevel, OutsideDataSet
-from .header import Prefix, check_block, pack_prefix
+from .header import Prefix, check_block, check_prefix, pack_prefix
 from .pages import PAGE, PREFIX, Piece, Range, pieces
 
 U32, U63 = 1 << 32, 1 << 63
@@ -158,3 +158,15 @@ class DataMap:
         except BadPrefix as error:
             raise DownLevel("down-level", f"the newest entry {entry_id}'s first block is not "
                                           f"in the data set ({error}): an older copy?") from error
+
+    def check_prefixes(self, entry_id: int, heads: Sequence[bytes | memoryview]) -> None:
+        """Restart after recovery: the prefix of every message block (``heads``, the
+        first PREFIX bytes read at each of ``read_sizes``) must be this entry's,
+        or its data was lost (seed 000, "Shared message data set restart after
+        recovery"). Raises BadPrefix naming the first that is not."""
+        parts = self.pieces()
+        if len(heads) != len(parts):
+            raise ValueError(f"{len(heads)} prefixes read for a map of {len(parts)}")
+        for raw, (_, offset, nbytes) in zip(heads, parts, strict=True):
+            check_prefix(raw, entry_id=entry_id, owner=self.owner, length=self.length,
+                         offset=offset, nbytes=nbytes)

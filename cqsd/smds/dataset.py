@@ -39,8 +39,15 @@ from logstream.durable import TEMP_SUFFIX, fsync_dir, make_dirs
 
 from .bufferpool import Buffer, BufferPool
 from .datamap import Block, DataMap
-from .errors import BadPrefix, BadSpaceMap, ExpandFailed, ReadFailed, WriteFailed
-from .header import OPEN, Header, pack_header, read_header, validate
+from .errors import (
+    BadPrefix,
+    BadSpaceMap,
+    ExpandFailed,
+    ReadFailed,
+    ShortDataSet,
+    WriteFailed,
+)
+from .header import OPEN, PARTIAL_RECOVERY, Header, pack_header, read_header, validate
 from .pages import PAGE, Range
 from .spacemap import SpaceMap, expanded_size, whole_blocks
 
@@ -136,18 +143,32 @@ class DataSet:
         (Unformatted, ShortDataSet, ForeignHeader, TornHeader, UnsupportedVersion,
         Recreated, IncompleteRecovery) or ReadFailed, with nothing written;
         WriteFailed if the header update fails.
+
+        A file shorter than the extent its header records is a smaller copy of
+        the data set (seed 000, "Data set needs to be moved or reallocated"): it
+        is taken at the whole blocks it holds, and a rebuild of its space map
+        (``rebuild_reason`` ``smaller-copy``) must show that no block in use lay
+        beyond them. Fewer than two blocks is ShortDataSet.
         """
         path = path_of(data_dir, structure, owner)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
             header = read_header(_pread(fd, 2 * PAGE, 0, path))
             validate(header, structure=structure, owner=owner, created=created,
-                     file_size=os.fstat(fd).st_size, recovering=recovering)
+                     recovering=recovering)
+            extent = os.fstat(fd).st_size // header.dsblock * header.dsblock
+            if extent < 2 * header.dsblock:
+                raise ShortDataSet("short", f"{path} holds {extent // header.dsblock} whole "
+                                            f"blocks, fewer than the two a data set needs")
             dataset = cls(path, fd, header, pool)
-            dataset.space, dataset.rebuild_reason = dataset._saved_map(map_time)
+            if extent < header.size:  # a smaller copy (seed 000, "moved or reallocated")
+                dataset.rebuild_reason = "smaller-copy"
+            else:
+                dataset.space, dataset.rebuild_reason = dataset._saved_map(map_time)
             dataset._write_header(header.next(flags=header.flags | OPEN, updated=time.time_ns(),
+                                              size=min(extent, header.size),
                                               map_page=0, map_pages=0, map_time=0))
-            dataset._guard("write", lambda: os.ftruncate(fd, header.size))
+            dataset._guard("write", lambda: os.ftruncate(fd, dataset.size))
             dataset.sync()
         except BaseException:
             os.close(fd)
@@ -275,6 +296,23 @@ class DataSet:
         if self.space is not None:
             self.space.grow(new)
         return new
+
+    # -- media recovery --------------------------------------------------------------
+
+    def mark_recovery(self, partial: bool) -> None:
+        """Set (recovery starts writing blocks) or clear (every block is back and
+        synced) PARTIAL_RECOVERY in the header: an open outside recovery refuses a
+        data set whose recovery did not finish (seed 000). Raises WriteFailed."""
+        self._check()
+        flags = self.header.flags | PARTIAL_RECOVERY if partial else \
+            self.header.flags & ~PARTIAL_RECOVERY
+        self._write_header(self.header.next(flags=flags, updated=time.time_ns()))
+
+    def grow_to(self, nbytes: int) -> None:
+        """Expand until the extent holds ``nbytes`` (recovery writing blocks a smaller
+        data set has no room for). Raises ExpandFailed, WriteFailed."""
+        while self.size < nbytes:
+            self.expand(max(nbytes, self.size + self.header.dsblock))
 
     # -- closing ---------------------------------------------------------------------
 

@@ -262,6 +262,22 @@ def check_block(raw: bytes | memoryview, *, entry_id: int, owner: str, length: i
     ``wrong-owner``, ``wrong-length``, ``wrong-offset``, then ``short`` (fewer
     bytes read than the block holds) or ``bad-crc``; or what unpack_prefix raises.
     """
+    found = check_prefix(raw, entry_id=entry_id, owner=owner, length=length, offset=offset,
+                         nbytes=nbytes)
+    data = memoryview(raw)[PREFIX:PREFIX + nbytes]
+    if len(data) < nbytes:
+        raise BadPrefix("short", f"{len(data)} of the block's {nbytes} bytes were read")
+    if crc32c(data) != found.crc:
+        raise BadPrefix("bad-crc", f"the data of entry {entry_id} at offset {offset} fails "
+                                   f"its CRC")
+    return data
+
+
+def check_prefix(raw: bytes | memoryview, *, entry_id: int, owner: str, length: int,
+                 offset: int, nbytes: int) -> Prefix:
+    """The prefix at the start of ``raw``, once it names this entry, owner, message
+    length, offset and block length (the data is not looked at: restart after
+    recovery reads only the prefixes). Raises BadPrefix as check_block does."""
     found = unpack_prefix(raw)
     for reason, field, have, want in (("wrong-entry", "entry id", found.entry_id, entry_id),
                                       ("wrong-owner", "owner", found.owner, owner),
@@ -271,10 +287,4 @@ def check_block(raw: bytes | memoryview, *, entry_id: int, owner: str, length: i
         if have != want:
             raise BadPrefix(reason, f"the block prefix has {field} {have!r}, entry {entry_id} "
                                     f"expects {want!r}")
-    data = memoryview(raw)[PREFIX:PREFIX + nbytes]
-    if len(data) < nbytes:
-        raise BadPrefix("short", f"{len(data)} of the block's {nbytes} bytes were read")
-    if crc32c(data) != found.crc:
-        raise BadPrefix("bad-crc", f"the data of entry {entry_id} at offset {offset} fails "
-                                   f"its CRC")
-    return data
+    return found

@@ -43,7 +43,19 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (structure, owner)
         )""",
     ],
+    [  # 3: their states and overrides (seed 000: the SMDS object and its connection flag)
+        "ALTER TABLE smds ADD COLUMN status TEXT NOT NULL DEFAULT 'ACTIVE'",
+        "ALTER TABLE smds ADD COLUMN access TEXT NOT NULL DEFAULT 'ENABLED'",
+        "ALTER TABLE smds ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0",  # stop-smdsconn
+        "ALTER TABLE smds ADD COLUMN rcvtime INTEGER",  # ns: recovery logging began (ACTIVE)
+        "ALTER TABLE smds ADD COLUMN failtime INTEGER",  # ns: it went FAILED
+        "ALTER TABLE smds ADD COLUMN dsexpand TEXT",  # alter-smds override: YES, NO; NULL default
+        "ALTER TABLE smds ADD COLUMN dsbufs INTEGER",  # alter-smds override; NULL default
+    ],
 ]
+# What update_smds may set; ``created`` is 0 until the data set is formatted.
+SMDS_FIELDS = ("created", "map_time", "status", "access", "stopped", "rcvtime", "failtime",
+               "dsexpand", "dsbufs")
 
 
 class RepositoryError(Exception):
@@ -123,24 +135,50 @@ def record_smds(path: Path, structure: str, owner: str, created: int,
                 map_time: int | None) -> None:
     """Remember a data set's identity and the timestamp of its saved space map
     (None while it is open: a map saved before is no longer current)."""
+    update_smds(path, structure, owner, created=created, map_time=map_time)
+
+
+def update_smds(path: Path, structure: str, owner: str, **fields: object) -> None:
+    """Set ``fields`` (of SMDS_FIELDS) of a data set's row, creating it if need be."""
+    unknown = set(fields) - set(SMDS_FIELDS)
+    if unknown:
+        raise ValueError(f"not smds columns: {sorted(unknown)}")
+    names = ["created", *[f for f in fields if f != "created"]]
+    values = [fields.get("created", 0), *[fields[f] for f in names[1:]]]
+    updates = ", ".join(f"{f} = excluded.{f}" for f in fields) or "created = created"
     db = connect(path)
     try:
-        db.execute("INSERT INTO smds (structure, owner, created, map_time) VALUES (?, ?, ?, ?)"
-                   " ON CONFLICT (structure, owner) DO UPDATE SET created = excluded.created,"
-                   " map_time = excluded.map_time", (structure, owner, created, map_time))
+        db.execute(f"INSERT INTO smds (structure, owner, {', '.join(names)})"
+                   f" VALUES (?, ?, {', '.join('?' * len(names))})"
+                   f" ON CONFLICT (structure, owner) DO UPDATE SET {updates}",
+                   (structure, owner, *values))
     except sqlite3.Error as err:
         raise RepositoryError(f"{path}: {err}") from err
     finally:
         db.close()
 
 
+def smds_datasets(path: Path) -> list[dict]:
+    """Every data set the repository knows, with its states and overrides."""
+    if not Path(path).exists():
+        return []
+    db = connect(path)
+    try:
+        rows = db.execute("SELECT * FROM smds ORDER BY structure, owner").fetchall()
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+    return [dict(r) for r in rows]
+
+
 def smds_dataset(path: Path, structure: str, owner: str) -> dict | None:
-    """What the repository holds of a data set ({created, map_time}), or None."""
+    """What the repository holds of a data set (its row of smds_datasets), or None."""
     if not Path(path).exists():
         return None
     db = connect(path)
     try:
-        row = db.execute("SELECT created, map_time FROM smds WHERE structure = ? AND owner = ?",
+        row = db.execute("SELECT * FROM smds WHERE structure = ? AND owner = ?",
                          (structure, owner)).fetchone()
     except sqlite3.Error as err:
         raise RepositoryError(f"{path}: {err}") from err

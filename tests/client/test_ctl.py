@@ -11,6 +11,8 @@ import pytest
 
 from cqsclient import ctl
 
+from .fakeserver import ok
+
 # DESIGN §7, a contract: the subcommands and the display kinds.
 CONTRACT_COMMANDS = {
     "display", "put", "read", "browse", "delete", "dequeue", "requeue", "checkpoint", "recover",
@@ -190,17 +192,62 @@ def test_requeue(server, cqsctl):
     assert cqsctl("requeue", "MSGQ01", str(eid))[:2] == (0, f"requeued {eid} to TRAN queue TRANX\n")
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["reset-smds", "MSGQ01"], ["start-smdsconn", "MSGQ01"], ["stop-smdsconn", "MSGQ01"],
-     ["display", "cfstatus"]],
-)
-def test_later_commands_say_not_implemented(cqsctl, server, argv):
-    """The commands whose daemon side comes later exit 2 saying so, without connecting."""
-    status, out, err = cqsctl(*argv)
+SMDSCONN_ROW = {"structure": "MSGQ01", "owner": "IMS1", "status": "CLOSED", "avail": "STOPPED",
+                "openmode": "NONE"}
+CFSTATUS_ROW = {"structure": "MSGQ01", "owner": "IMS1", "status": "RECOVERED",
+                "access": "ENABLED", "rcvtime": None, "failtime": 1_700_000_000_000_000_000}
+SMDS_ROW = {"structure": "MSGQ01", "owner": "IMS1", "size": 67108864, "used_percent": 1.5,
+            "dsblock": 262144, "dsbufs": 200, "dsexpand": True, "status": "ACTIVE",
+            "access": "ENABLED"}
+
+
+@pytest.mark.parametrize(("argv", "op", "fields", "result", "text"), [
+    (["reset-smds", "MSGQ01", "IMS1", "--status", "recovered"], "reset_smds",
+     {"owner": "IMS1", "access": None, "status": "recovered"}, CFSTATUS_ROW,
+     "data set of IMS1 in MSGQ01: STATUS(RECOVERED) ACCESS(ENABLED)\n"),
+    (["stop-smdsconn", "MSGQ01", "IMS1"], "stop_smdsconn", {"owner": "IMS1"},
+     {"rows": [SMDSCONN_ROW]}, "CLOSED  STOPPED"),
+    (["start-smdsconn", "MSGQ01"], "start_smdsconn", {"owner": None}, {"rows": []},
+     "(no data sets)\n"),
+    (["alter-smds", "MSGQ01", "IMS1", "--dsbufs", "200", "--dsexpand", "default"], "alter_smds",
+     {"owner": "IMS1", "dsbufs": 200, "dsexpand": "default"}, SMDS_ROW, "64 MiB"),
+    (["alter-smds", "MSGQ01", "IMS1", "--dsbufs", "default"], "alter_smds",
+     {"owner": "IMS1", "dsbufs": "default", "dsexpand": None}, SMDS_ROW, "ENABLED"),
+])
+def test_smds_commands_send_their_request_and_show_the_result(cqsctl, server, argv, op, fields,
+                                                              result, text):
+    """reset-smds, start/stop-smdsconn and alter-smds send one request of their op with
+    the fields given, and show the result as text, or as it came with --json."""
+    server.handlers[op] = lambda conn, f: ok(f["id"], **result)
+    status, out, _ = cqsctl(*argv)
+    assert status == 0 and text in out
+    (request,) = server.ops(op)
+    assert {k: request[k] for k in fields} == fields and request["structure"] == "MSGQ01"
+    status, out, _ = cqsctl("--json", *argv)
+    assert json.loads(out) == (result.get("rows", result) if op.endswith("smdsconn") else result)
+
+
+def test_display_cfstatus_and_smdsconn_take_the_structure_as_design_writes_it(cqsctl, server):
+    """`display cfstatus STRUCTURE --type smds` and `display smdsconn STRUCTURE` query their
+    kind for that structure; times show as UTC."""
+    server.handlers["query"] = lambda conn, f: ok(f["id"], rows=[CFSTATUS_ROW])
+    status, out, _ = cqsctl("display", "cfstatus", "MSGQ01", "--type", "smds")
+    assert status == 0 and "2023-11-14T22:13:20.000Z" in out and "RECOVERED" in out
+    cqsctl("display", "smdsconn", "MSGQ01")
+    assert [(q["kind"], q["structure"]) for q in server.ops("query")] == [
+        ("cfstatus", "MSGQ01"), ("smdsconn", "MSGQ01")]
+
+
+@pytest.mark.parametrize("argv", [
+    ["reset-smds", "MSGQ01", "IMS1"], ["alter-smds", "MSGQ01", "IMS1"],
+    ["reset-smds", "MSGQ01", "IMS1", "--access", "maybe"], ["stop-smdsconn"],
+    ["alter-smds", "MSGQ01", "IMS1", "--dsbufs", "0"],
+])
+def test_smds_commands_without_what_to_change_are_usage_errors(cqsctl, server, argv):
+    """A reset-smds or alter-smds that changes nothing, or a bad value, exits 2 unsent."""
+    status, out, _ = cqsctl(*argv)
     assert (status, out) == (2, "")
-    assert "not implemented yet" in err
-    assert server.requests == []
+    assert not server.ops("reset_smds") and not server.ops("alter_smds")
 
 
 def test_usage_errors_exit_2(cqsctl, capsys):

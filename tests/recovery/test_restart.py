@@ -65,15 +65,20 @@ def test_a_crash_restart_from_a_checkpoint_holds_maps_not_offloaded_bytes(tmp_pa
     assert s.last_id == 7
 
 
-def test_loading_a_recovery_image_hands_the_engine_offloaded_bytes_and_maps(tmp_path):
+def test_loading_a_recovery_image_hands_over_offloaded_bytes_then_keeps_the_maps(tmp_path):
     """A recovery job's image holds offloaded rows with their bytes; the log after it
-    is folded the same way, blocks in records before their entry's included."""
+    is folded the same way, blocks in records before their entry's included. Each
+    offloaded row goes to ``offloaded`` with its bytes (for its data set), and the
+    engine gets it with its map only."""
     path = tmp_path / f"{S}.recovered"
     write_log(tmp_path / "log", [{"s": S, "e": put(6)}, {"s": S, "e": put(7)[:1]},
                                  {"s": S, "e": put(7)[1:]}, {"s": S, "e": put(8)[:1]}])
     image.write_rows(path, S, iter([row(6, PAYLOADS[6])]), 1, {"cqsd": 1}, 6)
     s = Observed(S, 1 << 22)
-    report = load_recovered(s, path, tmp_path / "log", {"cqsd": 4})
+    handed = []
+    report = load_recovered(s, path, tmp_path / "log", {"cqsd": 4},
+                            lambda r: handed.append(list(r)))
     assert (report.messages, report.replayed) == (2, 3)
-    assert s.loaded == [row(6, PAYLOADS[6]), row(7, PAYLOADS[7])]
+    assert handed == [row(6, PAYLOADS[6]), row(7, PAYLOADS[7])]
+    assert s.loaded == [row(6, b""), row(7, b"")]
     assert s.last_id == 7

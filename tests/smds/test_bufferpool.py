@@ -132,3 +132,33 @@ def test_misuse_is_refused():
         pool.release(buffer)
     with pytest.raises(ValueError):
         pool.fill(buffer, ("C1", 4), 1)
+
+
+def test_a_resized_pool_adds_empty_buffers_or_gives_up_free_ones_then_pinned_ones():
+    """resize grows with empty buffers; it shrinks by empty, then least recently used
+    buffers, and a pinned one goes only when its read releases it."""
+    pool = BufferPool(3, BLOCK)
+    cache(pool, ("C1", 4))
+    cache(pool, ("C1", 8))
+    pinned = pool.lookup(("C1", 8), 100)
+    pool.resize(1)
+    stats = pool.statistics()
+    assert (stats.buffers, stats.in_use, stats.cached) == (1, 1, 1)  # the empty and LRU went
+    assert pool.take() is None  # the one left is pinned
+    pool.release(pinned)
+    assert pool.statistics().cached == 1 and pool.free == 1
+    pool.resize(4)
+    assert pool.free == 4 and pool.lookup(("C1", 8), 100) is not None
+    with pytest.raises(ValueError):
+        pool.resize(0)
+
+
+def test_a_buffer_pinned_when_the_pool_shrank_is_dropped_at_release():
+    """A pool smaller than the buffers its reads hold gives each up as it is released."""
+    pool = BufferPool(2, BLOCK)
+    held = [pool.take(), pool.take()]
+    pool.resize(1)
+    pool.release(held[0])
+    assert (pool.free, pool.statistics().in_use) == (0, 1)
+    pool.release(held[1])
+    assert (pool.free, pool.statistics().in_use) == (1, 0)

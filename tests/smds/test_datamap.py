@@ -148,3 +148,21 @@ def test_the_newest_block_not_being_there_means_the_data_set_is_down_level():
         with pytest.raises(DownLevel) as caught:
             dmap.check_newest(42, stale)
         assert isinstance(caught.value.__cause__, BadPrefix)
+
+
+def test_restart_after_recovery_checks_every_blocks_prefix_not_its_data():
+    """check_prefixes passes the prefixes of the entry's own blocks, whatever the data
+    after them, and names the first block that is another entry's or unwritten."""
+    payload = b"p" * (BLOCK + 5000)
+    dmap = stored(payload)
+    image = disk(dmap, 42, payload)
+    heads = [bytes(image[at:at + PREFIX]) for at, _ in dmap.read_sizes()]
+    dmap.check_prefixes(42, heads)
+    with pytest.raises(BadPrefix) as caught:
+        dmap.check_prefixes(43, heads)
+    assert caught.value.reason == "wrong-entry"
+    with pytest.raises(BadPrefix) as caught:
+        dmap.check_prefixes(42, [heads[0], bytes(PREFIX)])
+    assert caught.value.reason == "unwritten"
+    with pytest.raises(ValueError):
+        dmap.check_prefixes(42, heads[:1])

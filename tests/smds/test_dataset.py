@@ -15,6 +15,7 @@ from cqsd.smds import (
     DownLevel,
     ExpandFailed,
     ForeignHeader,
+    IncompleteRecovery,
     ReadFailed,
     Recreated,
     ShortDataSet,
@@ -218,12 +219,20 @@ def test_pages_never_written_read_as_unwritten(tmp_path):
     ds.abandon()
 
 
-def test_a_data_set_shorter_than_its_extent_is_named(tmp_path):
-    """A file cut below the size its header records is ShortDataSet; one cut inside the
-    header pages too; an empty file is Unformatted."""
+def test_a_data_set_shorter_than_its_extent_is_a_smaller_copy_or_named(tmp_path):
+    """A file cut below the size its header records is taken at the whole blocks it
+    holds, its space map to be rebuilt (a smaller copy, seed 000); below two blocks,
+    or cut inside the header pages, it is ShortDataSet; an empty file is Unformatted."""
     ds = create(tmp_path)
-    ds.close()
-    os.truncate(ds.path, DSSIZE - DSBLOCK)
+    stamp = ds.close()
+    os.truncate(ds.path, DSSIZE - DSBLOCK - 100)
+    smaller = DataSet.open(tmp_path, "S1", "C1", map_time=stamp)
+    assert (smaller.size, smaller.space, smaller.rebuild_reason) == (
+        DSSIZE - 2 * DSBLOCK, None, "smaller-copy")
+    assert os.path.getsize(ds.path) == DSSIZE - 2 * DSBLOCK
+    assert read_header(headers(tmp_path)).size == DSSIZE - 2 * DSBLOCK
+    smaller.abandon()
+    os.truncate(ds.path, DSBLOCK + 100)
     with pytest.raises(ShortDataSet):
         DataSet.open(tmp_path, "S1", "C1", map_time=None)
     os.truncate(ds.path, 100)
@@ -376,3 +385,19 @@ def test_a_read_the_disk_refuses_is_named_and_keeps_nothing_in_the_pool(tmp_path
     monkeypatch.undo()
     assert ds.read(dm, 1) == b"data"
     ds.abandon()
+
+
+def test_partial_recovery_is_marked_in_the_header_and_refused_outside_recovery(tmp_path):
+    """mark_recovery sets PARTIAL_RECOVERY; an open refuses it unless recovering, and
+    clearing it makes the data set open normally again."""
+    ds = create(tmp_path)
+    ds.mark_recovery(True)
+    ds.abandon()
+    with pytest.raises(IncompleteRecovery):
+        DataSet.open(tmp_path, "S1", "C1", map_time=None)
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=None, recovering=True)
+    again.grow_to(DSSIZE + 1)
+    assert again.size == DSSIZE + DSBLOCK  # what it needs, in whole blocks
+    again.mark_recovery(False)
+    again.abandon()
+    DataSet.open(tmp_path, "S1", "C1", map_time=None).abandon()

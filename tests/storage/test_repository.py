@@ -49,3 +49,37 @@ def test_a_repository_newer_than_this_code_is_refused(tmp_path):
     raw.close()
     with pytest.raises(repository.RepositoryError, match="newer than this cqsd knows"):
         repository.backups(db)
+
+
+def test_a_data_sets_states_are_kept_and_updated_field_by_field(tmp_path):
+    """update_smds creates a row (created 0 until the data set is formatted) and then
+    changes only the fields it is given."""
+    db = tmp_path / "repository.db"
+    repository.update_smds(db, "S", "A", status="NEW")
+    assert repository.smds_dataset(db, "S", "A") == {
+        "structure": "S", "owner": "A", "created": 0, "map_time": None, "status": "NEW",
+        "access": "ENABLED", "stopped": 0, "rcvtime": None, "failtime": None,
+        "dsexpand": None, "dsbufs": None}
+    repository.record_smds(db, "S", "A", 123, None)
+    repository.update_smds(db, "S", "A", status="ACTIVE", rcvtime=5, stopped=1)
+    row = repository.smds_dataset(db, "S", "A")
+    assert (row["created"], row["status"], row["rcvtime"], row["stopped"]) == (123, "ACTIVE", 5, 1)
+    assert [r["owner"] for r in repository.smds_datasets(db)] == ["A"]
+    with pytest.raises(ValueError, match="not smds columns"):
+        repository.update_smds(db, "S", "A", bogus=1)
+
+
+def test_data_sets_recorded_before_states_existed_are_active_and_enabled(tmp_path):
+    """Migration 3 gives the rows of a version-2 repository the states they had."""
+    db = tmp_path / "repository.db"
+    raw = sqlite3.connect(db)
+    for step in repository.MIGRATIONS[:2]:
+        for statement in step:
+            raw.execute(statement)
+    raw.execute("INSERT INTO smds VALUES ('S', 'A', 7, 9)")
+    raw.execute("PRAGMA user_version=2")
+    raw.commit()
+    raw.close()
+    row = repository.smds_dataset(db, "S", "A")
+    assert (row["status"], row["access"], row["stopped"], row["map_time"]) == (
+        "ACTIVE", "ENABLED", 0, 9)

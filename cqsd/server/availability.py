@@ -1,0 +1,90 @@
+"""The states of every data set the daemon knows, as seed 000 keeps them: the
+shared STATUS and ACCESS and the stopped-connection flag in the repository
+(they outlive the daemon), the SMDSCONN STATUS and AVAIL in memory.
+
+The tables are ``cqsd/smds/states.py``; this room holds one ``SmdsState`` per
+(structure, owner), fires events at it, writes what must survive a restart,
+and logs every change as one event with the old state, the new one and why
+(DESIGN §10): ``smds_status_changed``, ``smds_access_changed``,
+``smdsconn_status_changed``, ``smdsconn_avail_changed``.
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ..smds.states import Access, Avail, Conn, Event, SmdsState, Status
+from ..storage import repository
+
+log = structlog.get_logger()
+Key = tuple[str, str]  # (structure, owner)
+
+EVENT_NAMES = {"status": "smds_status_changed", "access": "smds_access_changed",
+               "conn": "smdsconn_status_changed", "avail": "smdsconn_avail_changed"}
+# new values an operator must act on: logged as warnings
+WORRYING = {Status.FAILED, Access.SUSPENDED, Avail.ERROR, Conn.ALLOCFAIL, Conn.OPENFAIL,
+            Conn.STGFAIL, Conn.DATAFAIL}
+
+
+class Availability:
+    def __init__(self, repository_path: Path) -> None:
+        self.path = repository_path
+        self._states: dict[Key, SmdsState] = {}
+        self._records: dict[Key, dict[str, Any]] = {}  # the repository's row of each
+
+    def load(self) -> None:
+        """Read the states the repository keeps (at start, the data directory locked)."""
+        for row in repository.smds_datasets(self.path):
+            key = (row["structure"], row["owner"])
+            self._records[key] = row
+            self._states[key] = SmdsState(Status(row["status"]), Access(row["access"]),
+                                          Conn.CLOSED,
+                                          Avail.STOPPED if row["stopped"] else Avail.NORMAL)
+
+    def state(self, key: Key) -> SmdsState:
+        return self._states.get(key, SmdsState())
+
+    def record(self, key: Key) -> dict[str, Any]:
+        """The repository's row of a data set (empty if it has none)."""
+        return self._records.get(key, {})
+
+    def known(self, structure: str | None = None) -> list[Key]:
+        """Every data set with a state, of one structure or all, in name order."""
+        return sorted(k for k in self._states if structure in (None, k[0]))
+
+    def fire(self, key: Key, event: Event, reason: str) -> SmdsState:
+        """Apply ``event`` (and what it triggers); persist and log each change.
+        Raises IllegalTransition, changing nothing, if the state refuses it."""
+        old = self.state(key)
+        new, changes = old.process(event)
+        self._states[key] = new
+        fields: dict[str, Any] = {}
+        if new.status != old.status or key not in self._records:
+            fields["status"] = str(new.status)
+            if new.status == Status.FAILED:
+                fields["failtime"] = time.time_ns()
+            elif new.status == Status.ACTIVE:
+                fields["failtime"] = None
+                if old.status in (Status.NEW, Status.EMPTY):  # logging of its contents begins
+                    fields["rcvtime"] = time.time_ns()
+        if new.access != old.access or key not in self._records:
+            fields["access"] = str(new.access)
+        if (new.avail == Avail.STOPPED) != (old.avail == Avail.STOPPED):
+            fields["stopped"] = int(new.avail == Avail.STOPPED)
+        if fields:
+            self.set(key, **fields)
+        for change in changes:
+            level = log.warning if change.new in WORRYING else log.info
+            level(EVENT_NAMES[change.state], structure=key[0], owner=key[1], old=change.old,
+                  new=change.new, cause=str(change.event), reason=reason)
+        return new
+
+    def set(self, key: Key, **fields: Any) -> None:
+        """Write fields of the data set's repository row (and keep them)."""
+        repository.update_smds(self.path, key[0], key[1], **fields)
+        record = self._records.setdefault(key, {"structure": key[0], "owner": key[1],
+                                                "created": 0, "map_time": None})
+        record.update(fields)
+        self._states.setdefault(key, SmdsState())

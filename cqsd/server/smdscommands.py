@@ -1,0 +1,172 @@
+"""The operator's SMDS commands (seed 000; DESIGN §11): ``reset-smds``,
+``start-smdsconn``, ``stop-smdsconn`` and ``alter-smds``.
+
+Each is a state change of the tables (cqsd/smds/states.py) with what the
+daemon must do around it: close the data set first — normally, saving its
+space map, for a stop or ACCESS(DISABLED); abandoned for STATUS(FAILED), which
+"tells queue managers that they must stop using it immediately" — and, after
+it, try to open the data set again where the new state allows (a SUSPENDED data
+set enabled, a connection started, a data set RECOVERED, whose restart
+processing deletes the entries whose data is lost). A command the state does
+not allow is refused with INVALID_REQUEST naming the state, before anything
+is closed.
+"""
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
+
+from ..config import Config
+from ..engine import CQSError, Reason
+from ..smds.states import Conn, Event, IllegalTransition, Status
+from .availability import Key
+from .datasets import DataSets
+
+log = structlog.get_logger()
+
+ACCESS = {"enabled": Event.ENABLE, "disabled": Event.DISABLE}
+STATUS = {"failed": Event.RESET_FAILED, "recovered": Event.RESET_RECOVERED}
+DSEXPAND = {"yes": "YES", "no": "NO", "default": None}
+MAX_DSBUFS = 9999  # as the dsbufs config key (MQ's DSBUFS range)
+
+
+class SmdsCommands:
+    def __init__(self, config: Config, datasets: DataSets, settle: Callable[[], int]) -> None:
+        self.config = config
+        self.datasets = datasets
+        self.states = datasets.states
+        self.settle = settle
+
+    async def reset(self, structure: str, owner: str, access: str | None,
+                    status: str | None) -> dict[str, Any]:
+        """RESET SMDS: STATUS(FAILED | RECOVERED), then ACCESS(ENABLED | DISABLED)."""
+        key = self._key(structure, owner)
+        if access is None and status is None:
+            raise _bad("reset-smds: give --access, --status or both")
+        events = [(_choice("status", status, STATUS), f"reset-smds --status {status}"),
+                  (_choice("access", access, ACCESS), f"reset-smds --access {access}")]
+        events = [(event, words) for event, words in events if event is not None]
+        self._check(key, [event for event, _ in events], "reset-smds")
+        if status == "failed":  # it must stop being used at once: no space map saved
+            await self.datasets.close_one(key, "reset-smds --status failed", save=False)
+        if access == "disabled":  # closed normally, its space map saved
+            await self.datasets.close_one(key, "reset-smds --access disabled")
+        for event, words in events:
+            self._fire(key, event, words)
+        self.datasets.try_open(key, "reset-smds")
+        self.settle()  # deletes of messages a restart found lost
+        return self.datasets.cfstatus_row(key)
+
+    async def stop(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
+        """STOP SMDSCONN: each data set closed normally, its connection STOPPED, which a
+        restart remembers."""
+        keys = self._keys(structure, owner)
+        self._check_all(keys, Event.STOP, "stop-smdsconn")
+        for key in keys:
+            await self.datasets.close_one(key, "stop-smdsconn")
+            self._fire(key, Event.STOP, "stop-smdsconn")
+        return [self.datasets.smdsconn_row(key) for key in keys]
+
+    def start(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
+        """START SMDSCONN: each connection NORMAL, and its data set opened if it may be."""
+        keys = self._keys(structure, owner)
+        for key in keys:
+            self.states.fire(key, Event.START, "start-smdsconn")
+            self.datasets.try_open(key, "start-smdsconn")
+        self.settle()
+        return [self.datasets.smdsconn_row(key) for key in keys]
+
+    def alter(self, structure: str, owner: str, dsbufs: int | str | None,
+              dsexpand: str | None) -> dict[str, Any]:
+        """ALTER SMDS DSBUFS / DSEXPAND: the data set's overrides ("default" drops one).
+        Turning expansion back on retries it at once if the data set is full enough
+        to want it, or a put found no room (seed 000: "to trigger a retry")."""
+        key = self._key(structure, owner)
+        fields: dict[str, Any] = {}
+        if dsbufs is not None:
+            if dsbufs != "default" and not (type(dsbufs) is int and 1 <= dsbufs <= MAX_DSBUFS):
+                raise _bad(f"alter-smds: dsbufs must be 1 to {MAX_DSBUFS} or default, "
+                           f"not {dsbufs!r}")
+            fields["dsbufs"] = None if dsbufs == "default" else dsbufs
+        if dsexpand is not None:
+            if dsexpand not in DSEXPAND:
+                raise _bad(f"alter-smds: dsexpand must be yes, no or default, not {dsexpand!r}")
+            fields["dsexpand"] = DSEXPAND[dsexpand]
+        if not fields:
+            raise _bad("alter-smds: give --dsbufs, --dsexpand or both")
+        self.states.set(key, **fields)
+        log.info("smds_altered", structure=structure, owner=owner, **fields)
+        if "dsbufs" in fields:
+            self.datasets.pool(structure)  # resized to what its data sets ask for now
+        dataset = self.datasets.opened(key)
+        if dsexpand is not None and self.datasets.dsexpand(key) and dataset is not None \
+                and dataset.space is not None \
+                and (dataset.space.wants_growth or key in self.datasets.short):
+            self.datasets.expand(dataset)
+        return self.datasets.row(key)
+
+    # -- inside ----------------------------------------------------------------------
+
+    def _key(self, structure: str, owner: str) -> Key:
+        """(structure, owner) of an offloading structure; raises UNKNOWN_STRUCTURE or
+        INVALID_REQUEST."""
+        self._offloading(structure)
+        if not CLIENT_NAME.fullmatch(owner):
+            raise _bad(f"{owner!r} is not a client name: {CLIENT_NAME_RULE}")
+        return (structure, owner)
+
+    def _offloading(self, structure: str) -> None:
+        names = [sc.name for sc in self.config.structures]
+        if structure not in names:
+            raise CQSError(Reason.UNKNOWN_STRUCTURE, f"no structure named {structure!r}; this "
+                                                     f"daemon has {', '.join(names)}")
+        if self.config.structure(structure).offload_rules is None:
+            raise _bad(f"structure {structure} keeps no data sets (offload = \"none\")")
+
+    def _keys(self, structure: str, owner: str | None) -> list[Key]:
+        """One data set, or every activated data set of the structure."""
+        if owner is not None:
+            return [self._key(structure, owner)]
+        self._offloading(structure)
+        return [k for k in self.datasets.keys([structure])
+                if self.states.state(k).status != Status.NOTFOUND]
+
+    def _fire(self, key: Key, event: Event, words: str) -> None:
+        """``fire``, a refusal being the operator's (another command may have changed
+        the state while this one closed the data set)."""
+        try:
+            self.states.fire(key, event, words)
+        except IllegalTransition as err:
+            raise _bad(f"{words}: {err}") from None
+
+    def _check(self, key: Key, events: list[Event], command: str) -> None:
+        """Refuse, before anything changes, a command the data set's state does not
+        allow (taken as it will be once the command has closed the data set)."""
+        state = replace(self.states.state(key), conn=Conn.CLOSED)
+        for event in events:
+            try:
+                state, _ = state.process(event)
+            except IllegalTransition as err:
+                now = self.states.state(key)
+                raise _bad(f"{command}: the data set of {key[1]} in {key[0]} is {now.status}, "
+                           f"ACCESS({now.access}): {err}") from None
+
+    def _check_all(self, keys: list[Key], event: Event, command: str) -> None:
+        for key in keys:
+            self._check(key, [event], command)
+
+
+def _choice(what: str, value: str | None, events: dict[str, Event]) -> Event | None:
+    if value is None:
+        return None
+    if value not in events:
+        raise _bad(f"reset-smds: {what} must be {' or '.join(events)}, not {value!r}")
+    return events[value]
+
+
+def _bad(message: str) -> CQSError:
+    return CQSError(Reason.INVALID_REQUEST, message)

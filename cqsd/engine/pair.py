@@ -5,7 +5,9 @@ the queues that are filling a structure. A put that takes the primary to its
 threshold only raises ``pressure``; the daemon then calls ``relieve``, which
 grows a structure below its maximum size or, at maximum size, selects the
 biggest queue names and puts them in *overflow status* — the one step that
-holds up other requests, and it only sorts numbers it already keeps. With an
+holds up other requests, and it only sorts numbers it already keeps. (A put
+that does not fit at all does not wait for that: its structure grows at once,
+by the same step, before it would refuse the put; ``Structure.put``.) With an
 overflow structure, ``move_some`` then moves those queues' ready messages over
 in batches between requests, and their later puts go there; without one, their
 puts are refused and the threshold is not checked again until no name is left
@@ -105,6 +107,7 @@ class StructurePair:
         self._status: set[Key] = set()  # the names in overflow status
         self._moving: dict[Key, None] = {}  # selected names whose messages are being moved
         self._trigger = NEVER  # data elements in use at which a put raises pressure
+        self._armed_for = primary.elements_total  # the primary's size the trigger is for
         self._arm()
 
     @property
@@ -131,7 +134,7 @@ class StructurePair:
         primary = self.primary
         entry = primary.put(qtype, name, data, recoverable, dmap)
         if primary.elements_used >= self._trigger:
-            self.pressure = True
+            self._press()
         return entry
 
     def target(self, qtype: int | str, name: str) -> Structure:
@@ -216,7 +219,7 @@ class StructurePair:
                 for key in {*was, *(e.key for e in results)}:
                     self._recheck(key)
         if primary.elements_used >= self._trigger:
-            self.pressure = True
+            self._press()
         return results
 
     def browse(
@@ -571,12 +574,23 @@ class StructurePair:
             self.overflow is None and self._status
         )
 
+    def _press(self) -> None:
+        """A request took use to the trigger: raise ``pressure``, unless the trigger was
+        set for a smaller size (the request grew the primary to fit) and use is below
+        the one for the size now."""
+        if self.primary.elements_total != self._armed_for:
+            self._arm()
+            if self.primary.elements_used < self._trigger:
+                return
+        self.pressure = True
+
     def _arm(self, step: bool = False) -> None:
         """Set the use at which the next put raises ``pressure``: the threshold, or,
         after a selection that left use above it (locked messages, an exit that said
         no, a full overflow structure), one percent more, so that a structure that
         cannot be relieved is not re-sorted on every put."""
         primary = self.primary
+        self._armed_for = primary.elements_total
         if not self._checking():
             self._trigger = NEVER
             return

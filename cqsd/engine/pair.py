@@ -39,7 +39,9 @@ from .entry import Entry
 from .errors import CQSError, Reason
 from .events import Altered, Event, ExitFailed, OverflowMode, OverflowStatus, QueueWork
 from .overflow import (
+    DEFAULT_SHARE,
     DEFAULT_THRESHOLD,
+    MAX_CANDIDATES,
     OverflowExit,
     Relief,
     consult,
@@ -86,6 +88,8 @@ class StructurePair:
         threshold: int = DEFAULT_THRESHOLD,
         overflow_exit: OverflowExit | None = None,
         queue_space_exit: QueueSpaceExit | None = None,
+        share: int = DEFAULT_SHARE,
+        candidates: int = MAX_CANDIDATES,
     ) -> None:
         if type(threshold) is not int or not 1 <= threshold <= 100:
             raise CQSError(Reason.INVALID_REQUEST,
@@ -97,6 +101,8 @@ class StructurePair:
         self.overflow = overflow
         self.name = primary.name
         self.threshold = threshold  # 100: overflow processing is off
+        self.share = share  # percent of data elements a selection's candidates cover
+        self.candidates = candidates  # names a selection takes at most
         self.overflow_exit = overflow_exit
         self.queue_space_exit = queue_space_exit
         self.watched = primary.watched  # shared with the overflow structure
@@ -317,7 +323,8 @@ class StructurePair:
             )
             self._arm()
             return Relief(grew=(old, primary.current_size))
-        candidates = select(primary.ready_elements(), primary.elements_total, self._status)
+        candidates = select(primary.ready_elements(), primary.elements_total, self._status,
+                            self.share, self.candidates)
         kept, dropped, error = consult(self.overflow_exit, self.name, candidates)
         for key, _ in kept:
             self._enter(key)

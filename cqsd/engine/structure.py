@@ -503,7 +503,7 @@ class Structure:
         for (qtype, name), entries in per_queue.items():
             queue = Queue(qtype, name, list_header(qtype, name))
             queue.entries = SortedDict((e.entry_id, e) for e in entries)
-            queue.elements = sum(e.elements for e in entries)
+            queue.elements = queue.held = sum(e.elements for e in entries)  # no segments
             self._queues[(qtype, name)] = queue
             self._headers[queue.lh][name] = queue
             self._entries.update((e.entry_id, e) for e in entries)
@@ -649,9 +649,9 @@ class Structure:
         return iter(self._queues)
 
     def ready_elements(self) -> Iterator[tuple[int, Key]]:
-        """(data elements, key) of every queue holding ready messages, heads only,
-        as ``queue_stats`` counts them."""
-        return ((queue.elements, key) for key, queue in self._queues.items())
+        """(data elements, key) of every queue holding ready messages, their staging
+        segments included, as ``queue_stats`` counts them."""
+        return ((queue.held, key) for key, queue in self._queues.items())
 
     # -- clients ---------------------------------------------------------------
 
@@ -703,14 +703,15 @@ class Structure:
         }
 
     def queue_stats(self, qtype: int | str, name: str) -> Row:
-        """Depth, data elements, oldest put time and locked count of one queue."""
+        """Depth, data elements (of its ready messages, staging segments included),
+        oldest put time and locked count of one queue."""
         key = (parse_qtype(qtype), check_name(name))
         queue = self._queues.get(key)
         return {
             "qtype": QueueType(key[0]).name,
             "queue": name,
             "depth": len(queue.entries) if queue else 0,
-            "elements": queue.elements if queue else 0,
+            "elements": queue.held if queue else 0,
             "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
             "locked": self._locked_per_key.get(key, 0),
         }

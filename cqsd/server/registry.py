@@ -37,7 +37,8 @@ class Registry:
         overflow_exit, space_exit = self._exits[name]
         return StructurePair(self._new(name, sizes.get(name)), overflow,
                              threshold=sc.overflow_threshold, overflow_exit=overflow_exit,
-                             queue_space_exit=space_exit)
+                             queue_space_exit=space_exit, share=sc.overflow_share,
+                             candidates=sc.overflow_candidates)
 
     def _new(self, name: str, size: int | None) -> Structure:
         sc = self.config.structure(name)

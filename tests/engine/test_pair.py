@@ -165,6 +165,28 @@ def test_selection_takes_the_biggest_names_until_they_cover_20_percent():
     assert [(c["queue"], c["elements"]) for c in relief.selected] == [("Q120", 120), ("Q110", 110)]
 
 
+def test_candidates_are_counted_by_every_element_they_hold_staging_segments_included():
+    """A queue holding half the structure in two long messages outweighs one of many
+    small messages: its staging segments count, not only the heads on its queue."""
+    pair = make(size=1000)
+    long_ = [pair.put("TRAN", "LONG", b"L" * (128 * 1024)) for _ in range(2)]
+    assert sum(e.total_elements for e in long_) == 520 and long_[0].elements == 65
+    fill(pair, "SMALL", 200)
+    relief = pair.relieve()
+    assert [(c["queue"], c["elements"]) for c in relief.selected] == [("LONG", 520)]
+    assert pair.queue_stats("TRAN", "LONG")["elements"] == 520
+
+
+def test_the_candidate_share_and_the_name_limit_are_settings():
+    """overflow_share and overflow_candidates replace the seed's 20% and 512 names."""
+    for kw, want in [({"share": 50}, ["Q120", "Q110", "Q100", "Q90", "Q80"]),
+                     ({"share": 50, "candidates": 2}, ["Q120", "Q110"])]:
+        pair = make(size=1000, **kw)
+        for n in [60, 120, 20, 110, 100, 90, 80, 70, 50]:
+            fill(pair, f"Q{n}", n)
+        assert [c["queue"] for c in pair.relieve().selected] == want
+
+
 def test_selection_takes_at_most_512_names_and_not_those_already_selected():
     """600 one-element queues at a 10% threshold: 512 names, and the next pass the rest."""
     pair = make(size=3000, overflow=3000, threshold=10)

@@ -462,6 +462,11 @@ class StructurePair:
 
     # -- internals -------------------------------------------------------------
 
+    def has_ready(self, key: Key) -> bool:
+        """Whether the queue has a ready message in either structure."""
+        return self.primary.has_ready(key) or (
+            self.overflow is not None and self.overflow.has_ready(key))
+
     def structures(self) -> list[Structure]:
         """The physical structures: the primary, and the overflow structure if any."""
         return [self.primary] if self.overflow is None else [self.primary, self.overflow]

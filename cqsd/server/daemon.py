@@ -9,7 +9,9 @@ operator actions on whole structures (operations.py), overflow moves
 is what ties them together: a request is parsed and handed to its handler
 (``dispatch``), then what it did is turned into notifications, waiter
 hand-offs and log records (``settle``) — only the dispatcher writes the log,
-and it logs effects (STYLE §4).
+and it logs effects (STYLE §4). A message a waiting reader takes in ``settle``
+goes to its lock as if put there (seed 004: "placed on LOCKQ instead of Ready
+Queue"): a queue it left empty again tells no interested client of work.
 
 Task tree: run → (signals, flusher, poller, checkpoint triggers, overflow
 moves, listeners → connections, grace timers of dropped clients, the
@@ -126,8 +128,9 @@ class Daemon:
                 self.spawn("checkpoint triggers", self.checkpoints.run)
                 self.settle()  # overflow processing a restart found due
                 for client in sorted(held | crashed):
-                    # their holders outlive the daemon, and may come back to resync
-                    self.clients.schedule_peer_recovery(client)
+                    # their holders outlive the daemon, and may come back to resync; if
+                    # not, the daemon's stop is not counted as their failed deliveries
+                    self.clients.schedule_peer_recovery(client, failed=False)
                 self.spawn("signals", self._signals)
                 if monitoring:
                     self.spawn("monitoring", self.monitor.serve, monitoring)
@@ -220,14 +223,15 @@ class Daemon:
         for s in self.registry.pairs.values():
             if s.pressure and self.nursery is not None:
                 self.relief.relieve(s)
+            if s.readable:  # waiting readers first: what they take was never work for others
+                self.waiters.serve(s)
             if s.events:
                 for event in s.take_events():
                     if type(event) is QueueWork:
-                        self.clients.notify((s.name, event.qtype, event.name))
+                        if s.has_ready((event.qtype, event.name)):
+                            self.clients.notify((s.name, event.qtype, event.name))
                     else:
                         log_event(event)
-            if s.readable:
-                self.waiters.serve(s)
             record = s.take_record()
             lsn = 0
             if record is not None:

@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cqsctl",
         description="Operate a cqsd daemon: status, display, put, read, browse, delete, requeue, "
-                    "dequeue, checkpoint, recover, alter, rebuild, delete-structure.",
+                    "dequeue, checkpoint, recover, fail, alter, rebuild, delete-structure.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
     )
     parser.add_argument("--version", action="version", version=f"cqsctl {cqsclient.__version__}")
@@ -383,6 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--purge", action="store_true",
                      help="empty the structure instead (TYPE(PURGE)): nothing is recovered")
     _no_wait(sub)
+
+    sub = command("fail", "mark a structure failed, for a recovery drill (RESET CFSTRUCT "
+                  "ACTION(FAIL)); its requests get STRUCTURE_FAILED until recover")
+    sub.add_argument("structure", metavar="STRUCTURE")
 
     sub = command("alter", "change a structure's current size (SETXCF START,ALTER)")
     sub.add_argument("structure", metavar="STRUCTURE")
@@ -549,6 +553,12 @@ def _outcome(call: Callable[[], Any]) -> Any:
         return error
 
 
+def cmd_fail(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.fail_structure(args.structure)
+    return Report(r, f"{r['structure']} failed with {r['messages']} messages; its requests get "
+                     f"STRUCTURE_FAILED until `cqsctl recover {r['structure']}`")
+
+
 def cmd_alter(client: cqsclient.Client, args: argparse.Namespace) -> Report:
     r = client.alter(args.structure, args.size)
     return Report(r, f"{r['name']} is now {r['current_size']} bytes ({r['percent_full']}% full)")
@@ -577,6 +587,7 @@ COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Repor
     "dequeue": cmd_dequeue,
     "checkpoint": cmd_checkpoint,
     "recover": cmd_recover,
+    "fail": cmd_fail,
     "alter": cmd_alter,
     "rebuild": cmd_rebuild,
     "delete-structure": cmd_delete_structure,

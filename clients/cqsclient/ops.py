@@ -480,6 +480,11 @@ def delete_structure(structure: str) -> Call:
     return Call({"op": "delete_structure", "structure": structure}, dict, job=True)
 
 
+def fail_structure(structure: str) -> Call:
+    """``fail_structure``: mark a structure failed, for a recovery drill, until ``recover``."""
+    return Call({"op": "fail_structure", "structure": structure}, dict)
+
+
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:
     """The Notification for an unsolicited frame, or None if it is not one we know."""
     if frame.get("notify") != "work":

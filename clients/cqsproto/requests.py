@@ -80,6 +80,7 @@ OPS: dict[str, Spec] = {
     "alter": {"structure": _STRUCTURE, "size": ((int,), REQUIRED)},
     "rebuild": {"structure": _STRUCTURE, "size": ((int, type(None)), None)},
     "delete_structure": {"structure": _STRUCTURE},
+    "fail_structure": {"structure": _STRUCTURE},
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).

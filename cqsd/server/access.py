@@ -37,7 +37,7 @@ APPLICATION_OPS = frozenset({
 })
 OPERATOR_OPS = frozenset({
     "query", "requeue", "dequeue", "checkpoint", "recover", "alter", "rebuild",
-    "delete_structure",
+    "delete_structure", "fail_structure",
 })
 READS = frozenset({"read", "browse", "register_interest"})
 OPERATOR_MARK = ":"  # in an operator session's owner name; no client name holds one

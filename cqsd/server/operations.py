@@ -1,7 +1,8 @@
 """What operators do to whole structures, and the rebuild at start.
 
-RECOVER CFSTRUCT (``recover``), structure copy (``rebuild``, SETXCF
-START,REBUILD), ALTER (``alter``) and, at start, the rebuild of every
+RECOVER CFSTRUCT (``recover``), RESET CFSTRUCT ACTION(FAIL) (``fail``),
+structure copy (``rebuild``, SETXCF START,REBUILD), ALTER (``alter``) and,
+at start, the rebuild of every
 structure from its image, its checkpoint and the log (``restart``). A
 recovery runs Spark jobs for seconds or minutes; it belongs to the daemon,
 not to the operator's connection (``detached``), so that a dropped
@@ -105,11 +106,8 @@ class Operations:
         if name in self._recovering:
             raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
         old = self.registry.failed.get(name)
-        if old is None:  # else a retry after a failed recovery
-            old = self.registry.fail(name)
-            self.waiters.fail(old)
-            log.warning("structure_failed", structure=name, why=why, purge=purge,
-                        messages=old.stats()["messages"])
+        if old is None:  # else failed already: by the operator, or a recovery that failed
+            old = self._fail(name, why, purge=purge)
         self._recovering.add(name)
         started = time.monotonic()
         new = self.registry.new_pair(name)
@@ -137,6 +135,25 @@ class Operations:
                  records_replayed=replayed, seconds=seconds)
         return {"structure": name, "source": source, "messages": messages,
                 "records_replayed": replayed, "seconds": seconds}
+
+    def fail(self, name: str) -> dict[str, Any]:
+        """RESET CFSTRUCT ACTION(FAIL), for recovery drills: the pair is failed as a
+        lost structure is (its requests get STRUCTURE_FAILED, its waiting reads end)
+        until ``recover`` rebuilds it. Raises INVALID_REQUEST for an overflow
+        structure (the pair fails as one), STRUCTURE_FAILED if failed already."""
+        primary = self.registry.overflow_of.get(name)
+        if primary is not None:
+            raise CQSError(Reason.INVALID_REQUEST, f"{name} is the overflow structure of "
+                           f"{primary}: fail {primary}, which fails both")
+        old = self._fail(name, "operator fail")
+        return {"structure": name, "status": "failed", "messages": old.stats()["messages"]}
+
+    def _fail(self, name: str, why: str, **fields: Any) -> StructurePair:
+        old = self.registry.fail(name)
+        self.waiters.fail(old)
+        log.warning("structure_failed", structure=name, why=why,
+                    messages=old.stats()["messages"], **fields)
+        return old
 
     async def _rebuild(self, new: StructurePair, purge: bool, last_id: int) -> int:
         """Fill ``new`` from the checkpoint and the log (or purge both); returns the

@@ -14,9 +14,13 @@ import cqsclient
 from cqsclient.errors import CQSError
 
 from .test_crash import check, start_workers, survivors
+from .test_sharing import wait_until_waiting
 
 JOBS = 'spark_master = "local[2]"\nlog_segment = "64KiB"\n'
 ONE = '[[structure]]\nname = "MSGQ01"\nsize = "16MiB"\n'
+SMALL = '[[structure]]\nname = "SMALL"\nsize = "8KiB"\nentry_max = "1KiB"\n'
+PAIR = ('[[structure]]\nname = "PRIM"\nsize = "1MiB"\noverflow = "PRIMOV"\n'
+        '[[structure]]\nname = "PRIMOV"\nsize = "1MiB"\n')
 
 
 def contents(address, queue="Q", structure="MSGQ01"):
@@ -109,6 +113,48 @@ def test_recover_fails_the_structure_meanwhile_and_keeps_live_locks(make_daemon)
     assert [eid for eid, _, _ in contents(d.address)] == ids[1:]
     holder.close()
     operator.close()
+
+
+def test_an_operator_fails_a_structure_for_a_drill_and_recover_ends_it(make_daemon):
+    """cqsctl fail (MQ's RESET CFSTRUCT ACTION(FAIL)): the structure's requests get
+    STRUCTURE_FAILED, a read waiting on it too, other structures carry on; cqsctl
+    recover brings back its recoverable messages from the checkpoint and the log."""
+    d = make_daemon(JOBS, structures=ONE + SMALL + PAIR).start()
+    app, waiter = (cqsclient.connect(d.address, client=n) for n in ("APP", "WAITER"))
+    s = app.structure("MSGQ01")
+    kept = s.put("Q", b"recoverable")
+    s.put("Q", b"not logged", recoverable=False)
+    outcome = {}
+
+    def wait():
+        try:
+            waiter.structure("MSGQ01").read("EMPTY", wait=60)
+        except CQSError as err:
+            outcome["reason"] = err.reason
+
+    reader = threading.Thread(target=wait)
+    reader.start()
+    wait_until_waiting(app, "EMPTY", 1)
+    failed = ctl(d, "fail", "MSGQ01")
+    assert failed.returncode == 0, failed.stderr
+    assert json.loads(failed.stdout) == {"structure": "MSGQ01", "status": "failed",
+                                         "messages": 2}
+    reader.join(30)
+    assert outcome == {"reason": "STRUCTURE_FAILED"}
+    with pytest.raises(CQSError) as refused:
+        s.put("Q", b"refused")
+    assert refused.value.reason == "STRUCTURE_FAILED"
+    assert app.structure("SMALL").put("Q", b"carries on")
+    assert {r["name"]: r["status"] for r in app.query("structures")}["MSGQ01"] == "failed"
+    assert "STRUCTURE_FAILED" in ctl(d, "fail", "MSGQ01").stderr
+    overflow = ctl(d, "fail", "PRIMOV")
+    assert overflow.returncode == 1 and "fail PRIM," in overflow.stderr
+    d.wait_for("structure_failed", why="operator fail")
+    recovered = ctl(d, "recover", "MSGQ01")
+    assert recovered.returncode == 0, recovered.stderr
+    assert contents(d.address) == [(kept, b"recoverable", 0)]
+    app.close()
+    waiter.close()
 
 
 def test_recover_purge_empties_it_for_good(make_daemon):

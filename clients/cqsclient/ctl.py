@@ -498,8 +498,12 @@ def cmd_checkpoint(client: cqsclient.Client, args: argparse.Namespace) -> Report
     r = _follow_job(client, args, "checkpoint", lambda: client.checkpoint(args.structure))
     if "job" in r:
         return _started(r)
-    return Report(r, f"checkpoint of {r['structure']} in {r['slot']}: {r['rows']} messages, "
-                     f"{r['records']} log records folded, {r['seconds']}s")
+    return Report(r, "\n".join(_checkpointed(c) for c in (r, r.get("overflow")) if c))
+
+
+def _checkpointed(r: dict[str, Any]) -> str:
+    return (f"checkpoint of {r['structure']} in {r['slot']}: {r['rows']} messages, "
+            f"{r['records']} log records folded, {r['seconds']}s")
 
 
 def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report:

@@ -69,6 +69,24 @@ def test_checkpoint_is_recorded_and_a_crash_restarts_from_it(make_daemon):
     assert got[0] == (held.entry_id, held.data, 1)  # locked at the crash: back at its place
 
 
+def test_checkpointing_a_primary_checkpoints_its_overflow_structure_too(make_daemon):
+    """cqsctl checkpoint MSGQ01 checkpoints the pair: MSGQ01OV is taken in the same
+    run, each time, so the two stay on the same slot, and display backups lists both."""
+    d = make_daemon(JOBS).start()
+    for slot in ("SRDS1", "SRDS2"):
+        done = ctl(d, "checkpoint", "MSGQ01")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert (report["slot"], report["overflow"]["structure"],
+                report["overflow"]["slot"]) == (slot, "MSGQ01OV", slot)
+    backups = json.loads(ctl(d, "display", "backups").stdout)
+    for name in ("MSGQ01", "MSGQ01OV"):  # newest first
+        assert [b["slot"] for b in backups if b["structure"] == name] == ["SRDS2", "SRDS1"]
+    text = subprocess.run([sys.executable, "-m", "cqsclient.ctl", "--address", d.address,
+                           "checkpoint", "MSGQ01"], capture_output=True, text=True, timeout=300)
+    assert "checkpoint of MSGQ01 in SRDS1" in text.stdout and "MSGQ01OV in SRDS1" in text.stdout
+
+
 def test_crash_restart_uses_the_spark_job_for_a_long_tail(make_daemon):
     """With spark_recovery_records = 0 every tail is long: the recovery job folds it."""
     d = make_daemon(JOBS + "spark_recovery_records = 0\n", structures=ONE).start()

@@ -33,7 +33,7 @@ from cqsproto import ProtocolError, requests
 
 from .. import engine
 from ..config import Config
-from ..engine import CQSError, QueueWork, Reason
+from ..engine import Altered, CQSError, QueueWork, Reason
 from ..records import waits_for_log
 from ..storage import image
 from ..storage.datadir import DataDir
@@ -42,6 +42,7 @@ from .checkpoints import Checkpoints
 from .clients import Clients
 from .connections import Connections
 from .datasets import DataSets
+from .definitions import Definitions
 from .eventlog import log_event
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
@@ -80,7 +81,7 @@ class Daemon:
         self.log_sink = log_sink
         self.datadir = DataDir(config.daemon.data_dir)
         self.limits = Limits(config.daemon.max_message)
-        self.registry = Registry(config)
+        self.registry = Registry(config, Definitions(config, self.datadir.repository))
         self.clients = Clients(config, self.registry, self.settle, self.spawn)
         self.waiters = ReadWaiters(self.limits.reply_bytes)
         self.shutting_down = False
@@ -101,6 +102,7 @@ class Daemon:
         (or a log failure), then write the clean-shutdown images."""
         self.datadir.open()
         try:
+            self.registry.open()
             self.journal = journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
             journal.on_failure = lambda err: self.stop(f"no more acknowledgements: {err}")
             journal.sync_data = self.datasets.sync
@@ -230,8 +232,11 @@ class Daemon:
                     if type(event) is QueueWork:
                         if s.has_ready((event.qtype, event.name)):
                             self.clients.notify((s.name, event.qtype, event.name))
-                    else:
-                        log_event(event)
+                        continue
+                    log_event(event)
+                    if type(event) is Altered:  # kept: a restart finds the size it left
+                        self.registry.definitions.resized(event.structure, event.new_size,
+                                                          event.reason)
             record = s.take_record()
             lsn = 0
             if record is not None:

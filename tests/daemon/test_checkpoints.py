@@ -135,8 +135,9 @@ def test_recover_fails_the_structure_meanwhile_and_keeps_live_locks(make_daemon)
 
 def test_an_operator_fails_a_structure_for_a_drill_and_recover_ends_it(make_daemon):
     """cqsctl fail (MQ's RESET CFSTRUCT ACTION(FAIL)): the structure's requests get
-    STRUCTURE_FAILED, a read waiting on it too, other structures carry on; cqsctl
-    recover brings back its recoverable messages from the checkpoint and the log."""
+    STRUCTURE_FAILED, a read waiting on it too, other structures carry on, and it stays
+    failed across a restart; cqsctl recover brings back its recoverable messages from
+    the checkpoint and the log."""
     d = make_daemon(JOBS, structures=ONE + SMALL + PAIR).start()
     app, waiter = (cqsclient.connect(d.address, client=n) for n in ("APP", "WAITER"))
     s = app.structure("MSGQ01")
@@ -168,11 +169,19 @@ def test_an_operator_fails_a_structure_for_a_drill_and_recover_ends_it(make_daem
     overflow = ctl(d, "fail", "PRIMOV")
     assert overflow.returncode == 1 and "fail PRIM," in overflow.stderr
     d.wait_for("structure_failed", why="operator fail")
+    app.close()
+    waiter.close()
+    d.stop()
+    before = len(d.lines)
+    d.restart()
+    assert d.events("structure_failed", before, structure="MSGQ01", why="operator fail")
+    assert "STRUCTURE_FAILED" in ctl(d, "put", "MSGQ01", "Q", "refused").stderr
     recovered = ctl(d, "recover", "MSGQ01")
     assert recovered.returncode == 0, recovered.stderr
     assert contents(d.address) == [(kept, b"recoverable", 0)]
-    app.close()
-    waiter.close()
+    d.stop()
+    d.restart()  # recovered for good
+    assert contents(d.address) == [(kept, b"recoverable", 0)]
 
 
 def test_recover_purge_empties_it_for_good(make_daemon):

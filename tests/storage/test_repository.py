@@ -49,3 +49,37 @@ def test_a_repository_newer_than_this_code_is_refused(tmp_path):
     raw.close()
     with pytest.raises(repository.RepositoryError, match="newer than this cqsd knows"):
         repository.backups(db)
+
+
+def test_structure_definitions_are_kept_and_updated(tmp_path):
+    """A structure's SIZE, INITSIZE, current size and failed flag are one row each,
+    replaced whole or in part, and read back together."""
+    db = tmp_path / "repository.db"
+    assert repository.structures(db) == {}
+    repository.record_structure(db, "MSGQ01", size=64, initsize=32, current_size=32,
+                                changed_by="config")
+    repository.record_structure(db, "EMHQ01", size=16, initsize=16, current_size=16,
+                                changed_by="config")
+    repository.record_current_size(db, "MSGQ01", 48, "operator")
+    repository.record_failed(db, "EMHQ01", True)
+    rows = repository.structures(db)
+    assert {k: rows["MSGQ01"][k] for k in ("size", "initsize", "current_size", "changed_by",
+                                           "failed")} == (
+        {"size": 64, "initsize": 32, "current_size": 48, "changed_by": "operator",
+         "failed": False})
+    assert rows["EMHQ01"]["failed"] is True and rows["MSGQ01"]["changed"] > 0
+
+
+def test_a_repository_of_an_older_version_gains_the_structures_table(tmp_path):
+    """A version 2 repository (backups and data sets) is migrated in place, its rows kept."""
+    db = tmp_path / "repository.db"
+    raw = sqlite3.connect(db)
+    for step in repository.MIGRATIONS[:2]:
+        for statement in step:
+            raw.execute(statement)
+    raw.execute("PRAGMA user_version=2")
+    raw.execute("INSERT INTO smds (structure, owner, created) VALUES ('MSGQ01', 'IMS1', 7)")
+    raw.commit()
+    raw.close()
+    assert repository.smds_dataset(db, "MSGQ01", "IMS1") == {"created": 7, "map_time": None}
+    assert repository.structures(db) == {}

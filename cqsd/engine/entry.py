@@ -93,18 +93,22 @@ class Queue:
         # queue weighs as an overflow candidate (seed 004, "using the most data elements")
         self.held = 0
 
+    # total_elements spelt out: these run on every put, read and delete
     def add(self, entry: Entry) -> None:
         self.entries[entry.entry_id] = entry
-        self.elements += entry.elements
-        self.held += entry.total_elements
+        n = entry.elements
+        self.elements += n
+        self.held += n if entry.segments is None else n + entry.segments.elements
 
     def remove(self, entry: Entry) -> None:
         del self.entries[entry.entry_id]
-        self.elements -= entry.elements
-        self.held -= entry.total_elements
+        n = entry.elements
+        self.elements -= n
+        self.held -= n if entry.segments is None else n + entry.segments.elements
 
     def pop_first(self) -> Entry:
         entry: Entry = self.entries.popitem(0)[1]
-        self.elements -= entry.elements
-        self.held -= entry.total_elements
+        n = entry.elements
+        self.elements -= n
+        self.held -= n if entry.segments is None else n + entry.segments.elements
         return entry

@@ -5,7 +5,8 @@ Seed 004, "Structure Overflow": when the data elements in use reach a threshold
 size, "to bring utilization down 20%"; at maximum size it selects "the QNAMEs
 using the most data elements", enough to cover 20 percent of the structure's
 data elements and at most 512 of them (both settings: ``overflow_share`` and
-``overflow_candidates``), and a user exit may override that choice. These are pure functions of numbers; ``pair.py`` applies them.
+``overflow_candidates``), and a user exit may override that choice. These
+are pure functions of numbers; ``pair.py`` applies them.
 """
 
 import heapq

@@ -433,6 +433,11 @@ class StructurePair:
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
 
+    def has_ready(self, key: Key) -> bool:
+        """Whether the queue has a ready message in either structure."""
+        return self.primary.has_ready(key) or (
+            self.overflow is not None and self.overflow.has_ready(key))
+
     def queues(self, also: Iterable[Key] = ()) -> list[Row]:
         keys = self.primary.queue_keys(also)
         if self.overflow is not None:
@@ -461,11 +466,6 @@ class StructurePair:
         return heapq.merge(*self.structures(), key=_entry_id)
 
     # -- internals -------------------------------------------------------------
-
-    def has_ready(self, key: Key) -> bool:
-        """Whether the queue has a ready message in either structure."""
-        return self.primary.has_ready(key) or (
-            self.overflow is not None and self.overflow.has_ready(key))
 
     def structures(self) -> list[Structure]:
         """The physical structures: the primary, and the overflow structure if any."""

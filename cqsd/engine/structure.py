@@ -812,7 +812,7 @@ class Structure:
         STRUCTURE_FULL if even ``size`` cannot hold it."""
         used = self.elements_used + need_elements
         entries_fit = self.entries_used + need_entries <= self.entries_total
-        if entries_fit and used <= self.elements_total:
+        if used <= self.elements_total and entries_fit:
             return None
         if entries_fit and used <= self.size // ELEMENT:
             return grown_size(used, self.elements_total, self.size)

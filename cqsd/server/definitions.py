@@ -83,6 +83,10 @@ class Definitions:
                             changed_by=row["changed_by"],
                             action="the repository's definition stays in force; cqsctl "
                                    "rebuild applies the config's")
+        for name in sorted(set(stored) - set(self.configured)):
+            log.warning("structure_not_configured", structure=name,
+                        action="the config no longer defines it: it is not served; its "
+                               "definition and data stay in the data directory")
 
     def pending(self, name: str) -> dict[str, int] | None:
         """The config's values for ``name`` that are not in force, None if none."""

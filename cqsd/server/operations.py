@@ -213,6 +213,10 @@ class Operations:
         bytes."""
         definitions = self.registry.definitions
         held = definitions.held[name]
+        if size is not None and size <= 0:
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"rebuild of {name}: the size must be a positive number of bytes "
+                           f"(or none, for the configured one), got {size}")
         if size is None:
             new = definitions.configured[name]
             current = min(max(held.current_size, new.initsize), new.size)

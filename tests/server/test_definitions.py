@@ -54,6 +54,11 @@ def test_the_repository_wins_and_a_config_that_disagrees_is_reported(tmp_path):
     [differs] = [e for e in logged if e["event"] == "structure_config_differs"]
     assert (differs["config"], differs["repository"], differs["changed_by"]) == (
         {"size": 256 * KiB}, {"size": 128 * KiB}, "operator")
+    alone = Definitions(loads('[[structure]]\nname = "Q"\nsize = "1MiB"\n'), db)
+    with structlog.testing.capture_logs() as logged:
+        alone.load()
+    assert [(e["event"], e["structure"]) for e in logged if e["log_level"] == "warning"] == [
+        ("structure_not_configured", "P"), ("structure_not_configured", "POV")]
 
 
 def test_a_repository_that_cannot_be_written_leaves_the_change_in_force(tmp_path):

@@ -16,6 +16,7 @@ from .srds.manifest import ManifestError
 from .srds.slots import SlotError
 from .storage.datadir import DataDirError
 from .storage.image import ImageError
+from .storage.repository import RepositoryError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cqsd: {err}", file=sys.stderr)
         return err.exit_code
     except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, ManifestError,
-            SlotError, OSError) as err:
+            SlotError, RepositoryError, OSError) as err:
         structlog.get_logger().critical("start_failed", error=str(err), kind=type(err).__name__)
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1

@@ -145,6 +145,8 @@ class StructureConfig:
     max_entries: int
     overflow_exit: str  # "module:function" asked to drop overflow candidates; "" = none
     queue_space_exit: str  # "module:function" asked before a put to an overflow name; "" = none
+    overflow_share: int  # percent of data elements a selection's candidates cover (seed: 20)
+    overflow_candidates: int  # queue names a selection takes at most (seed: 512)
     # SMDS (DESIGN §11): offload "smds" keeps large payloads in data sets, one per client
     offload: str  # "none" or "smds"
     dsblock: int  # bytes of a logical block and of a buffer: 8KiB..1MiB, a power of two
@@ -490,6 +492,8 @@ _STRUCTURE: dict[str, _Key] = {
     "max_entries": _Key(_integer(1), None),  # = data elements in size
     "overflow_exit": _Key(_exit_ref, ""),
     "queue_space_exit": _Key(_exit_ref, ""),
+    "overflow_share": _Key(_integer(1, 100), 20),
+    "overflow_candidates": _Key(_integer(1), 512),
     "offload": _Key(_choice(("none", "smds")), "none"),
     "dsblock": _Key(_power_of_two(8 * KiB, 1024 * KiB), "256KiB"),
     "dsbufs": _Key(_integer(1, 9999), 100),
@@ -649,16 +653,42 @@ def _check_file(r: _Reader, name: str, path: str) -> None:
 
 
 def _read_structures(r: _Reader, value: object) -> list[dict[str, Any]]:
-    rows = []
+    rows, given_keys = [], []
     for path, table in r.array("structure", value):
         s, given = r.keys(path, table, _STRUCTURE)
         _check_capacity(r, path, s, given)
         rows.append((path, s))
+        given_keys.append(given)
     if isinstance(value, list) and not value:
         r.add("structure", "at least one [[structure]] must be defined")
     _check_unique(r, rows)
     _check_overflow(r, rows)
+    _check_overflow_keys(r, rows, given_keys)
     return [s for _, s in rows]
+
+
+# Keys of overflow processing, which a primary runs: on its overflow structure they
+# would be read and never used.
+_PRIMARY_ONLY = ("overflow_threshold", "overflow_exit", "queue_space_exit", "overflow_share",
+                 "overflow_candidates")
+
+
+def _check_overflow_keys(r: _Reader, rows: list[tuple[str, dict[str, Any]]],
+                         given_keys: list[set[str]]) -> None:
+    """Keys that mean nothing where they are written are refused, not ignored."""
+    primary_of = {s["overflow"]: s["name"] for _, s in rows
+                  if s["overflow"] is not None and _valid(s["overflow"], s["name"])}
+    for (path, s), given in zip(rows, given_keys, strict=True):
+        primary = primary_of.get(s["name"])
+        if primary is not None:
+            for key in _PRIMARY_ONLY:
+                if key in given:
+                    r.add(f"{path}.{key}", f"means nothing on {s['name']}, the overflow "
+                          f"structure of {primary} (overflow processing is the primary's): "
+                          f"set it on {primary}")
+        elif "queue_space_exit" in given and s["overflow"] is None:
+            r.add(f"{path}.queue_space_exit", "means nothing without an overflow structure "
+                  "(puts to queues in overflow status are refused); set overflow, or remove it")
 
 
 def _check_capacity(r: _Reader, path: str, s: dict[str, Any], given: set[str]) -> None:
@@ -826,6 +856,8 @@ initsize = "32MiB"
 entry_max = "32KiB"
 overflow = "MSGQ01OV"
 overflow_threshold = 70
+overflow_share = 20
+overflow_candidates = 512
 offload = "smds"
 
 [[structure]]

@@ -59,7 +59,8 @@ def test_embedded_default_is_the_design_default():
     assert c.structure("MSGQ01") == config.StructureConfig(
         name="MSGQ01", size=64 * 1024**2, initsize=32 * 1024**2, entry_max=32 * 1024,
         overflow="MSGQ01OV", overflow_threshold=70, max_entries=64 * 1024**2 // 512,
-        overflow_exit="", queue_space_exit="", offload="smds", dsblock=256 * 1024, dsbufs=100,
+        overflow_exit="", queue_space_exit="", overflow_share=20, overflow_candidates=512,
+        offload="smds", dsblock=256 * 1024, dsbufs=100,
         dssize=64 * 1024**2, dsexpand=True, dsmax=16 * 1024**3, offld1thr=70,
         offld1sze=32 * 1024, offld2thr=80, offld2sze=4 * 1024, offld3thr=90, offld3sze=0)
     assert c.structure("MSGQ01OV").offload == c.structure("EMHQ01").offload == "none"
@@ -441,6 +442,41 @@ def test_overflow_structure_serves_one_primary():
         "structure[1].overflow: OV is already the overflow structure of A (structure[0])"]
 
 
+def test_overflow_candidates_and_share_default_to_the_seed_and_are_checked():
+    """overflow_share (20%) and overflow_candidates (512 names) are settings of a primary."""
+    c = loads(overflow_config(("A", "AOV"), ("AOV", None)))
+    assert (c.structure("A").overflow_share, c.structure("A").overflow_candidates) == (20, 512)
+    text = structure(name='"A"', size='"1MiB"', overflow_share=0, overflow_candidates=0)
+    assert problems(text) == [
+        "structure[0].overflow_share: must be between 1 and 100, got 0",
+        "structure[0].overflow_candidates: must be at least 1, got 0"]
+
+
+@pytest.mark.parametrize("key, value", [
+    ("overflow_threshold", "80"), ("overflow_exit", '"site:pick"'),
+    ("queue_space_exit", '"site:room"'), ("overflow_share", "30"),
+    ("overflow_candidates", "10")])
+def test_overflow_keys_on_an_overflow_structure_are_refused(key, value):
+    """Overflow processing is the primary's: the same keys on its overflow structure
+    would be ignored, so they are refused, naming the key and where it belongs."""
+    text = overflow_config(("A", "AOV"), ("AOV", None)) + f"{key} = {value}\n"
+    assert problems(text) == [
+        f"structure[1].{key}: means nothing on AOV, the overflow structure of A "
+        f"(overflow processing is the primary's): set it on A"]
+
+
+def test_a_queue_space_exit_without_an_overflow_structure_is_refused():
+    """The queue space exit is asked about puts that would go to an overflow structure;
+    without one those puts are refused anyway, so the exit would never be asked."""
+    text = structure(name='"A"', size='"1MiB"', queue_space_exit='"site:room"')
+    assert problems(text) == [
+        "structure[0].queue_space_exit: means nothing without an overflow structure "
+        "(puts to queues in overflow status are refused); set overflow, or remove it"]
+    plain = structure(name='"A"', size='"1MiB"', overflow_threshold=50,
+                      overflow_exit='"site:pick"')
+    assert loads(plain).structure("A").overflow_exit == "site:pick"
+
+
 # --- clients -------------------------------------------------------------------------
 
 
@@ -590,7 +626,8 @@ def test_exit_references_must_name_a_module_and_function():
     expected = r'structure\[0\]\.overflow_exit: expected "module:function"'
     with pytest.raises(ConfigError, match=expected):
         loads(structure(name='"S"', size='"1MiB"', overflow_exit='"no colon"'))
-    c = loads(structure(name='"S"', size='"1MiB"', queue_space_exit='"site.exits:space"'))
+    c = loads(overflow_config(("S", "SOV"), ("SOV", None)).replace(
+        'overflow = "SOV"', 'overflow = "SOV"\nqueue_space_exit = "site.exits:space"'))
     assert c.structure("S").queue_space_exit == "site.exits:space"
 
 

@@ -458,6 +458,13 @@ class Client:
         result: dict[str, Any] = await self._do(ops.delete_structure(structure), timeout)
         return result
 
+    async def fail_structure(
+        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
+        """RESET CFSTRUCT ACTION(FAIL) (see the blocking client)."""
+        result: dict[str, Any] = await self._do(ops.fail_structure(structure), timeout)
+        return result
+
     async def recover(
         self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
     ) -> dict[str, Any]:

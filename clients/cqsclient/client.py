@@ -477,6 +477,15 @@ class Client:
             ops.alter_smds(structure, owner, dsbufs, dsexpand), timeout)
         return result
 
+    def fail_structure(
+        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
+        """RESET CFSTRUCT ACTION(FAIL), for recovery drills: the structure (with its
+        overflow structure) is failed, its requests get STRUCTURE_FAILED, until
+        ``recover`` rebuilds it; returns {structure, status, messages}."""
+        result: dict[str, Any] = self._do(ops.fail_structure(structure), timeout)
+        return result
+
     # --- leaving ---
 
     def deregister(self) -> None:

@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cqsctl",
         description="Operate a cqsd daemon: status, display, put, read, browse, delete, requeue, "
-                    "dequeue, checkpoint, recover, alter, rebuild, delete-structure, and the "
+                    "dequeue, checkpoint, recover, fail, alter, rebuild, delete-structure, and the "
                     "shared message data sets: alter-smds, reset-smds, start-smdsconn, "
                     "stop-smdsconn.",
         epilog="Exit status: 0 ok, 1 request failed, 2 usage, 3 daemon unreachable.",
@@ -382,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--purge", action="store_true",
                      help="empty the structure instead (TYPE(PURGE)): nothing is recovered")
     _no_wait(sub)
+
+    sub = command("fail", "mark a structure failed, for a recovery drill (RESET CFSTRUCT "
+                  "ACTION(FAIL)); its requests get STRUCTURE_FAILED until recover")
+    sub.add_argument("structure", metavar="STRUCTURE")
 
     sub = command("alter", "change a structure's current size (SETXCF START,ALTER)")
     sub.add_argument("structure", metavar="STRUCTURE")
@@ -517,8 +521,12 @@ def cmd_checkpoint(client: cqsclient.Client, args: argparse.Namespace) -> Report
     r = _follow_job(client, args, "checkpoint", lambda: client.checkpoint(args.structure))
     if "job" in r:
         return _started(r)
-    return Report(r, f"checkpoint of {r['structure']} in {r['slot']}: {r['rows']} messages, "
-                     f"{r['records']} log records folded, {r['seconds']}s")
+    return Report(r, "\n".join(_checkpointed(c) for c in (r, r.get("overflow")) if c))
+
+
+def _checkpointed(r: dict[str, Any]) -> str:
+    return (f"checkpoint of {r['structure']} in {r['slot']}: {r['rows']} messages, "
+            f"{r['records']} log records folded, {r['seconds']}s")
 
 
 def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report:
@@ -572,6 +580,12 @@ def _outcome(call: Callable[[], Any]) -> Any:
         return error
 
 
+def cmd_fail(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.fail_structure(args.structure)
+    return Report(r, f"{r['structure']} failed with {r['messages']} messages; its requests get "
+                     f"STRUCTURE_FAILED until `cqsctl recover {r['structure']}`")
+
+
 def cmd_alter(client: cqsclient.Client, args: argparse.Namespace) -> Report:
     r = client.alter(args.structure, args.size)
     return Report(r, f"{r['name']} is now {r['current_size']} bytes ({r['percent_full']}% full)")
@@ -621,6 +635,7 @@ COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Repor
     "dequeue": cmd_dequeue,
     "checkpoint": cmd_checkpoint,
     "recover": cmd_recover,
+    "fail": cmd_fail,
     "alter": cmd_alter,
     "rebuild": cmd_rebuild,
     "delete-structure": cmd_delete_structure,

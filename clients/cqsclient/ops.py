@@ -525,6 +525,11 @@ def alter_smds(structure: str, owner: str, dsbufs: int | Literal["default"] | No
     return Call(request, dict)
 
 
+def fail_structure(structure: str) -> Call:
+    """``fail_structure``: mark a structure failed, for a recovery drill, until ``recover``."""
+    return Call({"op": "fail_structure", "structure": structure}, dict)
+
+
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:
     """The Notification for an unsolicited frame, or None if it is not one we know."""
     if frame.get("notify") != "work":

@@ -94,6 +94,7 @@ OPS: dict[str, Spec] = {
         "dsbufs": ((int, str, type(None)), None),
         "dsexpand": ((str, type(None)), None),
     },
+    "fail_structure": {"structure": _STRUCTURE},
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).

@@ -81,24 +81,34 @@ class Entry:
 class Queue:
     """The sublist of one queue name in one list header: entries FIFO by entry id."""
 
-    __slots__ = ("qtype", "name", "lh", "entries", "elements")
+    __slots__ = ("qtype", "name", "lh", "entries", "elements", "held")
 
     def __init__(self, qtype: int, name: str, lh: int) -> None:
         self.qtype = qtype
         self.name = name
         self.lh = lh
         self.entries: SortedDict = SortedDict()  # entry id -> Entry
-        self.elements = 0
+        self.elements = 0  # on this list header: its entries' own elements
+        # everything its messages use, their staging segments included: what the
+        # queue weighs as an overflow candidate (seed 004, "using the most data elements")
+        self.held = 0
 
+    # total_elements spelt out: these run on every put, read and delete
     def add(self, entry: Entry) -> None:
         self.entries[entry.entry_id] = entry
-        self.elements += entry.elements
+        n = entry.elements
+        self.elements += n
+        self.held += n if entry.segments is None else n + entry.segments.elements
 
     def remove(self, entry: Entry) -> None:
         del self.entries[entry.entry_id]
-        self.elements -= entry.elements
+        n = entry.elements
+        self.elements -= n
+        self.held -= n if entry.segments is None else n + entry.segments.elements
 
     def pop_first(self) -> Entry:
         entry: Entry = self.entries.popitem(0)[1]
-        self.elements -= entry.elements
+        n = entry.elements
+        self.elements -= n
+        self.held -= n if entry.segments is None else n + entry.segments.elements
         return entry

@@ -4,8 +4,9 @@ Seed 004, "Structure Overflow": when the data elements in use reach a threshold
 (default 70 percent), CQS first alters a structure that is below its maximum
 size, "to bring utilization down 20%"; at maximum size it selects "the QNAMEs
 using the most data elements", enough to cover 20 percent of the structure's
-data elements and at most 512 of them, and a user exit may override that
-choice. These are pure functions of numbers; ``pair.py`` applies them.
+data elements and at most 512 of them (both settings: ``overflow_share`` and
+``overflow_candidates``), and a user exit may override that choice. These
+are pure functions of numbers; ``pair.py`` applies them.
 """
 
 import heapq
@@ -17,7 +18,8 @@ from .qtypes import QueueType, parse_qtype
 from .reports import Row
 
 DEFAULT_THRESHOLD = 70  # percent of data elements in use (seed 004); 100 turns overflow off
-RELIEF_POINTS = 20  # percentage points overflow processing aims to free (seed 004)
+RELIEF_POINTS = 20  # percentage points a growth aims to free (seed 004)
+DEFAULT_SHARE = 20  # percent of data elements the candidates cover (seed 004)
 MAX_CANDIDATES = 512  # queue names selected at most per selection (seed 004)
 
 Key = tuple[int, str]
@@ -61,17 +63,18 @@ def grown_size(used: int, elements_total: int, size: int) -> int:
 
 
 def select(
-    ready: Iterable[tuple[int, Key]], elements_total: int, exclude: set[Key] | dict[Key, bool]
+    ready: Iterable[tuple[int, Key]], elements_total: int, exclude: set[Key] | dict[Key, bool],
+    share: int = DEFAULT_SHARE, limit: int = MAX_CANDIDATES,
 ) -> list[tuple[Key, int]]:
-    """The biggest queues, biggest first, until they cover RELIEF_POINTS percent of
-    ``elements_total``, at most MAX_CANDIDATES, leaving out those in ``exclude``.
+    """The biggest queues, biggest first, until they cover ``share`` percent of
+    ``elements_total``, at most ``limit`` of them, leaving out those in ``exclude``.
 
     ``ready`` is (data elements, key) per queue. A partial sort: the cost is linear
     in the number of queues, which is what makes the pause short.
     """
-    budget = -(-RELIEF_POINTS * elements_total // 100)
+    budget = -(-share * elements_total // 100)
     biggest = heapq.nlargest(
-        MAX_CANDIDATES, (row for row in ready if row[1] not in exclude), key=_elements
+        limit, (row for row in ready if row[1] not in exclude), key=_elements
     )
     chosen: list[tuple[Key, int]] = []
     covered = 0

@@ -5,7 +5,9 @@ the queues that are filling a structure. A put that takes the primary to its
 threshold only raises ``pressure``; the daemon then calls ``relieve``, which
 grows a structure below its maximum size or, at maximum size, selects the
 biggest queue names and puts them in *overflow status* — the one step that
-holds up other requests, and it only sorts numbers it already keeps. With an
+holds up other requests, and it only sorts numbers it already keeps. (A put
+that does not fit at all does not wait for that: its structure grows at once,
+by the same step, before it would refuse the put; ``Structure.put``.) With an
 overflow structure, ``move_some`` then moves those queues' ready messages over
 in batches between requests, and their later puts go there; without one, their
 puts are refused and the threshold is not checked again until no name is left
@@ -37,7 +39,9 @@ from .entry import Entry
 from .errors import CQSError, Reason
 from .events import Altered, Event, ExitFailed, OverflowMode, OverflowStatus, QueueWork
 from .overflow import (
+    DEFAULT_SHARE,
     DEFAULT_THRESHOLD,
+    MAX_CANDIDATES,
     OverflowExit,
     Relief,
     consult,
@@ -84,6 +88,8 @@ class StructurePair:
         threshold: int = DEFAULT_THRESHOLD,
         overflow_exit: OverflowExit | None = None,
         queue_space_exit: QueueSpaceExit | None = None,
+        share: int = DEFAULT_SHARE,
+        candidates: int = MAX_CANDIDATES,
     ) -> None:
         if type(threshold) is not int or not 1 <= threshold <= 100:
             raise CQSError(Reason.INVALID_REQUEST,
@@ -95,6 +101,8 @@ class StructurePair:
         self.overflow = overflow
         self.name = primary.name
         self.threshold = threshold  # 100: overflow processing is off
+        self.share = share  # percent of data elements a selection's candidates cover
+        self.candidates = candidates  # names a selection takes at most
         self.overflow_exit = overflow_exit
         self.queue_space_exit = queue_space_exit
         self.watched = primary.watched  # shared with the overflow structure
@@ -105,6 +113,7 @@ class StructurePair:
         self._status: set[Key] = set()  # the names in overflow status
         self._moving: dict[Key, None] = {}  # selected names whose messages are being moved
         self._trigger = NEVER  # data elements in use at which a put raises pressure
+        self._armed_for = primary.elements_total  # the primary's size the trigger is for
         self._arm()
 
     @property
@@ -131,7 +140,7 @@ class StructurePair:
         primary = self.primary
         entry = primary.put(qtype, name, data, recoverable, dmap)
         if primary.elements_used >= self._trigger:
-            self.pressure = True
+            self._press()
         return entry
 
     def target(self, qtype: int | str, name: str) -> Structure:
@@ -216,7 +225,7 @@ class StructurePair:
                 for key in {*was, *(e.key for e in results)}:
                     self._recheck(key)
         if primary.elements_used >= self._trigger:
-            self.pressure = True
+            self._press()
         return results
 
     def browse(
@@ -314,7 +323,8 @@ class StructurePair:
             )
             self._arm()
             return Relief(grew=(old, primary.current_size))
-        candidates = select(primary.ready_elements(), primary.elements_total, self._status)
+        candidates = select(primary.ready_elements(), primary.elements_total, self._status,
+                            self.share, self.candidates)
         kept, dropped, error = consult(self.overflow_exit, self.name, candidates)
         for key, _ in kept:
             self._enter(key)
@@ -422,6 +432,11 @@ class StructurePair:
             add_queue(row, self.overflow.queue_stats(qtype, name))
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
+
+    def has_ready(self, key: Key) -> bool:
+        """Whether the queue has a ready message in either structure."""
+        return self.primary.has_ready(key) or (
+            self.overflow is not None and self.overflow.has_ready(key))
 
     def queues(self, also: Iterable[Key] = ()) -> list[Row]:
         keys = self.primary.queue_keys(also)
@@ -571,12 +586,23 @@ class StructurePair:
             self.overflow is None and self._status
         )
 
+    def _press(self) -> None:
+        """A request took use to the trigger: raise ``pressure``, unless the trigger was
+        set for a smaller size (the request grew the primary to fit) and use is below
+        the one for the size now."""
+        if self.primary.elements_total != self._armed_for:
+            self._arm()
+            if self.primary.elements_used < self._trigger:
+                return
+        self.pressure = True
+
     def _arm(self, step: bool = False) -> None:
         """Set the use at which the next put raises ``pressure``: the threshold, or,
         after a selection that left use above it (locked messages, an exit that said
         no, a full overflow structure), one percent more, so that a structure that
         cannot be relieved is not re-sorted on every put."""
         primary = self.primary
+        self._armed_for = primary.elements_total
         if not self._checking():
             self._trigger = NEVER
             return

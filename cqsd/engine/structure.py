@@ -57,6 +57,7 @@ from .entry import (
 from .errors import CQSError, Reason
 from .events import Altered, Event, FullnessChanged, QueueWork
 from .ids import Ids
+from .overflow import grown_size
 from .qtypes import (
     COLD_LH,
     DELETE_LH,
@@ -77,6 +78,7 @@ SERIAL = QueueType.TRAN_SERIAL
 SUSPEND = QueueType.TRAN_SUSPEND
 DEFAULT_ENTRY_MAX = 32 * 1024  # DESIGN §9
 DEFAULT_MAX_DELIVERIES = 5  # DESIGN §9
+GROWN = "put does not fit"  # why a structure altered itself before refusing a put
 BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
     lh
     for t in QueueType
@@ -122,6 +124,7 @@ class Checked(NamedTuple):
 
     ops: list[Op]
     puts: list[tuple[QueueType, str, bytes, bool, DataMap | None]]  # each Put, parsed, in order
+    grow_to: int | None = None  # the size its puts need the structure altered to first
 
 
 class Structure:
@@ -181,7 +184,9 @@ class Structure:
 
     def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
             dmap: DataMap | None = None) -> Entry:
-        """Put a message at the end of its queue. Raises STRUCTURE_FULL if it does not fit.
+        """Put a message at the end of its queue. A structure below its maximum size
+        that it does not fit grows first (``Altered``, "put does not fit"); raises
+        STRUCTURE_FULL if it does not fit even so.
         With ``dmap`` the payload ``data`` is in a data set already: the entry keeps
         the map, and ``data`` only goes to the log (``B`` effects)."""
         qtype = parse_qtype(qtype)
@@ -343,17 +348,20 @@ class Structure:
                 self._check_held(client, entry)
             else:
                 raise CQSError(Reason.INVALID_REQUEST, f"unknown commit operation {op!r}")
+        grow_to = None
         if puts:
-            self._check_fits(
+            grow_to = self._check_fits(
                 need_elements - freed_elements,
                 need_entries - freed_entries,
                 f"commit of {len(puts)} puts",
             )
-        return Checked(ops, puts)
+        return Checked(ops, puts, grow_to)
 
     def apply_commit(self, client: str, checked: Checked) -> list[Entry]:
         """Apply a commit ``check_commit`` passed, with nothing changed in between;
         returns each operation's entry, in order."""
+        if checked.grow_to is not None:
+            self.alter(checked.grow_to, GROWN)
         results: list[Entry | None] = []
         for op in checked.ops:  # the checks guarantee none of these can fail
             if type(op) is Delete:
@@ -495,7 +503,7 @@ class Structure:
         for (qtype, name), entries in per_queue.items():
             queue = Queue(qtype, name, list_header(qtype, name))
             queue.entries = SortedDict((e.entry_id, e) for e in entries)
-            queue.elements = sum(e.elements for e in entries)
+            queue.elements = queue.held = sum(e.elements for e in entries)  # no segments
             self._queues[(qtype, name)] = queue
             self._headers[queue.lh][name] = queue
             self._entries.update((e.entry_id, e) for e in entries)
@@ -641,9 +649,9 @@ class Structure:
         return iter(self._queues)
 
     def ready_elements(self) -> Iterator[tuple[int, Key]]:
-        """(data elements, key) of every queue holding ready messages, heads only,
-        as ``queue_stats`` counts them."""
-        return ((queue.elements, key) for key, queue in self._queues.items())
+        """(data elements, key) of every queue holding ready messages, their staging
+        segments included, as ``queue_stats`` counts them."""
+        return ((queue.held, key) for key, queue in self._queues.items())
 
     # -- clients ---------------------------------------------------------------
 
@@ -695,14 +703,15 @@ class Structure:
         }
 
     def queue_stats(self, qtype: int | str, name: str) -> Row:
-        """Depth, data elements, oldest put time and locked count of one queue."""
+        """Depth, data elements (of its ready messages, staging segments included),
+        oldest put time and locked count of one queue."""
         key = (parse_qtype(qtype), check_name(name))
         queue = self._queues.get(key)
         return {
             "qtype": QueueType(key[0]).name,
             "queue": name,
             "depth": len(queue.entries) if queue else 0,
-            "elements": queue.elements if queue else 0,
+            "elements": queue.held if queue else 0,
             "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
             "locked": self._locked_per_key.get(key, 0),
         }
@@ -796,23 +805,32 @@ class Structure:
         return (parse_qtype(qtype if qtype is not None else entry.qtype),
                 check_name(name or entry.name))
 
-    def _check_fits(self, need_elements: int, need_entries: int, what: str) -> None:
-        if (
-            self.elements_used + need_elements > self.elements_total
-            or self.entries_used + need_entries > self.entries_total
-        ):
-            if not self.full:
-                self.full = True
-                self._fullness()
-            raise CQSError(
-                Reason.STRUCTURE_FULL,
-                f"structure {self.name} is full: {what} needs {need_elements} data elements "
-                f"and {need_entries} list entries; {self.elements_total - self.elements_used} "
-                f"elements and {self.entries_total - self.entries_used} entries are free",
-            )
+    def _check_fits(self, need_elements: int, need_entries: int, what: str) -> int | None:
+        """None if a request needing this much space fits now; the size it must alter
+        to first if it fits only once grown toward ``size`` (seed 004, "Structure
+        Alter": the step overflow processing takes, for the use it needs). Raises
+        STRUCTURE_FULL if even ``size`` cannot hold it."""
+        used = self.elements_used + need_elements
+        entries_fit = self.entries_used + need_entries <= self.entries_total
+        if used <= self.elements_total and entries_fit:
+            return None
+        if entries_fit and used <= self.size // ELEMENT:
+            return grown_size(used, self.elements_total, self.size)
+        if not self.full:
+            self.full = True
+            self._fullness()
+        room = (f"{self.size // ELEMENT - self.elements_used} elements even at its maximum "
+                f"size" if entries_fit else f"{self.entries_total - self.entries_used} entries")
+        raise CQSError(
+            Reason.STRUCTURE_FULL,
+            f"structure {self.name} is full: {what} needs {need_elements} data elements "
+            f"and {need_entries} list entries; {room} are free",
+        )
 
     def _reserve(self, need_elements: int, need_entries: int, what: str) -> None:
-        self._check_fits(need_elements, need_entries, what)
+        grow_to = self._check_fits(need_elements, need_entries, what)
+        if grow_to is not None:
+            self.alter(grow_to, GROWN)
         self.elements_used += need_elements
         self.entries_used += need_entries
         if self.full:

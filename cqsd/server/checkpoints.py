@@ -62,6 +62,7 @@ class Checkpoints:
         self.srds = datadir.srds
         self.jobs = Jobs()  # checkpoint and recovery jobs, for display jobs
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
+        self.overflow_of = {sc.name: sc.overflow for sc in self.config.structures if sc.overflow}
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
@@ -146,15 +147,33 @@ class Checkpoints:
     async def take(self, name: str, why: str) -> dict:
         """Checkpoint structure ``name`` (or join the one running) and return the job's
         result; raises JobFailed. The job belongs to the daemon, not to the caller: a
-        caller that goes away does not kill it."""
+        caller that goes away does not kill it.
+
+        A primary's overflow structure is checkpointed with it (seed 004: the
+        checkpoint is of "the structure pair"), started at the same moment so that
+        neither stays on an older slot; its result is the primary's ``overflow``."""
+        overflow = self.overflow_of.get(name)
+        run = self._start(name, why)
+        runs = [run] if overflow is None else [run, self._start(overflow, why)]
+        for each in runs:
+            await each.done.wait()
+        if isinstance(run.result, JobFailed):
+            raise run.result
+        if overflow is None:
+            return run.result
+        theirs = runs[1].result
+        if isinstance(theirs, JobFailed):
+            raise JobFailed(f"{name} was checkpointed in {run.result.get('slot')}, but its "
+                            f"overflow structure {overflow} was not: {theirs.message}")
+        return {**run.result, "overflow": theirs}
+
+    def _start(self, name: str, why: str) -> "_Run":
+        """The checkpoint of ``name`` running now, started if none is."""
         run = self._running.get(name)
         if run is None:
             run = self._running[name] = _Run()
             self.spawn(f"checkpoint of {name}", self._take, name, why, run)
-        await run.done.wait()
-        if isinstance(run.result, JobFailed):
-            raise run.result
-        return run.result
+        return run
 
     async def finished(self, name: str) -> None:
         """Wait for a checkpoint of ``name`` that is running, if any (a recovery must

@@ -5,7 +5,10 @@ A client is a name held by one connection at a time (an IMS subsystem, an MQ
 queue manager). When its connection drops, its locked messages wait
 ``resync_grace`` seconds for it to come back and resync them; then they go
 back to their queues as failed deliveries, as CQS returns a failed member's
-work. A cold start instead moves them to the cold queue for the operator.
+work. Locks a restart of the daemon finds wait the same, but go back as they
+were: the daemon stopping was no failure of the client's, and must not push
+its messages toward the suspend queue. A cold start instead moves them to the
+cold queue for the operator.
 """
 
 import hmac
@@ -138,31 +141,36 @@ class Clients:
 
     # -- peer recovery -------------------------------------------------------------
 
-    def schedule_peer_recovery(self, client: str) -> None:
-        """Release a dropped client's locks after ``resync_grace`` unless it comes back."""
+    def schedule_peer_recovery(self, client: str, failed: bool = True) -> None:
+        """Release a dropped client's locks after ``resync_grace`` unless it comes back:
+        as failed deliveries if the client failed, as they were if the daemon stopped
+        under it (``failed=False``: a restart is no failure of the client's)."""
         grace = self.config.daemon.resync_grace
         if grace == 0 or is_operator_session(client):  # an operator session never comes back
-            self.recover_peer(client)
+            self.recover_peer(client, failed)
             return
         scope = trio.CancelScope()
         self.pending[client] = scope
-        self.spawn(f"resync grace of {client}", self._grace, client, scope, grace)
+        self.spawn(f"resync grace of {client}", self._grace, client, scope, grace, failed)
 
-    async def _grace(self, client: str, scope: trio.CancelScope, grace: float) -> None:
+    async def _grace(self, client: str, scope: trio.CancelScope, grace: float,
+                     failed: bool) -> None:
         with scope:
             await trio.sleep(grace)
             if self.pending.get(client) is scope:
                 del self.pending[client]
-                self.recover_peer(client)
+                self.recover_peer(client, failed)
 
-    def recover_peer(self, client: str) -> None:
-        """Its locks go back as failed deliveries (suspended past max_deliveries)."""
+    def recover_peer(self, client: str, failed: bool = True) -> None:
+        """Its locks go back to their places; as failed deliveries (suspended past
+        max_deliveries) if ``failed``."""
         for s in self.registry.pairs.values():
-            released = s.release_client(client)
+            released = s.release_client(client, failed)
             if released:
                 suspended = sum(1 for e in released if e.qtype == QueueType.TRAN_SUSPEND)
                 log.info("peer_recovery", client=client, structure=s.name,
-                         returned=len(released) - suspended, suspended=suspended)
+                         returned=len(released) - suspended, suspended=suspended,
+                         failed=failed)
         self.settle()
 
     # -- interests and notifications -------------------------------------------------

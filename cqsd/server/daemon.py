@@ -9,7 +9,9 @@ operator actions on whole structures (operations.py), overflow moves
 is what ties them together: a request is parsed and handed to its handler
 (``dispatch``), then what it did is turned into notifications, waiter
 hand-offs and log records (``settle``) — only the dispatcher writes the log,
-and it logs effects (STYLE §4).
+and it logs effects (STYLE §4). A message a waiting reader takes in ``settle``
+goes to its lock as if put there (seed 004: "placed on LOCKQ instead of Ready
+Queue"): a queue it left empty again tells no interested client of work.
 
 Task tree: run → (signals, flusher, poller, checkpoint triggers, overflow
 moves, listeners → connections, grace timers of dropped clients, the
@@ -31,7 +33,7 @@ from cqsproto import ProtocolError, requests
 
 from .. import engine
 from ..config import Config
-from ..engine import CQSError, QueueWork, Reason
+from ..engine import Altered, CQSError, QueueWork, Reason
 from ..records import waits_for_log
 from ..storage import image
 from ..storage.datadir import DataDir
@@ -40,6 +42,7 @@ from .checkpoints import Checkpoints
 from .clients import Clients
 from .connections import Connections
 from .datasets import DataSets
+from .definitions import Definitions
 from .eventlog import log_event
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
@@ -79,7 +82,7 @@ class Daemon:
         self.log_sink = log_sink
         self.datadir = DataDir(config.daemon.data_dir)
         self.limits = Limits(config.daemon.max_message)
-        self.registry = Registry(config)
+        self.registry = Registry(config, Definitions(config, self.datadir.repository))
         self.clients = Clients(config, self.registry, self.settle, self.spawn)
         self.waiters = ReadWaiters(self.limits.reply_bytes)
         self.shutting_down = False
@@ -100,6 +103,7 @@ class Daemon:
         (or a log failure), then write the clean-shutdown images."""
         self.datadir.open()
         try:
+            self.registry.open()
             self.journal = journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
             journal.on_failure = lambda err: self.stop(f"no more acknowledgements: {err}")
             journal.sync_data = self.datasets.sync
@@ -128,8 +132,9 @@ class Daemon:
                 self.spawn("checkpoint triggers", self.checkpoints.run)
                 self.settle()  # overflow processing a restart found due
                 for client in sorted(held | crashed):
-                    # their holders outlive the daemon, and may come back to resync
-                    self.clients.schedule_peer_recovery(client)
+                    # their holders outlive the daemon, and may come back to resync; if
+                    # not, the daemon's stop is not counted as their failed deliveries
+                    self.clients.schedule_peer_recovery(client, failed=False)
                 self.spawn("signals", self._signals)
                 if monitoring:
                     self.spawn("monitoring", self.monitor.serve, monitoring)
@@ -222,14 +227,18 @@ class Daemon:
         for s in self.registry.pairs.values():
             if s.pressure and self.nursery is not None:
                 self.relief.relieve(s)
+            if s.readable:  # waiting readers first: what they take was never work for others
+                self.waiters.serve(s)
             if s.events:
                 for event in s.take_events():
                     if type(event) is QueueWork:
-                        self.clients.notify((s.name, event.qtype, event.name))
-                    else:
-                        log_event(event)
-            if s.readable:
-                self.waiters.serve(s)
+                        if s.has_ready((event.qtype, event.name)):
+                            self.clients.notify((s.name, event.qtype, event.name))
+                        continue
+                    log_event(event)
+                    if type(event) is Altered:  # kept: a restart finds the size it left
+                        self.registry.definitions.resized(event.structure, event.new_size,
+                                                          event.reason)
             record = s.take_record()
             lsn = 0
             if record is not None:

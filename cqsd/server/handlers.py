@@ -249,6 +249,12 @@ def op_delete_structure(d: "Daemon", session: Session, rid: int, structure: str)
                   "delete structure")
 
 
+def op_fail_structure(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
+    """fail_structure {structure} -> {structure, status, messages}: failed until recover"""
+    log.warning("fail_structure_requested", client=session.client, structure=structure)
+    return d.operations.fail(structure)
+
+
 def op_checkpoint(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
     """checkpoint {structure} -> the checkpoint job's result"""
     d.registry.pair_of(structure)  # a primary or an overflow structure, if available

@@ -1,7 +1,8 @@
 """What operators do to whole structures, and the rebuild at start.
 
-RECOVER CFSTRUCT (``recover``), structure copy (``rebuild``, SETXCF
-START,REBUILD), ALTER (``alter``) and, at start, the rebuild of every
+RECOVER CFSTRUCT (``recover``), RESET CFSTRUCT ACTION(FAIL) (``fail``),
+structure copy (``rebuild``, SETXCF START,REBUILD), ALTER (``alter``) and,
+at start, the rebuild of every
 structure from its image, its checkpoint and the log (``restart``). A
 recovery runs Spark jobs for seconds or minutes; it belongs to the daemon,
 not to the operator's connection (``detached``), so that a dropped
@@ -28,6 +29,7 @@ from . import notify
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .datasets import DataSets
+from .definitions import Definition, Held
 from .jobs import JobFailed
 from .journal import WRITER, Journal
 from .mediarecovery import MediaRecovery, Plan
@@ -107,11 +109,8 @@ class Operations:
         if name in self._recovering:
             raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
         old = self.registry.failed.get(name)
-        if old is None:  # else a retry after a failed recovery
-            old = self.registry.fail(name)
-            self.waiters.fail(old)
-            log.warning("structure_failed", structure=name, why=why, purge=purge,
-                        messages=old.stats()["messages"])
+        if old is None:  # else failed already: by the operator, or a recovery that failed
+            old = self._fail(name, why, purge=purge)
         self._recovering.add(name)
         started = time.monotonic()
         new = self.registry.new_pair(name)
@@ -150,6 +149,26 @@ class Operations:
         return {"structure": name, "source": source, "messages": messages,
                 "records_replayed": replayed, "seconds": seconds}
 
+    def fail(self, name: str) -> dict[str, Any]:
+        """RESET CFSTRUCT ACTION(FAIL), for recovery drills: the pair is failed as a
+        lost structure is (its requests get STRUCTURE_FAILED, its waiting reads end)
+        until ``recover`` rebuilds it. Raises INVALID_REQUEST for an overflow
+        structure (the pair fails as one), STRUCTURE_FAILED if failed already."""
+        primary = self.registry.overflow_of.get(name)
+        if primary is not None:
+            raise CQSError(Reason.INVALID_REQUEST, f"{name} is the overflow structure of "
+                           f"{primary}: fail {primary}, which fails both")
+        old = self._fail(name, "operator fail")
+        self.registry.definitions.failed(name, True)  # until recovered, restarts included
+        return {"structure": name, "status": "failed", "messages": old.stats()["messages"]}
+
+    def _fail(self, name: str, why: str, **fields: Any) -> StructurePair:
+        old = self.registry.fail(name)
+        self.waiters.fail(old)
+        log.warning("structure_failed", structure=name, why=why,
+                    messages=old.stats()["messages"], **fields)
+        return old
+
     async def _rebuild(self, new: StructurePair, purge: bool, last_id: int,
                        plan: Plan | None) -> int:
         """Fill ``new`` from the checkpoint and the log (or purge both), writing the
@@ -181,27 +200,47 @@ class Operations:
 
     def rebuild(self, name: str, size: int | None) -> dict[str, Any]:
         """Structure copy (SETXCF START,REBUILD): every message, recoverable or not,
-        locks and cold queue included, copied to a new instance — with ``size`` as
-        its new SIZE if given — while requests wait; nothing changes in the log."""
+        locks and cold queue included, copied to a new instance while requests wait;
+        nothing changes in the log. With ``size`` that is its new SIZE (and current
+        size); without, a definition the config changed since is applied (the seed's
+        pending policy change), keeping the current size within it."""
         pair = self.registry.pair_of(name)
         target = self.registry.physical(name)
         assert target is not None  # its pair is available
-        if size is not None and size < target.elements_used * ELEMENT:
-            raise CQSError(Reason.INVALID_REQUEST,
-                           f"rebuild of {name}: {size} bytes is less than the "
-                           f"{target.elements_used * ELEMENT} in use")
+        held = self._redefined(name, size, target.elements_used * ELEMENT)
         started = time.perf_counter()
-        new = self.registry.new_pair(pair.name, {name: size} if size else None)
+        new = self.registry.new_pair(pair.name, {name: held})
         for old_s, new_s in zip(pair.structures(), new.structures(), strict=True):
             image.restore(new_s, rows_of(old_s))
         new.last_id = pair.last_id
         new.watched.update(pair.watched)
         self._install(new)
+        self.registry.definitions.redefined(name, held)
         seconds = round(time.perf_counter() - started, 3)
         row = new.primary.stats() if new.primary.name == name else new.overflow.stats()
         log.info("structure_rebuilt_copy", structure=name, size=row["size"],
-                 messages=row["messages"], seconds=seconds)
-        return {**row, "seconds": seconds}
+                 current_size=row["current_size"], messages=row["messages"], seconds=seconds)
+        return {**row, **self.registry.definitions.describe(name), "seconds": seconds}
+
+    def _redefined(self, name: str, size: int | None, used: int) -> Held:
+        """What a rebuild makes of ``name``; INVALID_REQUEST if it cannot hold ``used``
+        bytes."""
+        definitions = self.registry.definitions
+        held = definitions.held[name]
+        if size is not None and size <= 0:
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"rebuild of {name}: the size must be a positive number of bytes "
+                           f"(or none, for the configured one), got {size}")
+        if size is None:
+            new = definitions.configured[name]
+            current = min(max(held.current_size, new.initsize), new.size)
+        else:
+            new, current = Definition(size, min(held.definition.initsize, size)), size
+        if current < used:
+            why = f"{size} bytes" if size is not None else f"its configured size {new.size}"
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"rebuild of {name}: {why} is less than the {used} in use")
+        return Held(new, current)
 
     def alter(self, name: str, size: int) -> dict[str, Any]:
         """SETXCF START,ALTER: change a structure's current size, up to its SIZE and

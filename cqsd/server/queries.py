@@ -1,6 +1,7 @@
 """The rows of a ``query`` (``cqsctl display``): what the daemon knows about
 its structures, queues, list headers, locks, clients and checkpoints."""
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..engine import CQSError, QueueType, Reason, StructurePair
@@ -39,13 +40,15 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
     if kind == "jobs":
         return [j for j in d.checkpoints.jobs.rows() if structure in (None, j["structure"])]
     registry = d.registry
+    described = registry.definitions.describe
     if kind == "structures" and structure in registry.failed:
-        return [_failed(structure)]
+        return [_failed(structure, described)]
     chosen = [registry.structure(structure)] if structure is not None else list(
         registry.pairs.values())
     if kind == "structures":
-        return [{**row, "status": "available"} for s in chosen for row in _structure_rows(s)] + (
-            [_failed(name) for name in registry.failed] if structure is None else [])
+        return [{**row, "status": "available", **described(row["name"])}
+                for s in chosen for row in _structure_rows(s)] + (
+            [_failed(name, described) for name in registry.failed] if structure is None else [])
     if kind == "queues":
         return [{"structure": s.name, **q,
                  "waiting": d.waiters.count(s.name, (QueueType[q["qtype"]], q["queue"]))}
@@ -70,5 +73,5 @@ def _structure_rows(s: StructurePair) -> list[dict[str, Any]]:
     return [s.stats()] + [{**o, "overflow_of": s.name} for o in s.structure_stats()[1:]]
 
 
-def _failed(name: str) -> Row:
-    return {"name": name, "status": "failed"}
+def _failed(name: str, described: Callable[[str], Row]) -> Row:
+    return {"name": name, "status": "failed", **described(name)}

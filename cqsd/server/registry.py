@@ -2,47 +2,73 @@
 
 Clients name a primary structure; its overflow structure, if it has one,
 travels with it as a ``StructurePair`` and is never addressed directly. A
-pair an operator is recovering is *failed*: its requests get
-STRUCTURE_FAILED while the others carry on. Pairs are made from the
-configuration (``new_pair``) at start, by a recovery and by a rebuild, and
+pair an operator is recovering, or failed for a drill, is *failed*: its
+requests get STRUCTURE_FAILED while the others carry on. Pairs are made as
+their definitions say (``new_pair``; definitions.py: the repository's, once
+``open`` has read it) at start, by a recovery and by a rebuild, and
 ``install`` puts a new one in place of the old, in configuration order.
 """
+
+import structlog
 
 from .. import exits
 from ..config import Config
 from ..engine import CQSError, Reason, Structure, StructurePair
+from ..engine.entry import ELEMENT
+from .definitions import Definitions, Held
+
+log = structlog.get_logger()
 
 
 class Registry:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, definitions: Definitions | None = None) -> None:
         self.config = config
+        self.definitions = definitions or Definitions(config)
         self.overflow_of = {sc.overflow: sc.name for sc in config.structures if sc.overflow}
         self._exits = {
             sc.name: (exits.resolve(sc.overflow_exit, f"structure {sc.name}: overflow_exit"),
                       exits.resolve(sc.queue_space_exit, f"structure {sc.name}: queue_space_exit"))
             for sc in config.structures
         }
-        self.pairs = {name: self.new_pair(name) for name in self.names()
-                      if name not in self.overflow_of}
-        self.failed: dict[str, StructurePair] = {}  # failed by the operator's recover
+        self.pairs = self._all()
+        self.failed: dict[str, StructurePair] = {}  # failed by an operator, or recovering
+
+    def open(self) -> None:
+        """At start, once the data directory is open: every pair as the repository
+        defines it; one an operator failed stays failed until recovered. Raises
+        RepositoryError."""
+        self.definitions.load()
+        self.pairs = self._all()
+        for name in list(self.pairs):
+            if self.definitions.held[name].failed:
+                self.failed[name] = self.pairs.pop(name)
+                log.warning("structure_failed", structure=name, why="operator fail",
+                            action=f"failed before the restart; cqsctl recover {name} ends it")
+
+    def _all(self) -> dict[str, StructurePair]:
+        return {name: self.new_pair(name) for name in self.names() if name not in self.overflow_of}
 
     def names(self) -> list[str]:
         """Every configured structure, overflow structures included, in config order."""
         return [sc.name for sc in self.config.structures]
 
-    def new_pair(self, name: str, sizes: dict[str, int] | None = None) -> StructurePair:
-        """An empty pair as configured, with ``sizes`` (by structure) as SIZE instead."""
-        sc, sizes = self.config.structure(name), sizes or {}
-        overflow = self._new(sc.overflow, sizes.get(sc.overflow)) if sc.overflow else None
+    def new_pair(self, name: str, held: dict[str, Held] | None = None) -> StructurePair:
+        """An empty pair as its definitions say, or with ``held`` (by structure) instead."""
+        sc, held = self.config.structure(name), held or {}
+        overflow = self._new(sc.overflow, held.get(sc.overflow)) if sc.overflow else None
         overflow_exit, space_exit = self._exits[name]
-        return StructurePair(self._new(name, sizes.get(name)), overflow,
+        return StructurePair(self._new(name, held.get(name)), overflow,
                              threshold=sc.overflow_threshold, overflow_exit=overflow_exit,
-                             queue_space_exit=space_exit)
+                             queue_space_exit=space_exit, share=sc.overflow_share,
+                             candidates=sc.overflow_candidates)
 
-    def _new(self, name: str, size: int | None) -> Structure:
+    def _new(self, name: str, held: Held | None) -> Structure:
         sc = self.config.structure(name)
-        return Structure(sc.name, size or sc.size, initsize=size or sc.initsize,
-                         entry_max=sc.entry_max, max_entries=sc.max_entries,
+        held = held or self.definitions.held[name]
+        # max_entries left to its default follows the SIZE in force, not the config's
+        entries = None if sc.max_entries == sc.size // ELEMENT else sc.max_entries
+        return Structure(sc.name, held.definition.size, initsize=held.current_size,
+                         entry_max=sc.entry_max, max_entries=entries,
                          max_deliveries=self.config.daemon.max_deliveries,
                          offload_rules=sc.offload_rules)
 
@@ -96,5 +122,6 @@ class Registry:
         """Make ``new`` the pair clients reach by its name, in config order."""
         new.derive_status()
         self.failed.pop(new.name, None)
+        self.definitions.failed(new.name, False)
         self.pairs = {n: new if n == new.name else self.pairs[n]
                       for n in self.names() if n == new.name or n in self.pairs}

@@ -85,7 +85,9 @@ def apply(d: Daemon) -> dict:
     _install(d, config)
     if restart:
         log.warning("restart_needed", keys=restart,
-                    action="these changes take effect at the next restart")
+                    action="these changes take effect at the next restart; a structure's "
+                           "size and initsize are the repository's until cqsctl rebuild "
+                           "applies the config's")
     log.info("reloaded", reloaded=reload, restart_needed=restart)  # the last word of a reload
     return {"reloaded": reload, "restart_needed": restart}
 

@@ -1,7 +1,10 @@
-"""The repository: what cqsd knows about its own backups, in SQLite.
+"""The repository: what cqsd knows about its own structures and backups, in SQLite.
 
 IBM MQ keeps the name of each structure backup, its log range and its time in
-a shared Db2 repository (seeds 002, 003); ours is ``<data_dir>/repository.db``.
+a shared Db2 repository (seeds 002, 003), with the CFSTRUCT definitions; ours
+is ``<data_dir>/repository.db``: backups, data sets, and each structure's
+SIZE, INITSIZE and current size (DESIGN §8), which outlive the config file
+that first set them.
 The daemon and the SRDS jobs open it at the same time, so it runs in WAL mode
 with a busy timeout, and every write is one short transaction.
 
@@ -13,6 +16,7 @@ refused rather than written to.
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another; a job's commit takes milliseconds
@@ -51,6 +55,17 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE smds ADD COLUMN failtime INTEGER",  # ns: it went FAILED
         "ALTER TABLE smds ADD COLUMN dsexpand TEXT",  # alter-smds override: YES, NO; NULL default
         "ALTER TABLE smds ADD COLUMN dsbufs INTEGER",  # alter-smds override; NULL default
+    ],
+    [  # 4: structure definitions, seeded from the config, then changed by operators
+        """CREATE TABLE structures (
+            name TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,          -- SIZE, bytes
+            initsize INTEGER NOT NULL,      -- INITSIZE, bytes
+            current_size INTEGER NOT NULL,  -- as the last alter (operator or growth) left it
+            changed_by TEXT NOT NULL,       -- config, operator, rebuild, or why it grew
+            changed REAL NOT NULL,          -- epoch seconds
+            failed INTEGER NOT NULL DEFAULT 0  -- failed by an operator until recovered
+        )""",
     ],
 ]
 # What update_smds may set; ``created`` is 0 until the data set is formatted.
@@ -185,3 +200,50 @@ def smds_dataset(path: Path, structure: str, owner: str) -> dict | None:
     finally:
         db.close()
     return dict(row) if row is not None else None
+
+
+def structures(path: Path) -> dict[str, dict]:
+    """What the repository holds of each structure, by name: {size, initsize,
+    current_size, changed_by, changed, failed}."""
+    if not Path(path).exists():
+        return {}
+    db = connect(path)
+    try:
+        rows = db.execute("SELECT * FROM structures").fetchall()
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+    return {r["name"]: {**dict(r), "failed": bool(r["failed"])} for r in rows}
+
+
+def record_structure(path: Path, name: str, *, size: int, initsize: int, current_size: int,
+                     changed_by: str) -> None:
+    """Set a structure's definition and current size (its failed flag stays)."""
+    _write(path, "INSERT INTO structures (name, size, initsize, current_size, changed_by,"
+                 " changed) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+                 " size = excluded.size, initsize = excluded.initsize,"
+                 " current_size = excluded.current_size, changed_by = excluded.changed_by,"
+                 " changed = excluded.changed",
+           (name, size, initsize, current_size, changed_by, time.time()))
+
+
+def record_current_size(path: Path, name: str, current_size: int, changed_by: str) -> None:
+    """A structure's current size after an alter (the operator's, or a growth)."""
+    _write(path, "UPDATE structures SET current_size = ?, changed_by = ?, changed = ?"
+                 " WHERE name = ?", (current_size, changed_by, time.time(), name))
+
+
+def record_failed(path: Path, name: str, failed: bool) -> None:
+    """Whether an operator failed the structure (cleared when it is recovered)."""
+    _write(path, "UPDATE structures SET failed = ? WHERE name = ?", (int(failed), name))
+
+
+def _write(path: Path, statement: str, args: tuple) -> None:
+    db = connect(path)
+    try:
+        db.execute(statement, args)
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()

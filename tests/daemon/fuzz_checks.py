@@ -103,15 +103,19 @@ class Checks:
     def check_notes(self):
         """Every interested connection heard of each queue that went from empty to
         holding messages in this step (and of the ones that held some when it
-        registered)."""
+        registered), and of none whose puts all went straight to waiting readers."""
         now = self.model.ready_keys()
         became = now - self.ready_before
         self.ready_before = now
+        quiet, self.quiet = self.quiet, set()
         for peer in self.live(registered=True):
             notes = {(n["structure"], (n["qtype"], n["queue"])) for n in peer.drain_notes()}
             missing = ((became & peer.interests) | peer.expect) - notes
             peer.expect = set()
             assert not missing, f"{peer.client} was not notified of work on {sorted(missing)}"
+            assert not notes & quiet, (
+                f"{peer.client} was told of work on {sorted(notes & quiet)}, which only "
+                "waiting readers got")
 
     def check_log(self):
         """No traceback, internal error, or error-level event in the daemon's log."""

@@ -202,7 +202,8 @@ class Model:
     def restarted(self, clean: bool) -> None:
         """The daemon stopped (SIGTERM) or was killed, and started again: a clean stop
         keeps everything, a crash only recoverable messages; either way the locks
-        wait out the grace for their holders to resync."""
+        wait out the grace for their holders to resync, then go back without a
+        failed delivery (the daemon stopping was no failure of their holders)."""
         self.registered.clear()
         if not clean:
             for m in [m for m in self.msgs.values() if not m.recoverable]:
@@ -210,7 +211,7 @@ class Model:
         owners = {m.owner for m in self.msgs.values() if m.where == "locked"}
         if self.grace == 0:
             for owner in owners:
-                self.release(owner, failed=True)
+                self.release(owner, failed=False)
 
     def recovered(self, structure: str, purge: bool) -> None:
         """RECOVER CFSTRUCT: from the checkpoint and the log (recoverable messages only;

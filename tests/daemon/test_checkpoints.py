@@ -14,9 +14,13 @@ import cqsclient
 from cqsclient.errors import CQSError
 
 from .test_crash import check, start_workers, survivors
+from .test_sharing import wait_until_waiting
 
 JOBS = 'spark_master = "local[2]"\nlog_segment = "64KiB"\n'
 ONE = '[[structure]]\nname = "MSGQ01"\nsize = "16MiB"\n'
+SMALL = '[[structure]]\nname = "SMALL"\nsize = "8KiB"\nentry_max = "1KiB"\n'
+PAIR = ('[[structure]]\nname = "PRIM"\nsize = "1MiB"\noverflow = "PRIMOV"\n'
+        '[[structure]]\nname = "PRIMOV"\nsize = "1MiB"\n')
 
 
 def contents(address, queue="Q", structure="MSGQ01"):
@@ -65,6 +69,24 @@ def test_checkpoint_is_recorded_and_a_crash_restarts_from_it(make_daemon):
     assert got[0] == (held.entry_id, held.data, 1)  # locked at the crash: back at its place
 
 
+def test_checkpointing_a_primary_checkpoints_its_overflow_structure_too(make_daemon):
+    """cqsctl checkpoint MSGQ01 checkpoints the pair: MSGQ01OV is taken in the same
+    run, each time, so the two stay on the same slot, and display backups lists both."""
+    d = make_daemon(JOBS).start()
+    for slot in ("SRDS1", "SRDS2"):
+        done = ctl(d, "checkpoint", "MSGQ01")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert (report["slot"], report["overflow"]["structure"],
+                report["overflow"]["slot"]) == (slot, "MSGQ01OV", slot)
+    backups = json.loads(ctl(d, "display", "backups").stdout)
+    for name in ("MSGQ01", "MSGQ01OV"):  # newest first
+        assert [b["slot"] for b in backups if b["structure"] == name] == ["SRDS2", "SRDS1"]
+    text = subprocess.run([sys.executable, "-m", "cqsclient.ctl", "--address", d.address,
+                           "checkpoint", "MSGQ01"], capture_output=True, text=True, timeout=300)
+    assert "checkpoint of MSGQ01 in SRDS1" in text.stdout and "MSGQ01OV in SRDS1" in text.stdout
+
+
 def test_crash_restart_uses_the_spark_job_for_a_long_tail(make_daemon):
     """With spark_recovery_records = 0 every tail is long: the recovery job folds it."""
     d = make_daemon(JOBS + "spark_recovery_records = 0\n", structures=ONE).start()
@@ -109,6 +131,57 @@ def test_recover_fails_the_structure_meanwhile_and_keeps_live_locks(make_daemon)
     assert [eid for eid, _, _ in contents(d.address)] == ids[1:]
     holder.close()
     operator.close()
+
+
+def test_an_operator_fails_a_structure_for_a_drill_and_recover_ends_it(make_daemon):
+    """cqsctl fail (MQ's RESET CFSTRUCT ACTION(FAIL)): the structure's requests get
+    STRUCTURE_FAILED, a read waiting on it too, other structures carry on, and it stays
+    failed across a restart; cqsctl recover brings back its recoverable messages from
+    the checkpoint and the log."""
+    d = make_daemon(JOBS, structures=ONE + SMALL + PAIR).start()
+    app, waiter = (cqsclient.connect(d.address, client=n) for n in ("APP", "WAITER"))
+    s = app.structure("MSGQ01")
+    kept = s.put("Q", b"recoverable")
+    s.put("Q", b"not logged", recoverable=False)
+    outcome = {}
+
+    def wait():
+        try:
+            waiter.structure("MSGQ01").read("EMPTY", wait=60)
+        except CQSError as err:
+            outcome["reason"] = err.reason
+
+    reader = threading.Thread(target=wait)
+    reader.start()
+    wait_until_waiting(app, "EMPTY", 1)
+    failed = ctl(d, "fail", "MSGQ01")
+    assert failed.returncode == 0, failed.stderr
+    assert json.loads(failed.stdout) == {"structure": "MSGQ01", "status": "failed",
+                                         "messages": 2}
+    reader.join(30)
+    assert outcome == {"reason": "STRUCTURE_FAILED"}
+    with pytest.raises(CQSError) as refused:
+        s.put("Q", b"refused")
+    assert refused.value.reason == "STRUCTURE_FAILED"
+    assert app.structure("SMALL").put("Q", b"carries on")
+    assert {r["name"]: r["status"] for r in app.query("structures")}["MSGQ01"] == "failed"
+    assert "STRUCTURE_FAILED" in ctl(d, "fail", "MSGQ01").stderr
+    overflow = ctl(d, "fail", "PRIMOV")
+    assert overflow.returncode == 1 and "fail PRIM," in overflow.stderr
+    d.wait_for("structure_failed", why="operator fail")
+    app.close()
+    waiter.close()
+    d.stop()
+    before = len(d.lines)
+    d.restart()
+    assert d.events("structure_failed", before, structure="MSGQ01", why="operator fail")
+    assert "STRUCTURE_FAILED" in ctl(d, "put", "MSGQ01", "Q", "refused").stderr
+    recovered = ctl(d, "recover", "MSGQ01")
+    assert recovered.returncode == 0, recovered.stderr
+    assert contents(d.address) == [(kept, b"recoverable", 0)]
+    d.stop()
+    d.restart()  # recovered for good
+    assert contents(d.address) == [(kept, b"recoverable", 0)]
 
 
 def test_recover_purge_empties_it_for_good(make_daemon):

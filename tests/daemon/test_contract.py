@@ -46,6 +46,7 @@ BUILDS = {
     "alter": [(S, 1 << 20)],
     "rebuild": [(S, None), (S, 1 << 20)],
     "delete_structure": [(S,)],
+    "fail_structure": [(S,)],
 }
 # The operations a commit carries, each as the unit of work gathers it.
 COMMIT_OPS = [
@@ -167,7 +168,8 @@ def drive_every_op(d) -> None:
         c.alter(S, 48 << 20)
         c.rebuild(S)
         c.recover("SMALL", purge=True)  # without purge, and checkpoint, a Spark job runs
-        c.delete_structure("SMALL")
+        c.fail_structure("SMALL")
+        c.delete_structure("SMALL")  # a purge: it ends the failure too
         assert s.read("NONE") is None  # NO_MESSAGE, read as "nothing there"
         with pytest.raises(cqsclient.errors.EntryNotFound):
             s.delete(10**15)

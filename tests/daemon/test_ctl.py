@@ -1,6 +1,7 @@
 """cqsctl against a real daemon: each subcommand of issue 3, human and JSON output."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,9 @@ def test_put_browse_read_and_display(daemon):
     assert [m["entry_id"] for m in browsed] == [eid]
     table = ctl(daemon, "display", "queues").stdout
     assert "TRANX" in table
+    oldest = json.loads(ctl(daemon, "--json", "display", "queues").stdout)[0]["oldest_put_time"]
+    assert isinstance(oldest, int)  # JSON keeps the number, a table shows the time
+    assert re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", table)
     structures = json.loads(ctl(daemon, "--json", "display", "structures").stdout)
     assert {row["name"] for row in structures} >= {"MSGQ01", "MSGQ01OV", "SMALL"}
     read = ctl(daemon, "read", "MSGQ01", "TRANX")

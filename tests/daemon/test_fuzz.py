@@ -118,6 +118,7 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
         self.unsynced = False  # a lock record may be the log's last, not yet synced
         self.connect_checker()
         self.ready_before = set()
+        self.quiet = set()  # queues whose only work this step went to waiting readers
         Checks.stats["examples"] += 1
         self.connect_with_the_sdk("A", False)
         self.connect_raw("B", False, "yes")
@@ -374,7 +375,8 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
     def read_with_wait(self, i, j, structure, key, n, puts, second, reader_dies, meanwhile):
         """Waiting reads are served first come first served by the puts that follow,
         also after a rebuild of their structure; one whose connection died is served
-        nothing; a purge of the structure fails them (STRUCTURE_FAILED)."""
+        nothing; a purge of the structure fails them (STRUCTURE_FAILED). Puts the
+        waiting readers take whole tell no interested client of work."""
         key = (qtype_name(key[0]), key[1])
         writer = self.pick(j, registered=True)
         readers = []
@@ -412,6 +414,7 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
             for peer, rid in readers:
                 self.judge(peer.reply(rid), {"STRUCTURE_FAILED"})
             readers = []
+        handing_off = bool(readers) and not self.model.ready(structure, key)
         if puts:
             datas = [payload(10 + p) for p in range(puts)]
             fields = {"structure": structure, "ops": [
@@ -431,6 +434,8 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
                 continue
             self.judge(peer.reply(rid), set(), on_ok=lambda r, p=peer, g=got: self.locked(
                 p.client, g, r["messages"]))
+        if handing_off and not self.model.ready(structure, key):
+            self.quiet.add((structure, key))  # every put went straight to a reader's lock
 
     @precondition(lambda self: len(self.live(registered=True)) >= 2)
     @rule(structure=st.sampled_from(["MSGQ01", "SMALL"]), key=good_keys,

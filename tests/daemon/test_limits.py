@@ -27,6 +27,54 @@ def test_a_recoverable_put_too_large_for_one_log_record_is_refused(make_daemon):
     assert d.proc.poll() is None
 
 
+def test_a_message_larger_than_the_initial_size_grows_the_structure_before_it_is_full(
+        make_daemon):
+    """MSGQ01 starts at 32 MiB of its 64: a 32 MiB message, which its staging segments
+    make a little larger, alters it (INITSIZE toward SIZE) and goes in; one that even
+    64 MiB cannot hold is STRUCTURE_FULL and grows nothing."""
+    d = make_daemon(BIG).start()
+    with cqsclient.connect(d.address, client="BIG") as c:
+        s = c.structure("MSGQ01")
+        eid = s.put("LARGE", b"g" * (32 * MiB), recoverable=False)
+        [grew] = d.wait_for("structure_altered", reason="put does not fit")
+        assert (grew["structure"], grew["old_size"]) == ("MSGQ01", 32 * MiB)
+        assert 33 * MiB < grew["new_size"] <= 64 * MiB
+        with pytest.raises(CQSError) as full:
+            s.put("LARGE", b"f" * (40 * MiB), recoverable=False)
+        assert full.value.reason == "STRUCTURE_FULL" and "maximum size" in str(full.value)
+        [row] = [r for r in c.query("structures") if r["name"] == "MSGQ01"]
+        # above the threshold at its new size, overflow processing may grow it on
+        assert row["current_size"] == d.events("structure_altered")[-1]["new_size"]
+        m = s.read("LARGE")
+        assert (m.entry_id, len(m.data), m.data[-1:]) == (eid, 32 * MiB, b"g")
+
+
+def test_the_embedded_default_takes_a_message_of_its_max_message_everywhere():
+    """On the embedded default config, a recoverable message of max_message bytes goes
+    to MSGQ01 (offloaded to its data set), to EMHQ01 (staging segments in memory) and
+    to MSGQ01 without offload, and reads back whole."""
+    from cqsd.config import DEFAULT_TOML, load
+
+    from .harness import Daemon
+
+    largest = load(None).daemon.max_message
+    keys, structures = DEFAULT_TOML.split("[[structure]]", 1)
+    keys = "\n".join(k for k in keys.splitlines()[1:] if not k.startswith(("data_dir", "socket")))
+    for layout in ("[[structure]]" + structures,
+                   "[[structure]]" + structures.replace('offload = "smds"', 'offload = "none"')):
+        d = Daemon(keys, layout).start()
+        try:
+            with cqsclient.connect(d.address, client="MAX") as c:
+                for name in ("MSGQ01", "EMHQ01"):
+                    s = c.structure(name)
+                    eid = s.put("LARGEST", b"m" * largest)
+                    m = s.read("LARGEST")
+                    assert (m.entry_id, len(m.data)) == (eid, largest)
+                    s.delete(eid)
+        finally:
+            d.cleanup()
+
+
 def test_a_commit_too_large_for_one_log_record_is_refused_whole(make_daemon):
     """A commit of 30 x 1 MiB recoverable puts is refused and stores nothing; one of
     10 x 1 MiB commits, and survives a SIGKILL."""

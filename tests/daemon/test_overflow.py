@@ -32,6 +32,7 @@ name = "MSGQ01"
 size = "64MiB"
 """
 BODY = b"x" * 390
+KiB = 1024
 
 
 def flood(s, queue, n, start=0):
@@ -131,6 +132,43 @@ def test_alter_by_hand(make_daemon):
         with pytest.raises(CQSError, match="in use"):
             c.alter("PRIM", 1024)
     assert d.events("structure_altered")[0]["reason"] == "operator"
+
+
+def test_what_operators_change_survives_a_restart_and_the_config_seeds_only(make_daemon):
+    """Sizes set by alter and rebuild --size are kept in the repository: a clean stop or
+    a crash keeps them, display structures says where each definition comes from, and
+    a config that disagrees later is reported, not applied, until a rebuild applies it
+    (the seed's CFRM policy change, "pending until structure is rebuilt")."""
+    d = make_daemon(structures=PAIR.format(ov="512KiB")).start()
+    with cqsclient.connect(d.address, client="OPER") as c:
+        c.alter("PRIM", 200 * KiB)
+        c.rebuild("ALONE", 128 * KiB)
+        with pytest.raises(CQSError, match="positive number of bytes"):
+            c.rebuild("ALONE", 0)
+    for restart in (d.stop, d.kill):
+        restart()
+        d.restart()
+        with cqsclient.connect(d.address, client="OPER") as c:
+            rows = {r["name"]: r for r in c.query("structures")}
+        assert (rows["PRIM"]["current_size"], rows["PRIM"]["definition"],
+                rows["PRIM"]["pending"]) == (200 * KiB, "config", None)
+        assert (rows["ALONE"]["size"], rows["ALONE"]["current_size"],
+                rows["ALONE"]["definition"], rows["ALONE"]["pending"]) == (
+            128 * KiB, 128 * KiB, "repository", {"size": 64 * KiB})
+    d.config.write_text(d.config.read_text().replace('size = "256KiB"', 'size = "384KiB"'))
+    d.stop()
+    before = len(d.lines)
+    d.restart()
+    [differs] = d.events("structure_config_differs", before, structure="PRIM")
+    assert differs["config"] == {"size": 384 * KiB} and differs["repository"] == {
+        "size": 256 * KiB}
+    with cqsclient.connect(d.address, client="OPER") as c:
+        row = {r["name"]: r for r in c.query("structures")}["PRIM"]
+        assert (row["size"], row["current_size"], row["pending"]) == (
+            256 * KiB, 200 * KiB, {"size": 384 * KiB})
+        rebuilt = c.rebuild("PRIM")
+        assert (rebuilt["size"], rebuilt["current_size"], rebuilt["definition"],
+                rebuilt["pending"]) == (384 * KiB, 200 * KiB, "config", None)
 
 
 def test_rebuild_and_delete_structure_under_load(make_daemon):

@@ -10,6 +10,8 @@ import pytest
 import cqsclient
 from cqsclient.errors import CQSError
 
+from .harness import Raw
+
 CHILD = """
 import sys, cqsclient
 c = cqsclient.connect(sys.argv[1], client=sys.argv[2])
@@ -202,6 +204,33 @@ def test_notification_once_per_empty_to_non_empty_transition(daemon):
         assert len(list(w2.notifications(timeout=0.5))) == 1
 
 
+def test_a_waiting_reader_gets_a_put_directly_and_nobody_is_told_of_work(daemon):
+    """A put to a queue a reader waits on goes straight to that reader's lock (seed 004:
+    "placed on LOCKQ instead of Ready Queue"), so interested clients are not told of
+    work that was never there for them; the next put, which nobody waits for, is."""
+    with connect(daemon, "WATCH") as w, connect(daemon, "READER") as r, \
+            connect(daemon, "PROD") as p:
+        w.register_interest("MSGQ01", "HANDQ")
+        w.register_interest("MSGQ01", "LASTQ")
+        got = {}
+        reader = threading.Thread(target=lambda: got.setdefault(
+            "m", r.structure("MSGQ01").read("HANDQ", wait=30)))
+        reader.start()
+        wait_until_waiting(w, "HANDQ", 1)
+        s = p.structure("MSGQ01")
+        handed = s.put("HANDQ", b"for the waiting reader")
+        reader.join()
+        assert (got["m"].entry_id, got["m"].delivery_count) == (handed, 1)
+        s.put("HANDQ", b"for anyone")
+        s.put("LASTQ", b"the end of the test")
+        heard = []
+        for n in w.notifications(timeout=10):
+            heard.append(n.queue)
+            if n.queue == "LASTQ":
+                break
+        assert heard == ["HANDQ", "LASTQ"]
+
+
 def test_interest_in_a_queue_that_already_has_work_notifies_at_once(daemon):
     """Registering interest in a non-empty queue gives one notification straight away."""
     with connect(daemon, "PROD") as p, connect(daemon, "LATE") as late:
@@ -332,6 +361,35 @@ def test_clean_stop_and_restart_keeps_every_message(make_daemon):
         s.delete(locked.entry_id)
         new = s.put("TRANX", b"after")
         assert new > big
+
+
+def test_a_daemon_restart_returns_locked_messages_without_counting_a_failure(make_daemon):
+    """With max_deliveries = 1 a read message whose holder's delivery fails is suspended;
+    one whose lock a clean stop or a crash released goes back to its place instead, its
+    delivery count kept: the daemon stopping is no failure of the client's."""
+    d = make_daemon("max_deliveries = 1").start()
+    holder = Raw(d.socket)
+    assert holder.register("HOLDER")["ok"]
+    with connect(d, "PROD") as p:
+        eid = p.structure("MSGQ01").put("HELD", b"m")
+    for stop in (d.stop, d.kill):
+        got = holder.request("read", structure="MSGQ01", queue="HELD")
+        assert got["ok"] and got["result"]["messages"][0]["entry_id"] == eid
+        stop()
+        holder.close()
+        before = len(d.lines)
+        d.restart()
+        [recovered] = d.wait_for("peer_recovery", after=before, client="HOLDER")
+        assert (recovered["returned"], recovered["suspended"]) == (1, 0)
+        holder = Raw(d.socket)
+        assert holder.register("HOLDER")["ok"]
+    got = holder.request("read", structure="MSGQ01", queue="HELD")["result"]["messages"]
+    assert [(m["entry_id"], m["delivery_count"]) for m in got] == [(eid, 3)]
+    holder.close()  # its own failure: this one counts
+    d.wait_for("peer_recovery", after=before, client="HOLDER", suspended=1)
+    with connect(d, "OPS") as c:
+        [suspended] = c.structure("MSGQ01").browse("HELD", qtype="TRAN_SUSPEND")
+        assert suspended.entry_id == eid
 
 
 def test_clean_stop_answers_waiting_readers(make_daemon):

@@ -249,12 +249,14 @@ class ModelMachine(RuleBasedStateMachine):
             else:
                 self.give_back(self.msgs[op.entry_id], None, op.failed)
 
-    @rule(client=clients)
-    def release_client(self, client):
-        self.s.release_client(client)
+    @rule(client=clients, failed=st.booleans())
+    def release_client(self, client, failed):
+        """Peer recovery of a client that failed, or of one whose locks a daemon restart
+        found (not failed: nothing is suspended, the delivery counts stay)."""
+        self.s.release_client(client, failed)
         for m in self.msgs.values():
             if m.place == "locked" and m.owner == client:
-                self.give_back(m, None, failed=True)
+                self.give_back(m, None, failed=failed)
 
     @rule(client=clients)
     def cold_client(self, client):

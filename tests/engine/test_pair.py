@@ -117,6 +117,37 @@ def test_flooding_one_queue_grows_then_selects_then_moves_then_selects_again():
     assert {n["queue"] for n in pair.overflow_names()} == {"FLOOD", "FLOOD2"}
 
 
+def test_a_put_that_does_not_fit_grows_the_primary_and_moves_the_threshold_with_it():
+    """A put too big for the primary's current size grows it first (no STRUCTURE_FULL,
+    no selection), and the threshold then counts from the new size."""
+    pair = make(size=1000, initsize=100, threshold=90)
+    fill(pair, "Q", 60)
+    pair.take_events()
+    pair.put("TRAN", "BIG", b"x" * (50 * EL - 64))  # 110 of 100
+    assert pair.take_events()[0] == Altered("MSGQ", 100 * EL, 138 * EL, "put does not fit")
+    assert not pair.pressure, "79.7% of the new size is below 90%"
+    fill(pair, "Q", 14)  # 124 of 138: 89.9%
+    assert not pair.pressure
+    fill(pair, "Q", 1)
+    assert pair.pressure
+
+
+def test_a_put_to_a_queue_in_overflow_status_grows_the_overflow_structure_first():
+    """The overflow structure grows toward its size too before it refuses a put."""
+    ticks = itertools.count(1000)
+    clock = lambda: next(ticks)  # noqa: E731
+    pair = StructurePair(Structure("MSGQ", 100 * EL, clock=clock),
+                         Structure("MSGQOV", 100 * EL, initsize=10 * EL, clock=clock))
+    selected(pair)
+    while pair.move_some():
+        pass
+    assert pair.overflow.elements_used == 60 and pair.overflow.current_size > 60 * EL
+    pair.put("TRAN", "FLOOD", b"x" * (20 * EL - 64))
+    assert pair.overflow.elements_used == 80
+    with raises("OVERFLOW_REJECTED"):
+        pair.put("TRAN", "FLOOD", b"x" * (21 * EL - 64))
+
+
 def test_grown_size_brings_use_down_twenty_points():
     """70% of 1,000 elements becomes 50% of 1,400; at 20% or below only the maximum will do."""
     assert grown_size(700, 1000, 10_000 * EL) == 1400 * EL
@@ -132,6 +163,28 @@ def test_selection_takes_the_biggest_names_until_they_cover_20_percent():
         fill(pair, f"Q{n}", n)
     relief = pair.relieve()
     assert [(c["queue"], c["elements"]) for c in relief.selected] == [("Q120", 120), ("Q110", 110)]
+
+
+def test_candidates_are_counted_by_every_element_they_hold_staging_segments_included():
+    """A queue holding half the structure in two long messages outweighs one of many
+    small messages: its staging segments count, not only the heads on its queue."""
+    pair = make(size=1000)
+    long_ = [pair.put("TRAN", "LONG", b"L" * (128 * 1024)) for _ in range(2)]
+    assert sum(e.total_elements for e in long_) == 520 and long_[0].elements == 65
+    fill(pair, "SMALL", 200)
+    relief = pair.relieve()
+    assert [(c["queue"], c["elements"]) for c in relief.selected] == [("LONG", 520)]
+    assert pair.queue_stats("TRAN", "LONG")["elements"] == 520
+
+
+def test_the_candidate_share_and_the_name_limit_are_settings():
+    """overflow_share and overflow_candidates replace the seed's 20% and 512 names."""
+    for kw, want in [({"share": 50}, ["Q120", "Q110", "Q100", "Q90", "Q80"]),
+                     ({"share": 50, "candidates": 2}, ["Q120", "Q110"])]:
+        pair = make(size=1000, **kw)
+        for n in [60, 120, 20, 110, 100, 90, 80, 70, 50]:
+            fill(pair, f"Q{n}", n)
+        assert [c["queue"] for c in pair.relieve().selected] == want
 
 
 def test_selection_takes_at_most_512_names_and_not_those_already_selected():

@@ -43,6 +43,7 @@ def no_c_lterm(structure, candidates):
 
 
 class PairVersusModel(ModelMachine):
+    grew = 0  # puts that grew their structure (a growth relief aside)
     clients = st.sampled_from(CLIENTS)
     keys = st.tuples(st.sampled_from(TYPES), st.sampled_from(NAMES))
     sizes = st.one_of(st.integers(0, 440), st.integers(0, 1000), st.integers(ENTRY_MAX + 1, 1600))
@@ -50,9 +51,9 @@ class PairVersusModel(ModelMachine):
     def __init__(self):
         ticks = itertools.count(1)
         clock = lambda: next(ticks)  # noqa: E731
-        primary = Structure("P", 24 * EL, initsize=16 * EL, entry_max=ENTRY_MAX, max_entries=22,
+        primary = Structure("P", 24 * EL, initsize=8 * EL, entry_max=ENTRY_MAX, max_entries=22,
                             max_deliveries=MAX_DELIVERIES, clock=clock)
-        overflow = Structure("OV", 10 * EL, entry_max=ENTRY_MAX, max_entries=8,
+        overflow = Structure("OV", 10 * EL, initsize=4 * EL, entry_max=ENTRY_MAX, max_entries=8,
                              max_deliveries=MAX_DELIVERIES, clock=clock)
         super().__init__(StructurePair(primary, overflow, threshold=50, overflow_exit=no_c_lterm))
         self.images = {"P": {}, "OV": {}}
@@ -69,11 +70,12 @@ class PairVersusModel(ModelMachine):
         return self.s.overflow if self.in_overflow(eid) else self.s.primary
 
     def fits(self, s, sizes_, freed=()):
+        """Whether puts fit in ``s``, grown to its maximum size if need be."""
         elements = s.elements_used + sum(cost(n)[0] for n in sizes_)
         entries = s.entries_used + sum(cost(n)[1] for n in sizes_)
         elements -= sum(cost(len(m.data))[0] for m in freed)
         entries -= sum(cost(len(m.data))[1] for m in freed)
-        return elements <= s.elements_total and entries <= s.entries_total
+        return elements <= s.size // EL and entries <= s.entries_total
 
     def commit_reason(self, client, ops, status):
         """Each structure checks its share of the batch in order, the primary first:
@@ -106,7 +108,12 @@ class PairVersusModel(ModelMachine):
         target = self.s.overflow if over else self.s.primary
         want = None if self.fits(target, [size]) else (
             "OVERFLOW_REJECTED" if over else "STRUCTURE_FULL")
+        before = target.current_size
         e = self.expect(want, lambda: self.s.put(*key, data, recoverable))
+        if e is None:
+            assert target.current_size == before, "a refused put grew the structure"
+        elif target.current_size != before:
+            type(self).grew += 1
         if e is not None:
             assert self.in_overflow(e.entry_id) == over
             self.msgs[e.entry_id] = Msg(e.entry_id, key, data)
@@ -197,8 +204,11 @@ class PassThroughVersusModel(EngineVersusModel):
 
 
 def test_pair_agrees_with_model_over_random_histories():
-    """At least 3,000 random steps of puts, reads, commits, reliefs and moves."""
+    """At least 3,000 random steps of puts, reads, commits, reliefs and moves, with
+    puts that only fit once their structure grows among them."""
+    PairVersusModel.grew = 0
     assert run(PairVersusModel, 100) >= 3000
+    assert PairVersusModel.grew >= 10
 
 
 def test_a_pair_without_overflow_is_the_structure():

@@ -26,6 +26,7 @@ from .model import (
 )
 
 SIZE = 40 * 512  # 40 data elements: small enough to fill often
+INITSIZE = 16 * 512  # a put that does not fit grows it toward SIZE first
 MAX_ENTRIES = 30
 CLIENTS = ["IMS1", "IMS2", "IMS3"]
 NAMES = ["A", "B", "TRANX"]
@@ -39,10 +40,11 @@ class EngineVersusModel(ModelMachine):
     def __init__(self):
         ticks = itertools.count(1)
         super().__init__(Structure(
-            "SQ", SIZE, entry_max=ENTRY_MAX, max_entries=MAX_ENTRIES,
+            "SQ", SIZE, initsize=INITSIZE, entry_max=ENTRY_MAX, max_entries=MAX_ENTRIES,
             max_deliveries=MAX_DELIVERIES, clock=lambda: next(ticks),
         ))
         self.replayed: dict[int, list] = {}  # the fold of every effect logged so far
+        self.grown_to = INITSIZE // 512  # data elements of the current size
 
     def used(self, leaving=()):
         totals = [cost(len(m.data)) for m in self.msgs.values() if m not in leaving]
@@ -94,9 +96,15 @@ class EngineVersusModel(ModelMachine):
 
     @invariant()
     def capacity_arithmetic(self):
+        """What is used is what the model holds, within the current size, which
+        only ever grows, and only as far as the content needs (at 80%)."""
         elements, entries = self.used()
         assert (self.s.elements_used, self.s.entries_used) == (elements, entries)
-        assert elements <= SIZE // 512 and entries <= MAX_ENTRIES
+        assert elements <= self.s.elements_total and entries <= MAX_ENTRIES
+        assert self.s.elements_total >= self.grown_to
+        if self.s.elements_total > self.grown_to:
+            assert self.s.elements_total <= max(INITSIZE // 512, -(-elements * 5 // 4))
+        self.grown_to = self.s.elements_total
         rows = self.s.header_stats()
         assert sum(r["elements"] for r in rows) == elements
         assert sum(r["entries"] for r in rows) == entries

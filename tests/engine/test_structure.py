@@ -5,6 +5,7 @@ import itertools
 import pytest
 
 from cqsd.engine import (
+    Altered,
     CQSError,
     Delete,
     FullnessChanged,
@@ -244,6 +245,48 @@ def test_structure_full_refuses_puts_but_not_reads_or_deletes():
     s.delete("IMS1", m.entry_id)
     s.put("TRAN", "Q", b"x" * 1400)
     assert s.take_events()[-1] == FullnessChanged("MSGQ01", False, 7, 8)
+
+
+def test_a_put_that_does_not_fit_grows_the_structure_toward_its_size_first():
+    """Below its maximum size a structure alters itself before refusing a put (INITSIZE
+    toward SIZE), by the step overflow processing takes: to hold the use the put needs
+    at 80%; STRUCTURE_FULL only when even SIZE cannot hold it, and then nothing grows."""
+    s = make(size=100 * 512, initsize=10 * 512, entry_max=64 * 1024)
+    for _ in range(9):
+        s.put("TRAN", "Q", b"x")  # one element each
+    big = s.put("TRAN", "BIG", b"x" * (3 * 512 - 64))  # 3 elements: 12 of 10
+    assert big.elements == 3
+    assert (s.current_size, s.elements_total) == (15 * 512, 15)  # 12 elements at 80%
+    assert Altered("MSGQ01", 10 * 512, 15 * 512, "put does not fit") in s.take_events()
+    with raises("STRUCTURE_FULL"):
+        s.put("TRAN", "BIG", b"x" * (89 * 512 - 64))  # 101 of at most 100
+    assert s.current_size == 15 * 512 and not any(
+        type(e) is Altered for e in s.take_events())
+    s.put("TRAN", "BIG", b"x" * (88 * 512 - 64))  # 100 of 100: capped at SIZE
+    assert (s.current_size, s.elements_used, s.full) == (100 * 512, 100, False)
+
+
+def test_a_commit_that_does_not_fit_grows_the_structure_when_it_is_applied():
+    """A commit's puts grow the structure as a put's do, but only once every check has
+    passed: a refused commit leaves the size as it was."""
+    s = make(size=100 * 512, initsize=4 * 512)
+    a = s.put("TRAN", "IN", b"a").entry_id
+    s.read("IMS1", "TRAN", "IN")
+    with raises("ENTRY_NOT_FOUND"):
+        s.commit("IMS1", [Put("LTERM", "OUT", b"x" * 2000), Delete(a + 99)])
+    assert s.current_size == 4 * 512 and s.elements_used == 1
+    s.commit("IMS1", [Put("LTERM", "OUT", b"x" * 2000), Put("LTERM", "OUT", b"y"), Delete(a)])
+    assert (s.elements_used, s.current_size) == (6, 8 * 512)  # 6 elements at 80%: 7.5 -> 8
+
+
+def test_growth_does_not_help_a_structure_out_of_list_entries():
+    """Alter adds data elements, not list entries: a put refused for entries grows nothing."""
+    s = make(size=100 * 512, initsize=10 * 512, max_entries=2)
+    s.put("TRAN", "Q", b"")
+    s.put("TRAN", "Q", b"")
+    with raises("STRUCTURE_FULL"):
+        s.put("TRAN", "Q", b"")
+    assert s.current_size == 10 * 512
 
 
 def test_entry_bound_is_enforced():

@@ -69,8 +69,28 @@ def test_a_data_sets_states_are_kept_and_updated_field_by_field(tmp_path):
         repository.update_smds(db, "S", "A", bogus=1)
 
 
-def test_data_sets_recorded_before_states_existed_are_active_and_enabled(tmp_path):
-    """Migration 3 gives the rows of a version-2 repository the states they had."""
+def test_structure_definitions_are_kept_and_updated(tmp_path):
+    """A structure's SIZE, INITSIZE, current size and failed flag are one row each,
+    replaced whole or in part, and read back together."""
+    db = tmp_path / "repository.db"
+    assert repository.structures(db) == {}
+    repository.record_structure(db, "MSGQ01", size=64, initsize=32, current_size=32,
+                                changed_by="config")
+    repository.record_structure(db, "EMHQ01", size=16, initsize=16, current_size=16,
+                                changed_by="config")
+    repository.record_current_size(db, "MSGQ01", 48, "operator")
+    repository.record_failed(db, "EMHQ01", True)
+    rows = repository.structures(db)
+    assert {k: rows["MSGQ01"][k] for k in ("size", "initsize", "current_size", "changed_by",
+                                           "failed")} == (
+        {"size": 64, "initsize": 32, "current_size": 48, "changed_by": "operator",
+         "failed": False})
+    assert rows["EMHQ01"]["failed"] is True and rows["MSGQ01"]["changed"] > 0
+
+
+def test_a_version_2_repository_is_migrated_in_place(tmp_path):
+    """A version-2 repository (backups and data sets) keeps its rows: its data sets get
+    the states they had (migration 3), and the structures table is added (4)."""
     db = tmp_path / "repository.db"
     raw = sqlite3.connect(db)
     for step in repository.MIGRATIONS[:2]:
@@ -83,3 +103,4 @@ def test_data_sets_recorded_before_states_existed_are_active_and_enabled(tmp_pat
     row = repository.smds_dataset(db, "S", "A")
     assert (row["status"], row["access"], row["stopped"], row["map_time"]) == (
         "ACTIVE", "ENABLED", 0, 9)
+    assert repository.structures(db) == {}

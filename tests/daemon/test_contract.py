@@ -18,6 +18,8 @@ from cqsclient import ops
 from cqsclient.errors import REASONS, CQSError, ProtocolViolation
 from cqsproto import NEED_DATA, FrameDecoder, encode_frame, requests
 
+from .harness import STRUCTURES
+
 SDK = Path(cqsclient.__file__).parent
 S = "MSGQ01"
 
@@ -47,6 +49,10 @@ BUILDS = {
     "rebuild": [(S, None), (S, 1 << 20)],
     "delete_structure": [(S,)],
     "fail_structure": [(S,)],
+    "reset_smds": [(S, "A", "enabled", None), (S, "A", None, "recovered")],
+    "start_smdsconn": [(S, None), (S, "A")],
+    "stop_smdsconn": [(S, "A")],
+    "alter_smds": [(S, "A", 50, "yes"), (S, "A", "default", None)],
 }
 # The operations a commit carries, each as the unit of work gathers it.
 COMMIT_OPS = [
@@ -163,8 +169,15 @@ def drive_every_op(d) -> None:
         c.register_interest(S, "CQ3")
         assert next(iter(c.notifications(timeout=5.0))).queue == "CQ3"  # it holds work
         c.deregister_interest(S, "CQ3")
-        for kind in ("structures", "queues", "clients", "locks", "headers", "backups"):
+        for kind in ("structures", "queues", "clients", "locks", "headers", "backups", "smds",
+                     "usage", "cfstatus", "smdsconn"):
             c.query(kind, S)
+        s.put("BIG", b"b" * 100_000)  # offloaded: CONTRACT now has a data set
+        s.delete(s.read("BIG").entry_id)
+        c.stop_smdsconn(S, "CONTRACT")
+        c.start_smdsconn(S, "CONTRACT")
+        c.alter_smds(S, "CONTRACT", dsbufs=50)
+        c.reset_smds(S, "CONTRACT", status="failed")
         c.alter(S, 48 << 20)
         c.rebuild(S)
         c.recover("SMALL", purge=True)  # without purge, and checkpoint, a Spark job runs
@@ -189,7 +202,8 @@ def drive_every_op(d) -> None:
 def test_every_reply_the_daemon_builds_is_parsed_by_the_sdk(make_daemon, finished):
     """Driving every op, no reply is a ProtocolViolation, each refusal has its own class,
     and every op of the request table has had a successful reply parsed."""
-    d = make_daemon("max_deliveries = 1\nresync_grace = 60").start()
+    d = make_daemon("max_deliveries = 1\nresync_grace = 60", structures=STRUCTURES.replace(
+        'overflow = "MSGQ01OV"', 'overflow = "MSGQ01OV"\noffload = "smds"')).start()
     drive_every_op(d)
     assert [(op, e) for op, e in finished if isinstance(e, ProtocolViolation)] == []
     assert [(op, e) for op, e in finished if e and type(e) is not REASONS.get(e.reason)] == []

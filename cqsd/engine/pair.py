@@ -145,11 +145,12 @@ class StructurePair:
 
     def target(self, qtype: int | str, name: str) -> Structure:
         """The structure a put to this queue goes to now (``put`` routes the same
-        way while nothing changes in between)."""
+        way while nothing changes in between). With no name in overflow status it is
+        the primary, found without parsing the key: ``put`` parses it anyway."""
+        if not self._status or self.overflow is None:
+            return self.primary
         key = (parse_qtype(qtype), check_name(name))
-        if key in self._status and self.overflow is not None:
-            return self.overflow
-        return self.primary
+        return self.overflow if key in self._status else self.primary
 
     def read(self, client: str, qtype: int | str, name: str) -> Entry:
         """Lock the first message of a queue, by id across both structures."""

@@ -1,5 +1,6 @@
-"""The code that runs in the SMDS benchmark's client processes: producers and
-consumers of recoverable 1 MiB messages for cqsd, RabbitMQ and Redis.
+"""The code that runs in the client processes of the benchmarks that move
+messages through cqsd, RabbitMQ and Redis side by side (smds.py: recoverable
+1 MiB messages; peers.py: 1 KiB, durable and not): producers and consumers.
 
 Each function is the whole life of one spawned process, as in
 _durability_clients: connect, report ("ready", index), wait for the start
@@ -10,7 +11,8 @@ by the deadline, so the parent can always join its children.
 
 Every client moves ``batch`` messages at a time, as far as its library lets
 it pipeline: cqsd ``put_batch`` (one atomic commit, acknowledged once durable)
-and ``read_batch`` + one commit deleting the batch; RabbitMQ a window of
+and ``read_batch`` + one commit deleting the batch (with ``batch`` 1: ``put``,
+``read`` and ``delete``, one request at a time); RabbitMQ a window of
 ``batch`` unconfirmed publishes (publisher confirms, persistent messages on a
 durable classic queue) and a prefetch of ``batch`` with manual acks; Redis
 pipelines of ``batch`` LPUSH, of a BLMOVE and ``batch - 1`` LMOVE into a
@@ -35,7 +37,7 @@ from typing import Any
 from _clients import READ_WAIT, redis_processed, redis_take
 from _durability_clients import START_TIMEOUT, STRUCTURE
 
-MESSAGE = 1 << 20
+MESSAGE = 1 << 20  # the default size
 QUEUE = "SMDSTP"  # the cqsd queue, the RabbitMQ queue, the Redis list
 HEAD = struct.Struct("<QQ")  # producer, sequence
 
@@ -51,6 +53,8 @@ class Mover:
     count: int  # messages to put (a producer), or in the whole run (a consumer)
     batch: int
     deadline: float  # time.monotonic() after which the process gives up
+    size: int = MESSAGE  # bytes a message
+    recoverable: bool = True  # cqsd: recoverable puts (the peers' side is their server's)
 
 
 def number(producer: int, seq: int) -> int:
@@ -65,18 +69,18 @@ def expected_sum(counts: list[int]) -> int:
 class _Bodies:
     """A producer's messages: a fresh head on the same random bytes."""
 
-    def __init__(self, producer: int) -> None:
+    def __init__(self, producer: int, size: int) -> None:
         self.producer = producer
-        self.tail = os.urandom(MESSAGE - HEAD.size)
+        self.tail = os.urandom(size - HEAD.size)
 
     def __call__(self, seq: int) -> bytes:
         return HEAD.pack(self.producer, seq) + self.tail
 
 
-def _check(body: bytes | memoryview) -> int:
+def _check(body: bytes | memoryview, size: int) -> int:
     """The message's number; raises if it is not one of ours, whole."""
-    if len(body) != MESSAGE:
-        raise ValueError(f"a message of {len(body)} bytes, not {MESSAGE}")
+    if len(body) != size:
+        raise ValueError(f"a message of {len(body)} bytes, not {size}")
     producer, seq = HEAD.unpack_from(body)
     return number(producer, seq)
 
@@ -126,14 +130,18 @@ def _count(consumed: Any, n: int) -> None:
 def _cqsd_producer(spec, consumed, reports, start):
     import cqsclient
 
-    body = _Bodies(spec.index)
+    body = _Bodies(spec.index, spec.size)
     with cqsclient.connect(spec.address, client=f"PROD{spec.index}", timeout=120) as c:
         s = c.structure(STRUCTURE)
         clock = _Clock(spec, reports, start)
         sent = 0
         while sent < spec.count and time.monotonic() < spec.deadline:
             n = min(spec.batch, spec.count - sent)
-            s.put_batch(QUEUE, [body(sent + i) for i in range(n)], recoverable=True)
+            if spec.batch == 1:
+                s.put(QUEUE, body(sent), recoverable=spec.recoverable)
+            else:
+                s.put_batch(QUEUE, [body(sent + i) for i in range(n)],
+                            recoverable=spec.recoverable)
             sent += n
             clock.mark()
         return clock.result(sent, 0)
@@ -147,13 +155,20 @@ def _cqsd_consumer(spec, consumed, reports, start):
         clock = _Clock(spec, reports, start)
         done = checksum = 0
         while _going(spec, consumed):
-            messages = s.read_batch(QUEUE, spec.batch, wait=READ_WAIT)
+            if spec.batch == 1:
+                one = s.read(QUEUE, wait=READ_WAIT)
+                messages = [] if one is None else [one]
+            else:
+                messages = s.read_batch(QUEUE, spec.batch, wait=READ_WAIT)
             if not messages:
                 continue
-            checksum += sum(_check(m.data) for m in messages)
-            with s.unit_of_work() as uow:  # the batch's deletes in one commit
-                for m in messages:
-                    uow.delete(m.entry_id)
+            checksum += sum(_check(m.data, spec.size) for m in messages)
+            if spec.batch == 1:
+                s.delete(messages[0].entry_id)
+            else:
+                with s.unit_of_work() as uow:  # the batch's deletes in one commit
+                    for m in messages:
+                        uow.delete(m.entry_id)
             clock.mark()
             done += len(messages)
             _count(consumed, len(messages))
@@ -170,7 +185,7 @@ def _redis(spec: Mover):
 
 
 def _redis_producer(spec, consumed, reports, start):
-    body = _Bodies(spec.index)
+    body = _Bodies(spec.index, spec.size)
     r = _redis(spec)
     try:
         clock = _Clock(spec, reports, start)
@@ -200,7 +215,7 @@ def _redis_consumer(spec, consumed, reports, start):
             got = redis_take(pipe, QUEUE, processing, spec.batch)
             if not got:
                 continue
-            checksum += sum(_check(v) for v in got)
+            checksum += sum(_check(v, spec.size) for v in got)
             redis_processed(pipe, processing, got)
             clock.mark()
             done += len(got)
@@ -236,7 +251,7 @@ def _rabbit_producer(spec, consumed, reports, start):
     waits for each confirm before the next publish)."""
     import pika
 
-    body = _Bodies(spec.index)
+    body = _Bodies(spec.index, spec.size)
     persistent = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
     state = {"sent": 0, "acked": 0, "clock": None, "error": None}
     unconfirmed: set[int] = set()  # delivery tags: 1, 2, ... in publish order
@@ -303,7 +318,7 @@ def _rabbit_consumer(spec, consumed, reports, start):
         done = checksum = 0
         for method, _props, body in channel.consume(QUEUE, inactivity_timeout=READ_WAIT):
             if method is not None:
-                checksum += _check(body)
+                checksum += _check(body, spec.size)
                 channel.basic_ack(method.delivery_tag)
                 clock.mark()
                 done += 1

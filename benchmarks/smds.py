@@ -163,24 +163,27 @@ def shares(count: int, parts: int) -> list[int]:
 
 
 def move(server: str, address: str, pid: int, args, messages: int | None = None,
-         produce: bool = True, consume: bool = True) -> dict:
-    """One run of *messages* through *server*: 4 producers and 4 consumers, or only
-    the producers (filling), or only the consumers (draining what they put);
-    MiB/s and what it cost the server."""
+         produce: bool = True, consume: bool = True, window: IoWindow | None = None) -> dict:
+    """One run of *messages* (``args.size`` bytes each, recoverable or not as
+    ``args.recoverable`` says: cqsd's choice) through *server*: ``args.producers``
+    and ``args.consumers`` processes, or only the producers (filling), or only the
+    consumers (draining what they put); the rate and what it cost the server.
+    *window* (an IoWindow on *pid* by default) is open while the clients work."""
     messages = args.messages if messages is None else messages
+    size = args.size
     ctx = multiprocessing.get_context("spawn")
     consumed = ctx.Value("q", 0)
     deadline = time.monotonic() + args.time_limit
     counts = shares(messages, args.producers)
     specs = []
     if produce:
-        specs += [(movers.Mover(server, address, "producer", i, n, args.batch, deadline),
-                   consumed) for i, n in enumerate(counts)]
+        specs += [(movers.Mover(server, address, "producer", i, n, args.batch, deadline, size,
+                                args.recoverable), consumed) for i, n in enumerate(counts)]
     if consume:
         specs += [(movers.Mover(server, address, "consumer", args.producers + i, messages,
-                                args.batch, deadline), consumed)
+                                args.batch, deadline, size, args.recoverable), consumed)
                   for i in range(args.consumers)]
-    window = IoWindow(pid)
+    window = IoWindow(pid) if window is None else window
     done = run_processes(movers.mover, specs, args.time_limit + 60, window)
     put = sum(d[5] for d in done if d[2] == "producer")
     got = sum(d[5] for d in done if d[2] == "consumer")
@@ -189,14 +192,17 @@ def move(server: str, address: str, pid: int, args, messages: int | None = None,
     seconds = (ended - began) / 1e9
     moved = got if consume else put
     clients_cpu = sum(d[7] for d in done)
-    record = {"bench": "move", "server": server, "message": movers.MESSAGE,
+    record = {"bench": "move", "server": server, "message": size,
+              "recoverable": args.recoverable,
               "producers": args.producers if produce else 0,
               "consumers": args.consumers if consume else 0, "batch": args.batch,
               "messages": messages, "moved": moved, "seconds": round(seconds, 2),
-              "mib_per_s": round(moved / seconds, 1),
-              "mb_per_s": round(moved * MiB / seconds / 1e6, 1),
+              "msgs_per_s": round(moved / seconds, 1),
+              "mib_per_s": round(moved * size / MiB / seconds, 1),
+              "mb_per_s": round(moved * size / seconds / 1e6, 1),
               "server_cpu_s": round(window.server, 2),
               "server_cpu_ms_per_msg": round(window.server / max(moved, 1) * 1e3, 2),
+              "server_cpu_us_per_msg": round(window.server / max(moved, 1) * 1e6, 1),
               "clients_cpu_s": round(clients_cpu, 2),
               "server_runqueue_wait_s": round(window.queued, 2),
               "kernel_threads_cpu_s": round(window.kernel, 2),
@@ -204,7 +210,7 @@ def move(server: str, address: str, pid: int, args, messages: int | None = None,
                                    2),
               "written_mib": round(window.written / MiB, 1)}
     if produce:
-        record["written_per_acked"] = round(window.written / max(put * MiB, 1), 3)
+        record["written_per_acked"] = round(window.written / max(put * size, 1), 3)
     if (produce and put != messages) or (consume and got != messages):
         record["error"] = f"{put} put and {got} consumed of {messages} before the time limit"
     elif consume and sum(d[6] for d in done) != movers.expected_sum(counts):
@@ -232,23 +238,27 @@ def cqsd_move(where: Path, args) -> dict:
 def py_spy(directory: Path | None, pid: int, name: str) -> Iterator[None]:
     """Sample *pid* with py-spy while the block runs (nothing without a directory):
     DIR/NAME.txt, collapsed stacks of the time on a CPU (py-spy's raw format, which
-    flamegraph.pl draws), and its functions by share of the samples in DIR/NAME.top.txt."""
+    flamegraph.pl draws), its functions by share of the samples in DIR/NAME.top.txt,
+    and py-spy's own flame graph of another recorder, side by side, in DIR/NAME.svg."""
     if directory is None:
         yield
         return
     out = directory / f"{name}.txt"
-    proc = subprocess.Popen([py_spy_binary(), "record", "--pid", str(pid), "--format", "raw",
-                             "--threads", "--output", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recorders = [subprocess.Popen([py_spy_binary(), "record", "--pid", str(pid), "--format",
+                                   form, "--threads", "--output", str(path)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for form, path in (("raw", out), ("flamegraph", out.with_suffix(".svg")))]
     try:
         yield
     finally:
-        proc.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        for proc in recorders:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
+        for proc in recorders:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
     if out.exists():
         out.with_suffix(".top.txt").write_text(profile_top(out.read_text()))
 
@@ -556,6 +566,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.rounds = args.rounds or (1 if quick else 3)
     args.messages = args.messages or (512 if quick else 2048)
     args.producers = args.consumers = 4
+    args.size, args.recoverable = MiB, True
     args.time_limit = 300.0  # seconds any one run may take
     args.sync_every = [1, 16]
     args.disk_mib, args.disk_seconds = 1024, 5.0

@@ -1,0 +1,420 @@
+"""cqsd against its peers (issue 18): small messages through cqsd, Redis 7 and
+RabbitMQ 3.10 side by side in one run, and the daemon's CPU per message.
+
+Figures (targets in brackets, each a ratio taken in one run):
+
+1. put   - one client, one recoverable put at a time: p50 against the p50 of
+           an fsync of the same disk, in alternating blocks (durability.py's
+           figure 2, called as it is). [p50 <= 1.5 x fsync p50]
+2. peers - ``--size`` (1 KiB) messages, 4 producer and 4 consumer processes,
+           each process pipelining ``--batch`` messages and, in a second run,
+           one at a time (batch 1), through smds.py's movers (_smds_clients):
+           - durable: cqsd (recoverable put; read with lock; delete), Redis
+             with ``appendfsync always`` (LPUSH; LMOVE to a processing list;
+             LREM), RabbitMQ (durable classic queue, persistent messages,
+             publisher confirms, manual acks): every message durable before
+             its producer is told, and locked (unacked) until its consumer
+             deletes (acks) it;
+           - not durable: cqsd non-recoverable, Redis without persistence.
+           Messages/s, and the server's CPU per message (utime + stime of the
+           whole process, every thread, over the clients' window: cqsd's
+           daemon, redis-server, RabbitMQ's beam.smp). Rounds rotate the
+           servers, each run on a fresh server and data directory; the
+           summary takes each server's median round.
+           [durable: cqsd >= 1.5 x Redis, >= 2 x RabbitMQ, CPU per message
+           <= Redis's; not durable: cqsd >= 1.5 x Redis]
+3. profile (with ``--py-spy DIR`` or ``--perf-stat``) - more durable cqsd
+           runs, one per batch, on their own daemon so that the sampling does
+           not touch the figures above: py-spy's collapsed stacks, top functions and
+           flame graph of the daemon in DIR; ``perf stat`` counts of the
+           daemon (syscalls, context switches) over the clients' window, per
+           message.
+
+Run: nice -n 5 .venv/bin/python benchmarks/peers.py [--rounds N] [--size BYTES]
+     [--batch N] [--messages N] [--batch-messages N] [--only put,peers]
+     [--servers cqsd,redis,rabbitmq,cqsd-nd,redis-nd] [--py-spy DIR] [--perf-stat]
+One JSON line per run and per figure on stdout, each with the 1-minute load
+average, then a summary (lines starting "# "). Everything runs under one
+temporary directory in /tmp, on Unix sockets (RabbitMQ on 127.0.0.1: AMQP has
+no Unix socket); servers, clients and the directory are cleaned up whatever
+happens, and the script exits 1 if any run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import _durability_servers as servers
+import _procs
+import _smds_clients as movers
+from durability import TARGET_PUT_OVER_FSYNC, emit, environment, put_latency_figure
+from smds import IoWindow, move, py_spy
+
+MAX_CLIENTS = 64
+STRUCTURE_SIZE = "1GiB"
+VARIANTS = {  # name: (server, durable)
+    "cqsd": ("cqsd", True), "redis": ("redis", True), "rabbitmq": ("rabbitmq", True),
+    "cqsd-nd": ("cqsd", False), "redis-nd": ("redis", False)}
+FIGURES = ("put", "peers")
+TARGET_OVER_REDIS = 1.5
+TARGET_OVER_RABBITMQ = 2.0
+TARGET_NONDURABLE_OVER_REDIS = 1.5
+PERF_EVENTS = ("task-clock", "context-switches", "cpu-migrations", "raw_syscalls:sys_enter",
+               "syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_recvfrom",
+               "syscalls:sys_enter_sendto", "syscalls:sys_enter_write",
+               "syscalls:sys_enter_pwrite64", "syscalls:sys_enter_fdatasync",
+               "syscalls:sys_enter_futex")
+PERF_ACK_TIMEOUT = 10.0  # seconds perf has to acknowledge an enable or disable
+
+
+# --- the servers ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def started(variant: str, where: Path, args) -> Iterator[tuple[str, int, dict]]:
+    """The server of *variant* running in *where*: yields (address, pid, what to
+    add to its records)."""
+    if variant in ("cqsd", "cqsd-nd"):
+        with servers.daemon(_procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)) as d:
+            d.start()
+            yield d.address, d.proc.pid, {}
+            if not d.alive():
+                raise _procs.ServerFailed(f"cqsd died during the run:\n{d.log_text()}")
+    elif variant == "redis":
+        with servers.redis_aof(where, args.redis_binary) as (sock, pid):
+            yield sock, pid, {"version": servers.redis_version(args.redis_binary),
+                              "appendfsync": "always"}
+    elif variant == "redis-nd":
+        with _procs.redis(where, args.redis_binary) as server:
+            yield server.address, server.pid, {
+                "version": servers.redis_version(args.redis_binary), "persistence": False}
+    else:
+        with servers.rabbitmq(where) as (port, pid):
+            movers.declare_rabbit_queue(port)
+            yield str(port), pid, {"version": servers.rabbitmq_version()}
+
+
+def setting(args, batch: int, durable: bool) -> argparse.Namespace:
+    """*args* for one run of move(): its batch, its count (a run of batch 1 moves
+    fewer: it is several times slower), and whether cqsd's puts are recoverable."""
+    messages = args.messages if batch == 1 else args.batch_messages
+    return argparse.Namespace(**{**vars(args), "batch": batch, "messages": messages,
+                                 "recoverable": durable})
+
+
+# --- 2. the peers ---------------------------------------------------------------
+
+
+def peer_figures(tmp: Path, args, lines: list[dict]) -> None:
+    """Rounds of every variant once, in an order that rotates, each at every batch."""
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for r in range(args.rounds):
+        k = r % len(args.servers)
+        for variant in args.servers[k:] + args.servers[:k]:
+            server, durable = VARIANTS[variant]
+            place = tmp / f"round-{r}" / variant
+            place.mkdir(parents=True)
+            try:
+                with started(variant, place, args) as (address, pid, info):
+                    for batch in args.batches:
+                        record = move(server, address, pid, setting(args, batch, durable))
+                        record |= info | {"variant": variant, "round": r}
+                        emit(record, lines)
+                        if "error" not in record:
+                            runs.setdefault((variant, batch), []).append(record)
+            except Exception as err:  # one failed server is a line, not the end of the figure
+                emit({"bench": "move", "variant": variant, "round": r,
+                      "error": f"{type(err).__name__}: {err}"}, lines)
+            shutil.rmtree(place, ignore_errors=True)
+    for batch in args.batches:
+        emit(peers_summary(batch, {v: rs for (v, b), rs in runs.items() if b == batch}), lines)
+
+
+def peers_summary(batch: int, runs: dict[str, list[dict]]) -> dict:
+    """Each variant's median rate and CPU per message over the rounds, the ratios,
+    and the issue's targets judged on them."""
+    def median(key: str) -> dict[str, float]:
+        return {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
+
+    rate, cpu = median("msgs_per_s"), median("server_cpu_us_per_msg")
+    record: dict = {"bench": "peers_summary", "batch": batch, "msgs_per_s": rate,
+                    "rounds_msgs_per_s": {v: [r["msgs_per_s"] for r in rs]
+                                          for v, rs in runs.items()},
+                    "server_cpu_us_per_msg": cpu,
+                    "loadavg_1m_of_runs": sorted(r["loadavg_1m"] for rs in runs.values()
+                                                 for r in rs)}
+    targets = {}
+    for name, (mine, theirs, target) in {
+            "cqsd_over_redis": ("cqsd", "redis", TARGET_OVER_REDIS),
+            "cqsd_over_rabbitmq": ("cqsd", "rabbitmq", TARGET_OVER_RABBITMQ),
+            "cqsd_nd_over_redis_nd": ("cqsd-nd", "redis-nd", TARGET_NONDURABLE_OVER_REDIS),
+    }.items():
+        if mine in rate and theirs in rate:
+            record[name] = round(rate[mine] / rate[theirs], 2)
+            targets[name] = record[name] >= target
+    if "cqsd" in cpu and "redis" in cpu:
+        record["cpu_cqsd_over_redis"] = round(cpu["cqsd"] / cpu["redis"], 2)
+        targets["cpu_at_most_redis"] = cpu["cqsd"] <= cpu["redis"]
+    record["targets_met"] = targets
+    return record
+
+
+# --- 3. the profiled run ----------------------------------------------------------
+
+
+class PerfStat:
+    """``perf stat`` on a process, counting only between enable() and disable()
+    (perf's control FIFOs, started with events off): exactly the clients' window.
+
+    Threads the process starts after perf attaches are not counted, so the
+    daemon is warmed first (its journal's flush thread exists by then).
+    """
+
+    def __init__(self, pid: int, where: Path) -> None:
+        for name in ("perf-ctl", "perf-ack"):
+            os.mkfifo(where / name)
+        # Both ends opened read-write: never blocks, whether perf has opened them or not.
+        self.ctl = os.open(where / "perf-ctl", os.O_RDWR)
+        self.ack = os.open(where / "perf-ack", os.O_RDWR)
+        self.proc = subprocess.Popen(
+            ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "--delay=-1",
+             "--control", f"fifo:{where / 'perf-ctl'},{where / 'perf-ack'}", "-p", str(pid)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+
+    def command(self, word: str) -> None:
+        os.write(self.ctl, word.encode() + b"\n")
+        ready, _, _ = select.select([self.ack], [], [], PERF_ACK_TIMEOUT)
+        if not ready:
+            raise RuntimeError(f"perf stat did not acknowledge {word!r}")
+        os.read(self.ack, 64)
+
+    def finish(self) -> dict[str, float]:
+        """Stop perf; its counts by event name."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        finally:
+            os.close(self.ctl)
+            os.close(self.ack)
+        counts = {}
+        for line in err.splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] in PERF_EVENTS:
+                try:
+                    counts[fields[2]] = float(fields[0])
+                except ValueError:  # <not counted>, <not supported>
+                    continue
+        if not counts:
+            raise RuntimeError(f"perf stat counted nothing:\n{err[-2000:]}")
+        return counts
+
+
+class PerfWindow(IoWindow):
+    """IoWindow that also has perf count over the same moments."""
+
+    def __init__(self, pid: int, perf: PerfStat | None) -> None:
+        super().__init__(pid)
+        self.perf = perf
+
+    def start(self) -> None:
+        super().start()
+        if self.perf is not None:
+            self.perf.command("enable")
+
+    def stop(self) -> None:
+        if self.perf is not None:
+            self.perf.command("disable")
+        super().stop()
+
+
+def perf_problem() -> str | None:
+    """Why ``perf stat`` cannot count syscalls here, or None if it can."""
+    if shutil.which("perf") is None:
+        return "perf is not installed (Debian: linux-perf)"
+    probe = subprocess.run(["perf", "stat", "-e", "raw_syscalls:sys_enter", "true"],
+                           capture_output=True, text=True, timeout=30)
+    return None if probe.returncode == 0 else f"perf stat fails: {probe.stderr.strip()[-300:]}"
+
+
+def warm(address: str) -> None:
+    """A few recoverable put + read + delete cycles, so that the daemon's threads exist."""
+    import cqsclient
+
+    with cqsclient.connect(address, client="PEERWARM") as c:
+        s = c.structure(movers.STRUCTURE)
+        for _ in range(20):
+            s.put(movers.QUEUE, b"warm", recoverable=True)
+            m = s.read(movers.QUEUE)
+            s.delete(m.entry_id)
+
+
+def profile_figure(tmp: Path, args, lines: list[dict]) -> None:
+    """Durable cqsd runs, one per batch, under py-spy and/or perf stat."""
+    where = tmp / "profile"
+    where.mkdir()
+    with servers.daemon(_procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)) as d:
+        d.start()
+        warm(d.address)
+        for batch in args.batches:
+            record: dict = {"bench": "move", "variant": "cqsd", "profiled": True,
+                            "py_spy": str(args.py_spy) if args.py_spy else None}
+            try:
+                record |= profiled_run(d, where / f"b{batch}", batch, args)
+            except Exception as err:
+                record["error"] = f"{type(err).__name__}: {err}"
+            emit(record, lines)
+
+
+def profiled_run(d: servers.Daemon, where: Path, batch: int, args) -> dict:
+    where.mkdir()
+    pid = d.proc.pid
+    perf = PerfStat(pid, where) if args.perf_stat else None
+    try:
+        with py_spy(args.py_spy, pid, f"cqsd-peers-b{batch}"):
+            record = move("cqsd", d.address, pid, setting(args, batch, True),
+                          window=PerfWindow(pid, perf))
+    finally:
+        counts = perf.finish() if perf is not None else {}
+    if counts:
+        moved = max(record["moved"], 1)
+        record["perf"] = {k: round(v) for k, v in counts.items()}
+        record["perf_per_msg"] = {k.rpartition(":")[2].removeprefix("sys_enter_"):
+                                  round(v / moved, 2) for k, v in counts.items()
+                                  if k != "task-clock"}
+        record["perf_task_clock_us_per_msg"] = round(
+            counts.get("task-clock", 0) * 1e3 / moved, 1)  # perf counts msec
+    return record
+
+
+# --- summary and main -------------------------------------------------------------
+
+
+def summary(lines: list[dict]) -> list[str]:
+    verdict = {True: "MET", False: "MISSED", None: "n/a"}
+    out = []
+    for r in lines:
+        bench = r.get("bench")
+        if "error" in r:
+            out.append(f"{bench} {r.get('variant', '')}: ERROR {r['error'].splitlines()[0]}")
+        elif bench == "put_latency":
+            out.append(f"recoverable put, 1 client: p50 {r['p50_ms']} ms = "
+                       f"{r['p50_over_fsync_p50']} x fsync p50 {r['fsync_p50_ms']} ms "
+                       f"[target <= {TARGET_PUT_OVER_FSYNC}x: {verdict[r['target_met']]}]")
+        elif bench == "peers_summary":
+            rate, cpu, met = r["msgs_per_s"], r["server_cpu_us_per_msg"], r["targets_met"]
+            load = r["loadavg_1m_of_runs"]
+            out.append(f"batch {r['batch']}, msgs/s (median of rounds): "
+                       + ", ".join(f"{v} {round(x)}" for v, x in rate.items())
+                       + (f"; load {load[0]:.1f}-{load[-1]:.1f}" if load else ""))
+            out.append(f"  durable: cqsd/redis {r.get('cqsd_over_redis')} [target >= "
+                       f"{TARGET_OVER_REDIS}: {verdict[met.get('cqsd_over_redis')]}], "
+                       f"cqsd/rabbitmq {r.get('cqsd_over_rabbitmq')} [target >= "
+                       f"{TARGET_OVER_RABBITMQ}: {verdict[met.get('cqsd_over_rabbitmq')]}]; "
+                       f"not durable: cqsd/redis {r.get('cqsd_nd_over_redis_nd')} [target >= "
+                       f"{TARGET_NONDURABLE_OVER_REDIS}: "
+                       f"{verdict[met.get('cqsd_nd_over_redis_nd')]}]")
+            out.append("  server CPU us/msg: " + ", ".join(f"{v} {x}" for v, x in cpu.items())
+                       + f" [cqsd <= redis: {verdict[met.get('cpu_at_most_redis')]}]")
+        elif r.get("profiled"):
+            per = r.get("perf_per_msg")
+            out.append(f"profiled cqsd run, batch {r['batch']}: {r['msgs_per_s']} msgs/s, "
+                       f"{r['server_cpu_us_per_msg']} us CPU/msg"
+                       + (f"; per message: {per}" if per else "")
+                       + (f"; py-spy in {r['py_spy']}" if r["py_spy"] else ""))
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default=",".join(FIGURES),
+                   help=f"comma-separated figures, of {','.join(FIGURES)}")
+    p.add_argument("--servers", default=",".join(VARIANTS),
+                   help="comma-separated servers of figure 2, of " + ",".join(VARIANTS)
+                   + " (-nd: not durable)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of figure 2")
+    p.add_argument("--size", type=int, default=1024, help="bytes a message")
+    p.add_argument("--messages", type=int, default=20_000,
+                   help="messages a run of batch 1 moves")
+    p.add_argument("--batch-messages", type=int, default=100_000,
+                   help="messages a run of --batch moves")
+    p.add_argument("--batch", type=int, default=16,
+                   help="messages in flight per client (batch 1 is run too)")
+    p.add_argument("--put-samples", type=int, default=1000, help="puts of figure 1")
+    p.add_argument("--py-spy", type=Path, metavar="DIR",
+                   help="profile one more durable cqsd run with py-spy into DIR")
+    p.add_argument("--perf-stat", action="store_true",
+                   help="count the daemon's syscalls and context switches with perf stat "
+                        "in that run")
+    args = p.parse_args(argv)
+    args.only = set(args.only.split(","))
+    if unknown := args.only - set(FIGURES):
+        p.error(f"unknown figures: {', '.join(sorted(unknown))}")
+    args.servers = [v for v in VARIANTS if v in args.servers.split(",")]
+    if args.py_spy:
+        args.py_spy = args.py_spy.resolve()
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+    if args.perf_stat and (problem := perf_problem()):
+        print(f"# --perf-stat: {problem}; the profiled run goes without it", file=sys.stderr)
+        args.perf_stat = False
+    args.batches = sorted({1, args.batch})
+    args.producers = args.consumers = 4
+    args.time_limit = 120.0  # seconds any one run may take
+    args.redis_binary = None
+    if any(VARIANTS[v][0] == "redis" for v in args.servers):
+        args.redis_binary = _procs.redis_server_path()
+        if args.redis_binary is None:
+            args.servers = [v for v in args.servers if VARIANTS[v][0] != "redis"]
+    if "rabbitmq" in args.servers and _procs.debian_binary("rabbitmq-server",
+                                                           "rabbitmq-server") is None:
+        args.servers.remove("rabbitmq")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    lines: list[dict] = []
+    # Under /tmp on purpose, as durability.py: the figures are about that disk.
+    tmp = Path(tempfile.mkdtemp(prefix="cqpeers-", dir="/tmp"))
+    started_at = time.monotonic()
+    try:
+        emit(environment(tmp) | {"size": args.size, "batches": args.batches,
+                                 "rounds": args.rounds}, lines)
+        if "put" in args.only:
+            try:
+                where = tmp / "put"
+                where.mkdir()
+                config = _procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)
+                with servers.daemon(config) as d:
+                    d.start()
+                    emit(put_latency_figure(d.address, args.put_samples, 60.0,
+                                            where / "data"), lines)
+            except Exception as err:
+                emit({"bench": "put_latency", "error": f"{type(err).__name__}: {err}"}, lines)
+        if "peers" in args.only:
+            peer_figures(tmp, args, lines)
+        if args.py_spy or args.perf_stat:
+            profile_figure(tmp, args, lines)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for line in summary(lines):
+        print("# " + line)
+    print(f"# total {time.monotonic() - started_at:.0f} s")
+    return 1 if any("error" in r for r in lines) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

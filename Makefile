@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 	$(BIN)/python benchmarks/server.py
 	$(BIN)/python benchmarks/durability.py
+	$(BIN)/python benchmarks/peers.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

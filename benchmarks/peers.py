@@ -347,9 +347,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    + " (-nd: not durable)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of figure 2")
     p.add_argument("--size", type=int, default=1024, help="bytes a message")
-    p.add_argument("--messages", type=int, default=20_000,
+    p.add_argument("--messages", type=int, default=10_000,
                    help="messages a run of batch 1 moves")
-    p.add_argument("--batch-messages", type=int, default=100_000,
+    p.add_argument("--batch-messages", type=int, default=50_000,
                    help="messages a run of --batch moves")
     p.add_argument("--batch", type=int, default=16,
                    help="messages in flight per client (batch 1 is run too)")

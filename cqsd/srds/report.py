@@ -28,7 +28,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgpack
@@ -56,6 +56,7 @@ QUEUE = ["structure", "qtype", "queue"]
 SUSPEND = int(QueueType.TRAN_SUSPEND)
 LARGEST = 20  # messages in the largest-messages table
 NS = 1_000_000_000
+UTC_TIME = pa.timestamp("us", tz="UTC")
 # The daemon's events that begin and end an episode (cqsd/server/eventlog.py).
 EPISODES = {"structure_full": ("full", True), "structure_not_full": ("full", False),
             "overflow_mode": ("overflow mode", None), "overflow_status": ("overflow status", None)}
@@ -336,8 +337,6 @@ def checkpoints(repository: Path, since: float | None, structure: str | None,
                 problems: list[str]) -> pa.Table:
     """The checkpoints the repository recorded (started at or after ``since``), opened
     read-only: the report writes nothing of the data directory."""
-    columns = ["structure", "slot", "started", "finished", "seconds", "rows", "records",
-               "status", "error"]
     rows: list[dict] = []
     if repository.exists():
         try:
@@ -351,18 +350,18 @@ def checkpoints(repository: Path, since: float | None, structure: str | None,
                     (since or 0, structure, structure)).fetchall()
             finally:
                 db.close()
-            rows = [dict(r) for r in found]
+            rows = [{**dict(r), "started": _utc(r["started"]), "finished": _utc(r["finished"])}
+                    for r in found]
         except sqlite3.Error as err:
             problems.append(f"{repository}: cannot read the backup records ({err})")
-    table = pa.Table.from_pylist(rows, schema=pa.schema([
-        ("structure", pa.string()), ("slot", pa.string()), ("started", pa.float64()),
-        ("finished", pa.float64()), ("seconds", pa.float64()), ("rows", pa.int64()),
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        ("structure", pa.string()), ("slot", pa.string()), ("started", UTC_TIME),
+        ("finished", UTC_TIME), ("seconds", pa.float64()), ("rows", pa.int64()),
         ("records", pa.int64()), ("status", pa.string()), ("error", pa.string())]))
-    for name in ("started", "finished"):
-        at = pc.multiply(table.column(name), 1_000_000).cast(pa.int64()).cast(
-            pa.timestamp("us", tz="UTC"))
-        table = table.set_column(columns.index(name), name, at)
-    return table
+
+
+def _utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 def episodes(path: Path, since: float | None, structure: str | None,
@@ -371,8 +370,8 @@ def episodes(path: Path, since: float | None, structure: str | None,
     event log (JSON lines): each from the event that began it to the one that ended
     it (``end`` null: still on when the log ends)."""
     schema = pa.schema([("structure", pa.string()), ("kind", pa.string()),
-                        ("queue", pa.string()), ("start", pa.timestamp("us", tz="UTC")),
-                        ("end", pa.timestamp("us", tz="UTC")), ("seconds", pa.float64())])
+                        ("queue", pa.string()), ("start", UTC_TIME), ("end", UTC_TIME),
+                        ("seconds", pa.float64())])
     begun: dict[tuple, datetime] = {}
     rows: list[dict] = []
     try:

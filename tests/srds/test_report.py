@@ -14,6 +14,7 @@ import pytest
 import cqsclient
 from cqsclient.errors import CQSError
 from cqsd.srds import report
+from cqsd.storage import repository
 from tests.daemon.harness import STRUCTURES, Daemon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +175,21 @@ def test_a_bad_since_or_no_out_and_no_structure_exits_2_naming_it():
     assert bad.returncode == 2 and "'yesterday' is neither an ISO 8601 time" in bad.stderr
     neither = srds("report")
     assert neither.returncode == 2 and "--out DIR" in neither.stderr
+
+
+def test_checkpoint_durations_come_from_the_repository_read_only(tmp_path):
+    """Each recorded checkpoint with its duration and outcome (--since by its start);
+    the repository file is not written to."""
+    db = tmp_path / "repository.db"
+    for started, status in ((1000.25, "ok"), (2000.5, "failed")):
+        repository.record_backup(db, structure="MSGQ01", slot="SRDS1", lsn_from={},
+                                 lsn_to={"cqsd": 5}, started=started, finished=started + 1.5,
+                                 rows=3, records=5, status=status)
+    before = db.read_bytes()
+    problems: list[str] = []
+    rows = report.checkpoints(db, None, None, problems).to_pylist()
+    assert [(r["started"].timestamp(), r["seconds"], r["status"]) for r in rows] == [
+        (1000.25, 1.5, "ok"), (2000.5, 1.5, "failed")]
+    assert [r["status"] for r in report.checkpoints(db, 1500, None, problems).to_pylist()] == \
+        ["failed"]
+    assert problems == [] and db.read_bytes() == before

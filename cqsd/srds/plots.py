@@ -23,7 +23,8 @@ from .report import Report  # noqa: E402
 LINES = 8  # queues drawn one by one in a per-minute plot; the rest are summed as "others"
 BARS = 15  # queues in a percentile plot
 WIDTH, HEIGHT = 10, 3.2  # inches per panel
-STYLE = """body{font-family:sans-serif;margin:2em;max-width:70em;color:#222}
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em;color:#222}
+.wide{overflow-x:auto}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}
 th{background:#eee}td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}
@@ -111,7 +112,7 @@ def _overflow(minutes: pd.DataFrame | None, episodes: pd.DataFrame | None,
     fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT))
     if moves:
         per = minutes.groupby(["minute", "structure"])["moved_out"].sum().unstack(fill_value=0)
-        for structure in per.columns:
+        for structure in per.columns[per.sum() > 0]:
             ax.plot(per.index, per[structure], marker="o", markersize=3,
                     label=f"{structure}: moved to overflow / min")
     if episodes is not None and not episodes.empty:
@@ -197,8 +198,15 @@ def _page(report: Report, sections: list, queues: pd.DataFrame | None, data_dir:
 
 
 def _table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.3f}",
-                         border=0)
+    """A table for people: times to the second, nothing where there is no value."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if pd.api.types.is_datetime64_any_dtype(frame[column]):
+            frame[column] = frame[column].dt.strftime("%Y-%m-%d %H:%M:%S")
+        if frame[column].dtype == object:
+            frame[column] = frame[column].fillna("")
+    return "<div class='wide'>" + frame.to_html(
+        index=False, na_rep="", float_format=lambda v: f"{v:.3f}", border=0) + "</div>"
 
 
 def _when(epoch: float) -> str:

@@ -340,7 +340,7 @@ def checkpoints(repository: Path, since: float | None, structure: str | None,
     rows: list[dict] = []
     if repository.exists():
         try:
-            db = sqlite3.connect(f"{repository.as_uri()}?mode=ro", uri=True, timeout=30)
+            db = sqlite3.connect(f"{repository.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
             try:
                 db.row_factory = sqlite3.Row
                 found = db.execute(

@@ -8,9 +8,11 @@ page, saying so, and no Spark is started for it.
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import structlog
+from pyspark.sql import SparkSession
 
 from logstream.durable import make_dirs
 
@@ -22,20 +24,18 @@ log = structlog.get_logger()
 CONF = {"spark.sql.session.timeZone": "UTC"}
 
 
-def run(data_dir: Path, out: Path, start_spark: Callable[[dict[str, str]], object], *,
+def run(data_dir: Path, out: Path,
+        spark_session: Callable[[dict[str, str]], AbstractContextManager[SparkSession]], *,
         since: float | None = None, events: Path | None = None,
         structure: str | None = None) -> dict:
     """Write the report of ``data_dir`` into ``out``; the result the CLI prints.
-    ``start_spark(conf)`` starts the session, called only if there is a log."""
+    ``spark_session(conf)`` gives the session to use while in its ``with`` (a
+    SparkSession stops at the end of it); asked for only if there is a log."""
     began = time.perf_counter()
     make_dirs(out)
     tasks = report.plan(DataDir(str(data_dir)).logstream)
-    spark = start_spark(CONF) if tasks else None
-    try:
+    with spark_session(CONF) if tasks else nullcontext(None) as spark:
         built = report.build(spark, data_dir, tasks, since, events, structure)
-    finally:
-        if spark is not None:
-            spark.stop()
     for problem in built.problems:
         log.warning("traffic_report_problem", problem=problem)
     files = report.write(built, out)

@@ -1,11 +1,13 @@
 """The traffic report (``python -m cqsd.srds report --out``) over the log of a real
-daemon that did a known traffic pattern: its Parquet figures, its page and plots."""
+daemon that did a known traffic pattern: its Parquet figures, its page and plots.
+(test_cluster.py runs the command on a Spark cluster too.)"""
 
 import json
 import re
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,6 +16,7 @@ import pytest
 import cqsclient
 from cqsclient.errors import CQSError
 from cqsd.srds import report
+from cqsd.srds import traffic as traffic_report
 from cqsd.storage import repository
 from tests.daemon.harness import STRUCTURES, Daemon
 
@@ -77,14 +80,12 @@ def fill(structure, reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def made(traffic, tmp_path_factory):
-    """The report job run once, from the command line, on the daemon's data."""
+def made(traffic, spark, tmp_path_factory):
+    """The report of the daemon's data, made as the command line makes it, on the test
+    session's Spark (the command line itself runs in test_cluster and below)."""
     data, events, *_ = traffic
     out = tmp_path_factory.mktemp("report")
-    done = srds("report", "--data-dir", str(data), "--out", str(out), "--events", str(events),
-                "--master", "local[1]")
-    assert done.returncode == 0, done.stderr
-    return out, json.loads(done.stdout.strip().splitlines()[-1])
+    return out, traffic_report.run(data, out, lambda conf: nullcontext(spark), events=events)
 
 
 def queues(out: Path) -> dict[tuple, dict]:

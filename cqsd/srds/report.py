@@ -35,7 +35,6 @@ import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -47,6 +46,7 @@ from ..engine.qtypes import QueueType
 from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
 from ..storage.datadir import DataDir
 from . import effects, segments
+from .fold import _Summaries  # the checkpoint's accumulator of the tasks' summaries
 
 KEPT = ["structure", "id", "ts", "writer", "lsn", "part", "idx", "kind", "qtype", "name",
         "put_time", "count", "home_qtype", "home_name"]
@@ -67,17 +67,6 @@ class Everything:
 
     def __contains__(self, name: object) -> bool:
         return True
-
-
-class _Summaries(AccumulatorParam):
-    """Collects the tasks' summaries (segments.scan) on the driver."""
-
-    def zero(self, value: list) -> list:
-        return []
-
-    def addInPlace(self, value1: list, value2: list) -> list:
-        value1.extend(value2)
-        return value1
 
 
 @dataclass

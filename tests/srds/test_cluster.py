@@ -4,6 +4,7 @@ one core, on loopback): the daemon runs checkpoint and recovery there when its
 live daemon. The data directory is the shared storage the jobs read and write."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,6 @@ def daemon(cluster, tmp_path_factory):
     env = {"SPARK_LOCAL_IP": LOOPBACK, "SPARK_CONF_DIR": str(conf)}
     d = Daemon(f'spark_master = "{cluster.master}"\ncheckpoint_interval = 0\n', ONE,
                env=env).start()
-    d.spark_env = env
     yield d
     d.cleanup()
 
@@ -74,8 +74,8 @@ def test_the_daemon_checkpoints_and_recovers_on_the_cluster(cluster, daemon):
     assert [data for _, data in contents(daemon)] == [d for _, d in before] + [
         b"after the checkpoint"]
     assert len(set(cluster.executors())) == 2
-    memory = cluster.worker.matching(r"Asked to launch executor \S+ for (\S+)")
-    assert [m.group(1) for m in memory] == ["cqsd-srds", "cqsd-srds"]
+    launched = cluster.worker.matching(r"Asked to launch executor \S+ for (\S+)")
+    assert [m.group(1) for m in launched] == ["cqsd-srds", "cqsd-srds"]
     assert cluster.worker.matching(f"-Xmx{EXECUTOR_MEMORY.upper()}")
 
 
@@ -87,7 +87,7 @@ def test_the_traffic_report_runs_on_the_cluster_beside_the_live_daemon(cluster, 
     done = subprocess.run(
         [sys.executable, "-m", "cqsd.srds", "report", "--data-dir", str(daemon.data),
          "--out", str(out), "--master", cluster.master], cwd=ROOT, capture_output=True,
-        text=True, timeout=300, env={**__import__("os").environ, **daemon.spark_env})
+        text=True, timeout=300, env={**os.environ, **daemon.env})
     assert done.returncode == 0, done.stderr
     row = {r["queue"]: r for r in pq.read_table(out / "queues.parquet").to_pylist()}["Q"]
     assert (row["puts"], row["reads"], row["deletes"]) == (41, 10, 10)

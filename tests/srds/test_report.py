@@ -15,7 +15,7 @@ import pytest
 
 import cqsclient
 from cqsclient.errors import CQSError
-from cqsd.srds import report
+from cqsd.srds import effects, report
 from cqsd.srds import traffic as traffic_report
 from cqsd.storage import repository
 from tests.daemon.harness import STRUCTURES, Daemon
@@ -149,14 +149,26 @@ def test_the_page_shows_plots_that_exist(made):
     assert "queues.parquet" in result["parquet"]
 
 
-def test_since_keeps_only_later_effects(spark, traffic):
-    """--since between A's traffic and B's: B's effects only, though the whole log was
-    read (a message put before it still has its residence)."""
+def test_since_and_structure_keep_only_later_effects_of_that_structure(spark, traffic):
+    """--since between A's traffic and B's, --structure MSGQ01: B's effects only, though
+    the whole log was read; TINY's later traffic is left out."""
     data, _, _, middle, _ = traffic
-    later = report.build(spark, data, report.plan(data / "logstream"), since=middle)
+    later = report.build(spark, data, report.plan(data / "logstream"), since=middle,
+                         structure="MSGQ01")
     rows = {(r["structure"], r["queue"]): r for r in later.tables["queues"].to_pylist()}
-    assert ("MSGQ01", "A") not in rows and rows["MSGQ01", "B"]["puts"] == 5
+    assert list(rows) == [("MSGQ01", "B")] and rows["MSGQ01", "B"]["puts"] == 5
     assert later.span[0] >= middle and later.records > 0
+
+
+def test_payloads_do_not_travel_only_their_length():
+    """A put's size is its payload's length, an offloaded one's (empty data, M map) the
+    map's; its blocks are dropped."""
+    body = {"s": "S", "e": [["B", 7, 0, b"x" * 300], ["P", 7, 1, "Q", b"", 5],
+                            ["M", 7, ["IMS1", 300, 42, [0, 1]]], ["P", 8, 1, "Q", b"abc", 6]]}
+    slim = report.slim(effects.batch(effects.rows_of(body, {"S"}, 1, "cqsd", 1)))
+    assert "data" not in slim.schema.names
+    assert list(zip(slim.column("kind").to_pylist(), slim.column("size").to_pylist(),
+                    strict=True)) == [("P", 0), ("M", 300), ("P", 3)]
 
 
 def test_a_data_dir_without_a_log_gets_a_page_saying_so(tmp_path):

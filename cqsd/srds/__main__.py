@@ -9,10 +9,12 @@ in ``error``; 2: the command line is wrong.
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
@@ -28,12 +30,14 @@ PARENT_POLL = 0.5  # seconds between checks that the daemon that started the job
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = _checked(parser.parse_args(argv), parser)
     logs.configure("info")
     if args.parent is not None:
         _exit_with_parent(args.parent)
     try:
-        slots.check_structure_name(args.structure)
+        if args.structure is not None:
+            slots.check_structure_name(args.structure)
         result = _run(args)
     except Exception as err:  # noqa: BLE001 - every failure is reported alike: named, exit 1
         log.error("srds_job_failed", job=args.job, structure=args.structure,
@@ -45,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> dict:
     data_dir = Path(args.data_dir)
+    if args.job == "report" and args.out is not None:
+        from cqsd.srds import session, traffic  # imports pyspark, as the folding jobs do
+
+        return traffic.run(data_dir, Path(args.out), lambda conf: session.start(
+            args.master, {**conf, **dict(args.conf)},
+            progress=args.progress and sys.stderr.isatty(),
+            app="cqsd-report"), since=args.since, events=args.events, structure=args.structure)
     if args.job == "report":
         return jobs.report(data_dir, args.structure)
     stages = jobs.Stages(args.job, args.structure)
@@ -97,7 +108,6 @@ def _first_line(err: Exception) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--structure", required=True, help="the structure (e.g. MSGQ01)")
     common.add_argument("--data-dir", default="./cqsd-data", help="default ./cqsd-data")
     common.add_argument("--master", default="local[*]", help="Spark master, default local[*]")
     common.add_argument("--conf", action="append", type=_setting, default=[], metavar="KEY=VALUE",
@@ -107,19 +117,56 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--parent", type=int, metavar="PID",
                         help="end the job once process PID (the daemon that started it) "
                              "is no longer its parent")
+    one = argparse.ArgumentParser(add_help=False, parents=[common])
+    one.add_argument("--structure", required=True, help="the structure (e.g. MSGQ01)")
     parser = argparse.ArgumentParser(prog="python -m cqsd.srds",
                                      description="structure checkpoints (SRDS) and recovery")
     jobs_ = parser.add_subparsers(dest="job", required=True)
-    take = jobs_.add_parser("checkpoint", parents=[common],
+    take = jobs_.add_parser("checkpoint", parents=[one],
                             help="fold the current slot and the log into the other slot")
     take.add_argument("--cut", action="append", type=_position, default=[],
                       metavar="WRITER=LSN",
                       help="last LSN to include per writer (repeatable; default: the log's end)")
-    rebuild = jobs_.add_parser("recover", parents=[common],
+    rebuild = jobs_.add_parser("recover", parents=[one],
                                help="newest valid slot + the whole log after it -> an image")
     rebuild.add_argument("--to-image", help="default <data-dir>/images/<S>.recovered")
-    jobs_.add_parser("report", parents=[common], help="the slots and the log tail, as JSON")
+    report = jobs_.add_parser(
+        "report", parents=[common],
+        help="with --out: the traffic report (HTML, PNG plots, Parquet); "
+             "else the slots and the log tail of --structure, as JSON")
+    report.add_argument("--structure", help="only this structure (required without --out)")
+    report.add_argument("--out", help="directory for index.html, the plots and the Parquet tables")
+    report.add_argument("--since", type=_since, metavar="TIME",
+                        help="only effects from TIME on: ISO 8601 (UTC unless it names a "
+                             "zone) or epoch seconds")
+    report.add_argument("--events", type=Path, metavar="FILE",
+                        help="the daemon's event log (log_file), for structure-full and "
+                             "overflow episodes")
     return parser
+
+
+def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    if args.job == "report" and args.out is None and args.structure is None:
+        parser.error("report needs --out DIR (the traffic report) or --structure S "
+                     "(the slots and the log tail)")
+    return args
+
+
+def _since(text: str) -> float:
+    """An ISO 8601 time (UTC if it names no zone) or epoch seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither an ISO 8601 time (e.g. 2026-11-24T09:30:00Z) nor epoch "
+                "seconds") from None
+        value = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time after 1970")
+    return value
 
 
 def _setting(text: str) -> tuple[str, str]:

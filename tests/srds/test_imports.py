@@ -26,5 +26,6 @@ def test_what_the_daemon_imports_does_not_load_pyspark():
 
 def test_the_jobs_do_not_import_the_server_or_trio():
     """Every SRDS module together pulls in neither cqsd.server nor trio."""
-    loaded = loaded_after("import cqsd.srds.__main__, cqsd.srds.jobs, cqsd.srds.session")
+    loaded = loaded_after("import cqsd.srds.__main__, cqsd.srds.jobs, cqsd.srds.session, "
+                          "cqsd.srds.traffic")
     assert "cqsd.server" not in loaded and "trio" not in loaded

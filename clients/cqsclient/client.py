@@ -633,7 +633,8 @@ class StructureHandle:
         Each is a :class:`Delivery` (a Message, locked by this client) to ``ack()``
         (delete) or ``nack()`` (give back; ``failed=True`` by default), or to use as
         ``with m:`` (ack on success, nack on an exception). *prefetch* messages are
-        read (and locked) at a time; when the queue is empty the consumer waits on
+        read (and locked) at a time, and an ack with none left read ahead brings the
+        next ones back with it; when the queue is empty the consumer waits on
         the daemon, *wait* seconds per read. ``stop()`` ends the loop (from another
         thread or a signal handler too); see :class:`Consumer`.
         """

@@ -411,7 +411,10 @@ class FakeServer:
         if next is None:
             pair.delete(None if operator else conn.client, entry_id)
             return {}
-        read = requests.next_read(next)
+        try:
+            read = requests.next_read(next)
+        except ProtocolError as err:
+            raise CQSError(err.reason, err.message) from err
         key = (parse_qtype(read["qtype"]), check_name(read["queue"]))
         pair.delete(None if operator else conn.client, entry_id)
         afters: list[Callable[[], None]] = []

@@ -594,6 +594,21 @@ class StructureHandle:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
         await self._do(ops.delete(self.name, entry_id), timeout)
 
+    async def delete_and_read(
+        self,
+        entry_id: int,
+        queue: str,
+        n: int = 1,
+        qtype: QType = "TRAN",
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> list[Message]:
+        """Delete a locked message and read up to *n* of *queue* in one round trip
+        (see the blocking client); [] if there is none readable."""
+        call = ops.delete_and_read(self.name, entry_id, queue, n, qtype)
+        messages: list[Message] = await self._do(call, timeout)
+        return messages
+
     async def unlock(
         self,
         entry_id: int,

@@ -102,8 +102,7 @@ class Consumer(ConsumerBase):
         call = self._settle_call(self.handle.name, message.entry_id, failed)
         while True:
             try:
-                await client._do(call, timeout)
-                return True
+                got = await client._do(call, timeout)
             except ALREADY_RELEASED:
                 return False
             except ConnectionLost:
@@ -111,6 +110,13 @@ class Consumer(ConsumerBase):
                     raise
                 if not client.holds(self.handle.name, message.entry_id):
                     return False
+                continue
+            extra = self._refill(call, got)
+            if extra:
+                with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                    for m in extra:
+                        await client._release(self.handle.name, m.entry_id)
+            return True
 
     async def __aenter__(self) -> Consumer:
         return self

@@ -633,7 +633,8 @@ class StructureHandle:
         Each is a :class:`Delivery` (a Message, locked by this client) to ``ack()``
         (delete) or ``nack()`` (give back; ``failed=True`` by default), or to use as
         ``with m:`` (ack on success, nack on an exception). *prefetch* messages are
-        read (and locked) at a time; when the queue is empty the consumer waits on
+        read (and locked) at a time, and an ack with none left read ahead brings the
+        next ones back with it; when the queue is empty the consumer waits on
         the daemon, *wait* seconds per read. ``stop()`` ends the loop (from another
         thread or a signal handler too); see :class:`Consumer`.
         """
@@ -642,6 +643,24 @@ class StructureHandle:
     def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
         self._do(ops.delete(self.name, entry_id), timeout)
+
+    def delete_and_read(
+        self,
+        entry_id: int,
+        queue: str,
+        n: int = 1,
+        qtype: QType = "TRAN",
+        *,
+        timeout: Timeout = CLIENT_TIMEOUT,
+    ) -> list[Message]:
+        """Delete a message this client holds locked, then read and lock up to *n*
+        messages of *queue*, in one round trip (AMQP's ack and next delivery); []
+        if the queue has none readable (it does not wait: ``read`` with *wait*
+        then). Returns once the delete is durable; if it fails (LOCK_NOT_HELD,
+        say) nothing is read."""
+        call = ops.delete_and_read(self.name, entry_id, queue, n, qtype)
+        messages: list[Message] = self._do(call, timeout)
+        return messages
 
     def unlock(
         self,

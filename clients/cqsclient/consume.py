@@ -21,6 +21,17 @@ locks if served later is given back. The messages read ahead and not handed
 out are given back (plain unlocks, not failures) when the consumer closes:
 leaving a ``with s.consume(...)`` block, on ``close()``, or once stopped.
 
+An ack with nothing read ahead carries the refill: it is a ``delete`` with
+``next`` (``StructureHandle.delete_and_read``), so the next messages come back
+with it and a consumer of one message at a time makes one round trip a
+message, not two (an AMQP consumer gets its next delivery the same way). The
+ack still returns once the delete is durable, and settles as before when the
+delete fails (nothing is read then); what it brings waits in the buffer, like
+a prefetch, so a loop left without ``close()`` (or a ``with`` block) holds
+those locks until the client closes. A nack, an ack with messages still read
+ahead, and one of a consumer that has stopped carry no ``next``; what an ack
+brings to a consumer stopped meanwhile is given back at once.
+
 With ``reconnect`` the loop carries on through a lost connection or a daemon
 restart: the read is sent again on the new connection, messages read ahead
 whose locks did not come back are dropped from the buffer (someone else may
@@ -133,11 +144,22 @@ class ConsumerBase:
         handout.settled = True
         return True
 
-    @staticmethod
-    def _settle_call(structure: str, entry_id: int, failed: bool | None) -> ops.Call:
-        if failed is None:
+    def _settle_call(self, structure: str, entry_id: int, failed: bool | None) -> ops.Call:
+        if failed is not None:
+            return ops.unlock(structure, entry_id, failed)
+        if self._ahead or self._stopping:
             return ops.delete(structure, entry_id)
-        return ops.unlock(structure, entry_id, failed)
+        return ops.delete_and_read(structure, entry_id, self.queue, self.prefetch, self.qtype)
+
+    def _refill(self, call: ops.Call, got: Any) -> list[Message]:
+        """Buffer what an ack read (see the design note); returns what to give back,
+        because the consumer stopped while the ack was on its way."""
+        if not call.locks or not got:
+            return []
+        if self._stopping:
+            return list(got)
+        self._ahead.extend(got)
+        return []
 
     def _deliver(self, cls: type[Any], message: Message) -> Any:
         return cls(*(getattr(message, name) for name in _MESSAGE_FIELDS), Handout(self))
@@ -209,8 +231,7 @@ class Consumer(ConsumerBase):
         call = self._settle_call(self.handle.name, message.entry_id, failed)
         while True:
             try:
-                client._do(call, timeout)
-                return True
+                got = client._do(call, timeout)
             except ALREADY_RELEASED:
                 return False
             except ConnectionLost:
@@ -219,6 +240,10 @@ class Consumer(ConsumerBase):
                 # Reconnected: if the lock came back, the request was not applied.
                 if not client.holds(self.handle.name, message.entry_id):
                     return False
+                continue
+            for extra in self._refill(call, got):
+                client._release(self.handle.name, extra.entry_id)
+            return True
 
     def __enter__(self) -> Consumer:
         return self

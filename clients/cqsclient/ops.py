@@ -362,6 +362,18 @@ def delete(structure: str, entry_id: int, operator: bool = False) -> Call:
     return Call(request, _nothing, releases=() if operator else (entry_id,))
 
 
+def delete_and_read(structure: str, entry_id: int, queue: str, n: int, qtype: QType) -> Call:
+    """``delete`` with ``next``: the entry deleted, then up to *n* messages of the queue
+    read and locked in the same request; a list of Messages, [] when there is none."""
+    request = {
+        "op": "delete",
+        "structure": structure,
+        "entry_id": entry_id,
+        "next": {"queue": queue, "qtype": qtype, "n": n},
+    }
+    return Call(request, _messages(structure), locks=True, releases=(entry_id,))
+
+
 def move(structure: str, entry_id: int, queue: str, qtype: QType) -> Call:
     """``move``: an entry not locked by another client to another queue."""
     request = {

@@ -55,7 +55,12 @@ OPS: dict[str, Spec] = {
         "cursor": ((list, type(None)), None),
         "limit": ((int,), 100),
     },
-    "delete": {"structure": _STRUCTURE, "entry_id": _ENTRY, "operator": ((bool,), False)},
+    "delete": {
+        "structure": _STRUCTURE,
+        "entry_id": _ENTRY,
+        "operator": ((bool,), False),
+        "next": ((dict, type(None)), None),  # a read in the same request: next_read
+    },
     "move": {
         "structure": _STRUCTURE,
         "entry_id": _ENTRY,
@@ -104,6 +109,9 @@ COMMIT_OPS: dict[str, Spec] = {
     "move": {k: v for k, v in OPS["move"].items() if k != "structure"},
     "unlock": {k: v for k, v in OPS["unlock"].items() if k != "structure"},
 }
+# A delete's ``next``: the read that follows it in the same request (no ``wait``:
+# a waiting read's reply could not be sent before the delete's log record is durable).
+NEXT_READ: Spec = {"queue": ((str,), REQUIRED), "qtype": _QTYPE, "n": ((int,), 1)}
 MAX_COMMIT_OPS = 100_000  # a bound on one atomic batch, so one request cannot stall the daemon
 
 
@@ -143,6 +151,13 @@ def fields(where: str, spec: Spec, frame: dict[str, Any],
             )
         out[name] = value
     return out
+
+
+def next_read(value: dict[str, Any]) -> dict[str, Any]:
+    """A delete's ``next`` map with its defaults filled in; INVALID_REQUEST names
+    the field at fault. Checked before the delete is applied, so a bad one leaves
+    the message where it was."""
+    return fields("delete next", NEXT_READ, value, skip=())
 
 
 def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -11,9 +11,9 @@ fast path: one comparison a request); SIGHUP replaces them (reload.py).
 Requests are classified once, here: ``APPLICATION_OPS`` are what an
 application does with messages, every other op is an operator request. A new
 op is therefore an operator request until it is listed (a test checks every
-op is classified). Reading covers ``read``, ``browse`` and
-``register_interest``; a ``move`` reads its message's queue and puts to the
-target; an unlock to another queue puts there; a commit is checked op by op.
+op is classified). Reading covers ``read``, ``browse``, ``register_interest``
+and a ``delete``'s ``next``; a ``move`` reads its message's queue and puts to
+the target; an unlock to another queue puts there; a commit is checked op by op.
 """
 
 from __future__ import annotations
@@ -93,6 +93,10 @@ def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
     if structure is not None and rights.structures is not None:
         if overflow_of.get(structure, structure) not in rights.structures:
             return f"structure {structure}"
+    if op == "delete" and args.get("next") is not None:
+        why = _next(rights, args["next"])
+        if why is not None:
+            return why
     if op not in APPLICATION_OPS or (op == "delete" and args.get("operator")):
         return None if rights.operator else "operator requests"
     if op == "put":
@@ -115,6 +119,12 @@ def _queue(patterns: Patterns | None, verb: str, queue: str) -> str | None:
     if patterns is None or queue in patterns:
         return None
     return f"{verb} queue {queue} (allowed: {patterns.text})"
+
+
+def _next(rights: Rights, read: Any) -> str | None:
+    """A delete's ``next`` reads its queue (a malformed one: the handler refuses it)."""
+    queue = read.get("queue") if isinstance(read, dict) else None
+    return _queue(rights.read, "read", queue) if isinstance(queue, str) else None
 
 
 def _move(rights: Rights, structure: str, entry_id: int, target: str,

@@ -114,14 +114,24 @@ async def _wait_read(d: "Daemon", session: Session, rid: int, s: StructurePair, 
 
 def _messages(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> list[Result]:
     """The messages a read locked, with their payloads; if one cannot be read from
-    its data set, every lock goes back untouched and the read fails."""
+    its data set, every lock goes back untouched (settled at once: a waiting read's
+    reply has no dispatcher after it) and the read fails."""
+    try:
+        return _payloads(d, s, client, got)
+    except CQSError:
+        d.settle()
+        raise
+
+
+def _payloads(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> list[Result]:
+    """``_messages`` without the settle, for a handler whose dispatcher settles: its
+    reply then waits for the record of everything the request did."""
     try:
         return [wire.message(e, d.datasets.payload(e)) for e in got]
     except CQSError:
         for e in got:
             with contextlib.suppress(CQSError):  # unless peer recovery gave it back already
                 s.unlock(client, e.entry_id)
-        d.settle()
         raise
 
 
@@ -143,10 +153,42 @@ def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: st
 
 
 def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
-              operator: bool) -> Result:
-    """delete {structure, entry_id, operator?} -> {}"""
-    d.registry.structure(structure).delete(session.client, entry_id, operator)
-    return {}
+              operator: bool, next: dict[str, Any] | None) -> Result:
+    """delete {structure, entry_id, operator?, next?: {queue, qtype?, n?}}
+    -> {}, or with next {messages}: the delete, then a read of up to n, in one request"""
+    s = d.registry.structure(structure)
+    if next is None:
+        s.delete(session.client, entry_id, operator)
+        return {}
+    key, n = _next_read(next)  # a bad next refuses the request before the delete
+    s.delete(session.client, entry_id, operator)
+    return {"messages": _read_after_delete(d, s, _client(session), key, n)}
+
+
+def _next_read(value: dict[str, Any]) -> tuple[Key, int]:
+    f = requests.next_read(value)
+    key = (parse_qtype(f["qtype"]), check_name(f["queue"]))
+    if not 1 <= f["n"] <= MAX_READ_BATCH:
+        raise _bad(f"delete next: n must be 1 to {MAX_READ_BATCH}, got {f['n']}")
+    return key, f["n"]
+
+
+def _read_after_delete(d: "Daemon", s: StructurePair, client: str, key: Key,
+                       n: int) -> list[Result]:
+    """The read of a delete's ``next``, as a read sent right after the delete would
+    find the queue: readers already waiting on it are served first (a delete on a
+    SERIAL queue makes its next message readable, and theirs). A payload that
+    cannot be read gives every lock back and the reply none: the delete stands,
+    and a plain read surfaces the error."""
+    if s.readable:
+        d.waiters.serve(s)
+    got = read_up_to(s, client, key, n, d.limits.reply_bytes)
+    try:
+        return _payloads(d, s, client, got)
+    except CQSError as err:
+        log.warning("delete_next_unread", client=client, structure=s.name,
+                    reason=str(err.reason), message=err.message)
+        return []
 
 
 def op_move(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int, queue: str,

@@ -406,9 +406,23 @@ class FakeServer:
         return {"messages": [wire.browsed(e, e.data) for e in found],
                 "cursor": list(after) if after else None}
 
-    def op_delete(self, conn, rid, structure, entry_id, operator):
-        self._pair(structure).delete(None if operator else conn.client, entry_id)
-        return {}
+    def op_delete(self, conn, rid, structure, entry_id, operator, next):
+        pair = self._pair(structure)
+        if next is None:
+            pair.delete(None if operator else conn.client, entry_id)
+            return {}
+        try:
+            read = requests.next_read(next)
+        except ProtocolError as err:
+            raise CQSError(err.reason, err.message) from err
+        key = (parse_qtype(read["qtype"]), check_name(read["queue"]))
+        pair.delete(None if operator else conn.client, entry_id)
+        afters: list[Callable[[], None]] = []
+        self._settle(afters)  # parked reads first, as the daemon serves them
+        for after in afters:
+            after()
+        got = read_up_to(pair, conn.client, key, read["n"], self.max_message)
+        return {"messages": [wire.message(e, e.data) for e in got]}
 
     def op_move(self, conn, rid, structure, entry_id, queue, qtype):
         self._pair(structure).move(conn.client, entry_id, qtype, queue)

@@ -46,6 +46,9 @@ def test_round_trips(backend, server, address):
                 await c.structure("NOPE")
             with pytest.raises(errors.LockNotHeld):
                 await s.delete(ids[0])
+            first = await s.read("TRANX")
+            got = await s.delete_and_read(first.entry_id, "TRANX", n=5)
+            assert [m.entry_id for m in got] == ids[1:] and got[0].structure == "MSGQ01"
 
     run(backend, main)
     assert server.ops("deregister")

@@ -48,6 +48,22 @@ def test_register_then_round_trips(server, address):
     assert server.ops("deregister")
 
 
+def test_delete_and_read_is_one_delete_carrying_the_read(server, client):
+    """delete_and_read sends one delete with next; the next messages come back locked,
+    [] when there are none, and nothing is read when the delete is refused."""
+    s = client.structure("MSGQ01")
+    ids = s.put_batch("Q", [b"a", b"b", b"c"], qtype="LTERM")
+    first = s.read("Q", "LTERM")
+    got = s.delete_and_read(first.entry_id, "Q", 5, "LTERM")
+    assert [(m.entry_id, m.qtype, m.delivery_count) for m in got] == [
+        (ids[1], "LTERM", 1), (ids[2], "LTERM", 1)]
+    assert s.delete_and_read(ids[1], "Q", qtype="LTERM") == []
+    with pytest.raises(errors.EntryNotFound):
+        s.delete_and_read(ids[1], "Q", qtype="LTERM")
+    assert [r["next"]["n"] for r in server.ops("delete")] == [5, 1, 1]
+    assert [(m.entry_id, m.where) for m in server.messages()] == [(ids[2], "locked")]
+
+
 def test_error_reply_raises_the_class_of_its_reason(client):
     """Error replies raise the matching CQSError subclass, with reason and message."""
     with pytest.raises(errors.UnknownStructure) as caught:

@@ -76,6 +76,50 @@ def test_prefetch_reads_ahead_and_leaving_gives_the_rest_back(server, s):
     assert [m.where for m in server.messages()] == ["ready"] * 4
 
 
+def test_an_ack_with_nothing_read_ahead_brings_the_next_messages(server, s):
+    """One message at a time, each ack is a delete carrying the next read: three
+    messages take one read and three deletes; the last ack finds the queue empty,
+    and the consumer then waits with a plain read."""
+    ids = s.put_batch("Q", [b"1", b"2", b"3"])
+    consumer = s.consume("Q", prefetch=2, wait=0.01)
+    got = []
+    for m in consumer:
+        got.append(m.entry_id)
+        assert m.delivery_count == 1
+        assert m.ack() is True
+        if len(got) == 3:
+            consumer.stop()
+    assert got == ids
+    assert [r.get("next") for r in server.ops("delete")] == [
+        None, {"queue": "Q", "qtype": "TRAN", "n": 2}, {"queue": "Q", "qtype": "TRAN", "n": 2}]
+    assert len(server.ops("read")) == 1
+    assert server.messages() == []
+
+
+def test_what_an_ack_brings_to_a_stopped_consumer_goes_back(server, s):
+    """A consumer stopped while its ack was on the way gives back, unfailed, what the
+    ack read; a consumer stopped before acks carries no read."""
+    ids = s.put_batch("Q", [b"1", b"2", b"3"])
+    consumer = s.consume("Q")
+    first = next(consumer)
+    real = server.op_delete
+
+    def stopped_meanwhile(conn, rid, **f):
+        consumer.stop()
+        return real(conn, rid, **f)
+    server.op_delete = stopped_meanwhile
+    assert first.ack() is True
+    assert [(r["entry_id"], r["failed"]) for r in server.ops("unlock")] == [(ids[1], False)]
+    assert list(consumer) == []
+    server.op_delete = real
+    later = s.consume("Q")
+    second = next(later)
+    later.stop()
+    assert second.entry_id == ids[1] and second.ack() is True
+    assert server.ops("delete")[-1].get("next") is None
+    assert [(m.entry_id, m.where) for m in server.messages()] == [(ids[2], "ready")]
+
+
 def test_stop_from_another_thread_ends_a_waiting_consumer_at_once(server, s):
     """A consumer waiting on an empty queue (a 30 s wait on the server) stops as soon
     as another thread calls stop(); a message that comes later is given back."""
@@ -153,5 +197,35 @@ def test_the_async_consumer(server, address, backend):
                 tg.start_soon(stop_when_parked)
                 with anyio.fail_after(5):
                     assert [m async for m in consumer] == []
+
+    anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_the_async_consumer_acks_with_the_next_read_too(server, address, backend):
+    """``await m.ack()`` with nothing read ahead brings the next message; what it brings
+    to a consumer stopped meanwhile goes back, unfailed."""
+
+    async def main():
+        async with cqsclient.aio.connect(address, client="A1") as c:
+            s = await c.structure("MSGQ01")
+            ids = await s.put_batch("Q", [b"1", b"2", b"3"])
+            consumer = s.consume("Q")
+            first = await consumer.__anext__()
+            assert await first.ack() is True
+            second = await consumer.__anext__()
+            real = server.op_delete
+
+            def stopped_meanwhile(conn, rid, **f):
+                consumer.stop()
+                return real(conn, rid, **f)
+            server.op_delete = stopped_meanwhile
+            assert await second.ack() is True
+            assert [m async for m in consumer] == []
+            assert (first.entry_id, second.entry_id) == tuple(ids[:2])
+            assert len(server.ops("read")) == 1
+            assert [(r["entry_id"], r["failed"]) for r in server.ops("unlock")] == [
+                (ids[2], False)]
+            assert [(m.entry_id, m.where) for m in server.messages()] == [(ids[2], "ready")]
 
     anyio.run(main, backend=backend)

@@ -166,6 +166,8 @@ def test_the_lock_book_sorts_a_resync_into_kept_lost_and_orphans():
     book.note(ops.read("S", "Q", "TRAN", None), message(5))
     book.note(ops.read("S", "Q", "TRAN", None), None)
     book.note(ops.delete("S", 2), None)
+    book.note(ops.delete_and_read("S", 6, "Q", 1, "TRAN"), [message(8)])
+    book.note(ops.delete("S", 8), None)
     book.note(ops.commit("S", [ops.unlock_op(3, False, None, None), ops.delete_op(9)]), [])
     assert sorted(key for key in [("S", i) for i in range(10)] if key in book) == [
         ("S", 1), ("S", 4), ("S", 5)]

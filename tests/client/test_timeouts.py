@@ -3,6 +3,7 @@ the request, and what happens to a reply that comes after all."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import anyio
@@ -73,6 +74,28 @@ def test_a_late_read_reply_has_its_messages_given_back(server, address):
         assert s.query("queues")  # reading its reply reads the late one too
         assert [r["entry_id"] for r in server.wait_ops("unlock")] == [eid]
         assert [(m.entry_id, m.where) for m in server.messages()] == [(eid, "ready")]
+
+
+def test_a_late_delete_and_read_reply_has_its_messages_given_back(server, address):
+    """A delete_and_read that timed out still deleted; what it read, nobody will see:
+    the SDK unlocks it once the late reply is read."""
+    with cqsclient.connect(address, client="T1", timeout=0.1) as c:
+        s = c.structure("MSGQ01")
+        ids = s.put_batch("Q", [b"acked", b"next"])
+        held = s.read("Q")
+        gate = threading.Event()
+        real = server.op_delete
+
+        def late(conn, rid, **f):
+            gate.wait(5)
+            return real(conn, rid, **f)
+        server.op_delete = late
+        with pytest.raises(RequestTimeout):
+            s.delete_and_read(held.entry_id, "Q")
+        gate.set()
+        assert s.query("queues")  # reading its reply reads the late one too
+        assert [r["entry_id"] for r in server.wait_ops("unlock")] == [ids[1]]
+        assert [(m.entry_id, m.where) for m in server.messages()] == [(ids[1], "ready")]
 
 
 def test_jobs_wait_as_long_as_they_take_by_default():

@@ -88,6 +88,15 @@ BAD_IDS = [0, -1, 1, 2**63 - 1, 2**64 - 1, -(2**63)]
 eids = st.tuples(st.sampled_from(["held"] * 4 + ["gone", "bad"]), st.integers(0, 63))
 waits = st.sampled_from([None, None, 0, 0.01, -1, MAX_WAIT + 1, float("nan"), float("inf")])
 counts = st.sampled_from([1, 1, 2, 5, 100, 0, -1, MAX_BATCH, MAX_BATCH + 1])
+# a delete's next: none, a read (all fields, or the queue alone), or a map no read is
+next_reads = st.one_of(
+    st.none(), st.none(),
+    st.tuples(st.just("read"), keys, counts),
+    st.tuples(st.just("queue"), st.sampled_from(good_queues)),
+    st.tuples(st.just("bad"), st.sampled_from([
+        "A", 1, [], {}, {"queue": "A", "wait": 1}, {"queue": 5}, {"queue": "A", "n": "1"},
+        {"queue": "A", "n": True}, {"queue": "A", "qtype": None}])),
+)
 commit_ops = st.lists(st.one_of(
     st.tuples(st.just("put"), keys, sizes, st.booleans()),
     st.tuples(st.just("delete"), eids),

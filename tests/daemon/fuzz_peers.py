@@ -288,7 +288,9 @@ def sdk_request(peer: SdkPeer, op: str, f: dict, timeout: float | None = None) -
         "read": lambda: {"messages": [message_map(m) for m in h.read_batch(
             f["queue"], f["n"], f["qtype"], f["wait"])]},
         "browse": lambda: page(h.browse(f["queue"], f["qtype"], f["limit"], f["cursor"])),
-        "delete": lambda: (h.operator_delete if f["operator"] else h.delete)(f["entry_id"]),
+        "delete": lambda: (h.operator_delete if f["operator"] else h.delete)(f["entry_id"])
+        if f.get("next") is None else {"messages": [message_map(m) for m in h.delete_and_read(
+            f["entry_id"], f["next"]["queue"], f["next"]["n"], f["next"]["qtype"])]},
         "move": lambda: h.move(f["entry_id"], f["queue"], f["qtype"]),
         "unlock": lambda: place(h.unlock(f["entry_id"], f["failed"], f["queue"], f["qtype"])),
         "commit": commit,

@@ -118,6 +118,23 @@ def test_queues_outside_the_patterns_are_refused(daemon):
         assert f.put("TRANOK", b"the commit put nothing") and len(b.browse("TRANOK")) == 1
 
 
+def test_a_delete_reads_its_next_queue_only_if_the_rights_allow(daemon):
+    """A delete whose ``next`` reads a queue outside the read patterns is refused whole:
+    the message stays locked, undeleted; with a queue it may read, both go through."""
+    with connect(daemon, "FRONT") as front, connect(daemon, "BACK") as back:
+        f, b = front.structure("MSGQ01"), back.structure("MSGQ01")
+        b.put("LTERMN", b"first", qtype="LTERM")
+        b.put("LTERMN", b"second", qtype="LTERM")
+        m = f.read("LTERMN", qtype="LTERM")
+        denied(daemon, "FRONT", "delete", lambda: f.delete_and_read(m.entry_id, "TRANX"),
+               "read queue TRANX")
+        assert [x.data for x in b.browse("LTERMN", "LTERM")] == [b"second"]  # first: locked
+        [second] = f.delete_and_read(m.entry_id, "LTERMN", qtype="LTERM")
+        assert second.data == b"second"
+        with pytest.raises(cqsclient.errors.EntryNotFound):
+            f.delete(m.entry_id)
+
+
 def test_operator_requests_need_the_operator_right(daemon):
     """Every operator request, and an operator session, is refused to a client without
     operator = true; OPS may run them."""

@@ -34,6 +34,7 @@ BUILDS = {
     "browse": [(S, None, None, 100, None), (S, "Q", None, 5, [1, "Q", 7]),
                (S, "Q", "TRAN_SUSPEND", 1, None)],
     "delete": [(S, 1), (S, 1, True)],
+    "delete_and_read": [(S, 1, "Q", 1, "TRAN"), (S, 1, "Q", 50, 5)],
     "move": [(S, 1, "Q2", "LTERM")],
     "unlock": [(S, 1), (S, 1, True, "Q2", "TRAN")],
     "commit": [(S, [])],
@@ -156,6 +157,9 @@ def drive_every_op(d) -> None:
         assert len(list(s.browse_all())) == 3
         s.move(batch[0].entry_id, "CQ2")
         s.delete(batch[1].entry_id)
+        s.put_batch("CQ4", [b"six", b"seven"])
+        [seven] = s.delete_and_read(s.read("CQ4").entry_id, "CQ4", n=2)
+        assert s.delete_and_read(seven.entry_id, "CQ4") == []
         with s.unit_of_work() as uow:
             got = uow.read("CQ")
             uow.put("CQ2", b"four")

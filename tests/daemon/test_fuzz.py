@@ -59,6 +59,7 @@ from .fuzz_draws import (
     eids,
     good_keys,
     keys,
+    next_reads,
     operator_structures,
     picks,
     qtypes,
@@ -545,20 +546,67 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
             fields["cursor"] = more
 
     @precondition(lambda self: self.live())
-    @rule(i=picks, structure=structures, eid=eids, operator=st.booleans())
-    def delete(self, i, structure, eid, operator):
-        peer = self.pick(i)
-        eid = self.entry(eid, structure)
+    @rule(i=picks, structure=structures, eid=eids, operator=st.booleans(), then=next_reads)
+    def delete(self, i, structure, eid, operator, then):
+        self.delete_on(self.pick(i), structure, self.entry(eid, structure), operator, then)
+
+    @precondition(lambda self: any(self.model.locks_of(p.client)
+                                   for p in self.live(registered=True)))
+    @rule(i=picks, k=picks, n=st.sampled_from([1, 1, 2, 7]), other=st.booleans())
+    def ack_and_read_next(self, i, k, n, other):
+        """A consumer's ack carrying its next read: a message it holds deleted, and
+        the oldest of its queue read (or of another queue with work, if asked or if
+        its own has none)."""
+        holders = [p for p in self.live(registered=True) if self.model.locks_of(p.client)]
+        peer = holders[i % len(holders)]
+        held = self.model.locks_of(peer.client)
+        m = held[k % len(held)]
+        ready = sorted(key for structure, key in self.model.ready_keys()
+                       if structure == m.structure)
+        key = m.key if not ready or (m.key in ready and not other) else ready[k % len(ready)]
+        self.delete_on(peer, m.structure, m.eid, False, ("read", key, n))
+
+    def delete_on(self, peer, structure, eid, operator, then):
+        if peer.kind == "sdk" and then is not None and (operator or then[0] == "bad"):
+            then = None  # the SDK's delete_and_read is a client's, and well formed
         fields = {"structure": structure, "entry_id": eid, "operator": operator}
+        key, n, faults = self.next_read(then, fields, peer.kind)
+        if type(fields.get("next", {})) is not dict:  # refused as the request is parsed
+            return self.judge(self.send(peer, "delete", fields), {"INVALID_REQUEST"})
         if peer.client is None:
             return self.unregistered(peer, "delete", fields)
         m = self.model.find(structure, eid)
-        faults = self.structure_faults(structure) or self.entry_faults(m)
+        # the structure first, then next (checked before the delete), then the entry
+        faults = self.structure_faults(structure) or faults or self.entry_faults(m)
         # DESIGN §6: a client deletes what it holds; an operator, anything not
         # locked by another client
         if not faults and (m.owner != peer.client if m.where == "locked" else not operator):
             faults.add("LOCK_NOT_HELD")
-        self.judge(self.send(peer, "delete", fields), faults, on_ok=lambda r: self.model.delete(m))
+
+        def deleted(result):
+            self.model.delete(m)
+            if then is not None:  # read as a read right after the delete would
+                self.locked(peer.client, self.readable(structure, key, n), result["messages"])
+                Checks.stats["deletes reading next"] += 1
+                Checks.stats["messages a delete read next"] += len(result["messages"])
+        self.judge(self.send(peer, "delete", fields), faults, on_ok=deleted)
+
+    def next_read(self, then, fields, kind):
+        """Put a delete's drawn ``next`` in its fields; (key, n, faults) of the read."""
+        if then is None:
+            return None, 0, set()
+        if then[0] == "bad":
+            fields["next"] = then[1]
+            return None, 0, {"INVALID_REQUEST"}
+        if then[0] == "queue" and kind == "raw":
+            fields["next"] = {"queue": then[1]}
+            return ("TRAN", then[1]), 1, set()
+        (qtype, queue), n = then[1:] if then[0] == "read" else (("TRAN", then[1]), 1)
+        fields["next"] = {"queue": queue, "qtype": qtype, "n": n}
+        faults = self.key_faults(qtype, queue)
+        if not 1 <= n <= MAX_BATCH:
+            faults.add("INVALID_REQUEST")
+        return (qtype_name(qtype), queue), n, faults
 
     @staticmethod
     def entry_faults(m):

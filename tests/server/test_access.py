@@ -50,6 +50,8 @@ def test_rights_allow_what_they_list():
     assert check("read", queue="LTERMZ") is None
     assert check("move", entry_id=1, queue="TRANB", queue_of=lambda s, e: "LTERMQ") is None
     assert check("delete", entry_id=1, operator=False) is None
+    assert check("delete", entry_id=1, operator=False, next={"queue": "LTERMQ"}) is None
+    assert check("delete", entry_id=1, next={"queue": 5}) is None  # the handler refuses it
     assert check("commit", ops=[{"op": "put", "queue": "EXACT"}, {"op": "delete",
                                                                    "entry_id": 2}]) is None
     assert check("move", entry_id=9, queue="TRANB", queue_of=lambda s, e: None) is None
@@ -67,6 +69,7 @@ def test_rights_allow_what_they_list():
      "read queue TRANA"),
     ("query", {"kind": "status"}, "operator requests"),
     ("delete", {"entry_id": 1, "operator": True}, "operator requests"),
+    ("delete", {"entry_id": 1, "next": {"queue": "TRANX", "n": 5}}, "read queue TRANX"),
     ("checkpoint", {}, "operator requests"),
 ])
 def test_rights_name_what_they_refuse(op, args, named):

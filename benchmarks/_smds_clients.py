@@ -11,8 +11,9 @@ by the deadline, so the parent can always join its children.
 
 Every client moves ``batch`` messages at a time, as far as its library lets
 it pipeline: cqsd ``put_batch`` (one atomic commit, acknowledged once durable)
-and ``read_batch`` + one commit deleting the batch (with ``batch`` 1: ``put``,
-``read`` and ``delete``, one request at a time); RabbitMQ a window of
+and ``read_batch`` + one commit deleting the batch (with ``batch`` 1: ``put``, and
+``delete_and_read``, the ack of the message held with the next delivery, one
+request at a time); RabbitMQ a window of
 ``batch`` unconfirmed publishes (publisher confirms, persistent messages on a
 durable classic queue) and a prefetch of ``batch`` with manual acks; Redis
 pipelines of ``batch`` LPUSH, of a BLMOVE and ``batch - 1`` LMOVE into a
@@ -154,24 +155,32 @@ def _cqsd_consumer(spec, consumed, reports, start):
         s = c.structure(STRUCTURE)
         clock = _Clock(spec, reports, start)
         done = checksum = 0
+        held = None  # batch 1: the message read, deleted with the next one's read
         while _going(spec, consumed):
             if spec.batch == 1:
-                one = s.read(QUEUE, wait=READ_WAIT)
-                messages = [] if one is None else [one]
-            else:
-                messages = s.read_batch(QUEUE, spec.batch, wait=READ_WAIT)
+                if held is None:
+                    held = s.read(QUEUE, wait=READ_WAIT)
+                else:  # the ack and the next delivery in one round trip, as AMQP's
+                    nxt = s.delete_and_read(held.entry_id, QUEUE)
+                    clock.mark()
+                    done += 1
+                    _count(consumed, 1)
+                    held = nxt[0] if nxt else None
+                if held is not None:
+                    checksum += _check(held.data, spec.size)
+                continue
+            messages = s.read_batch(QUEUE, spec.batch, wait=READ_WAIT)
             if not messages:
                 continue
             checksum += sum(_check(m.data, spec.size) for m in messages)
-            if spec.batch == 1:
-                s.delete(messages[0].entry_id)
-            else:
-                with s.unit_of_work() as uow:  # the batch's deletes in one commit
-                    for m in messages:
-                        uow.delete(m.entry_id)
+            with s.unit_of_work() as uow:  # the batch's deletes in one commit
+                for m in messages:
+                    uow.delete(m.entry_id)
             clock.mark()
             done += len(messages)
             _count(consumed, len(messages))
+        if held is not None:  # the deadline passed holding one: give it back
+            s.unlock(held.entry_id)
         return clock.result(done, checksum)
 
 

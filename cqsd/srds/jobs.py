@@ -194,7 +194,7 @@ def _fold_into(staged: Path, spark: SparkSession, stages: Stages, structure: str
     frame = events.frame
     if base is not None:
         frame = frame.unionByName(fold.slot_events(fold.read_slot(spark, base), structure))
-    rows = fold.slot_columns(fold.fold(frame))
+    rows = fold.fold(frame).drop("structure")
     try:
         with fold.raised():
             rows.write.parquet(str(staged))

@@ -33,18 +33,25 @@ import pyarrow.compute as pc
 from ..blocks import Blocks, decode
 from ..records import ADDS, BLOCK, COLD_BY, LOCK, MAPPED, READY_AT, REMOVES, FoldError
 from . import effects, slots
+from .segments import Payloads
 
 ADDED = frozenset((effects.BASE, *ADDS))
 # The folded rows: the structure, then the slot schema (every column optional, as
 # Spark declares what it reads back).
 SCHEMA = pa.schema([pa.field("structure", pa.string()),
                     *(pa.field(f.name, f.type) for f in slots.SCHEMA)])
+# Ids per bucket (``id >> BUCKET_BITS``) the fold's shuffle partitions by: enough
+# buckets that hashing them spreads rows evenly over a few tasks, few enough that
+# the driver's index of them stays short (2,000 for 10^6 ids).
+BUCKET_BITS = 9
 _RESET_FIELDS = ("qtype", "name", "home_qtype", "home_name")
 
 
-def fold_sorted(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_sorted(batches: Iterator[pa.RecordBatch],
+                payloads: Payloads | None = None) -> Iterator[pa.RecordBatch]:
     """Effect rows (effects.SCHEMA) sorted by (structure, id, log order) -> the rows
-    of the entries present at the end (SCHEMA), in (structure, id) order.
+    of the entries present at the end (SCHEMA), in (structure, id) order, their
+    data read back by ``payloads`` where a row says where its record is.
 
     An entry's rows may span batches: the run of the last entry of a batch is
     kept for the next. Raises FoldError naming the record for an effect on an
@@ -58,10 +65,10 @@ def fold_sorted(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             continue
         cut = _last_run(batch)
         if cut:
-            yield _fold(batch, cut)
+            yield _fold(batch, cut, payloads)
         carry = batch.slice(cut)
     if carry is not None and carry.num_rows:
-        yield _fold(carry, carry.num_rows)
+        yield _fold(carry, carry.num_rows, payloads)
 
 
 def _last_run(batch: pa.RecordBatch) -> int:
@@ -73,7 +80,7 @@ def _last_run(batch: pa.RecordBatch) -> int:
     return batch.num_rows - pc.sum(same.cast(pa.int64())).as_py()
 
 
-def _fold(batch: pa.RecordBatch, n: int) -> pa.RecordBatch:
+def _fold(batch: pa.RecordBatch, n: int, payloads: Payloads | None) -> pa.RecordBatch:
     """Fold the entries whose rows are the first ``n`` rows of ``batch``."""
     structures = batch.column("structure").to_pylist()
     ids = batch.column("id").to_pylist()
@@ -126,20 +133,32 @@ def _fold(batch: pa.RecordBatch, n: int) -> pa.RecordBatch:
             payload_at.append(payload)
             locks_after.append(locks)
         i = j
-    return _rows(batch, keep_at, reset_at, place_at, put_at, payload_at, locks_after, made)
+    return _rows(batch, keep_at, reset_at, place_at, put_at, payload_at, locks_after, made,
+                 payloads)
 
 
 def _rows(batch: pa.RecordBatch, keep_at: list[int], reset_at: list[int], place_at: list[int],
           put_at: list[int], payload_at: list[int], locks_after: list[int],
-          made: dict[int, bytes]) -> pa.RecordBatch:
+          made: dict[int, bytes], payloads: Payloads | None) -> pa.RecordBatch:
     """The output rows, each field taken from the row the walk chose for it."""
     col = batch.column
     reset = pa.array(reset_at, pa.int64())
     data = col("data").take(pa.array(payload_at, pa.int64()))
-    if made:
+    located = [k for k, at in enumerate(col("at").take(pa.array(payload_at, pa.int64()))
+                                       .to_pylist()) if at is not None]
+    if made or located:
         values = data.to_pylist()
         for position, payload in made.items():
             values[position] = payload
+        if located:
+            if payloads is None:
+                raise ValueError("rows say where their data is, but no log to read it from")
+            rows = [payload_at[k] for k in located]
+            fields = [col(name).take(pa.array(rows, pa.int64())).to_pylist()
+                      for name in ("at", "lsn", "part", "idx", "structure")]
+            for k, payload in zip(located, payloads.read(list(zip(*fields, strict=True))),
+                                  strict=True):
+                values[k] = payload
         data = pa.array(values, pa.binary())
     keep = pa.array(keep_at, pa.int64())
     place = pa.array(place_at, pa.int64())

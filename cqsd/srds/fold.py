@@ -35,9 +35,6 @@ EVENTS = from_arrow_schema(effects.SCHEMA)
 SLOT = from_arrow_schema(slots.SCHEMA)
 FOLDED = from_arrow_schema(entryfold.SCHEMA)
 ORDER = ["ts", "writer", "lsn", "part", "idx"]
-# Ids per bucket: enough buckets that hashing them spreads rows evenly over a few
-# tasks, few enough that the driver's list of them stays short (2,000 for 10^6 ids).
-BUCKET_BITS = 9
 # How a FoldError raised in a Python worker ends its traceback.
 _FOLD_ERROR = re.compile(r"^(?:cqsd\.records\.)?FoldError: (.*)$", re.MULTILINE)
 
@@ -82,7 +79,7 @@ def _decoder(tasks: list[segments.Task], structures: frozenset[str], summaries):
         for numbers in batches:
             for number in numbers.column(0).to_pylist():
                 summary: dict = {}
-                yield from segments.scan(tasks[number], structures, summary)
+                yield from segments.scan(tasks[number], structures, summary, number)
                 summaries.add([summary])
     return decode
 
@@ -94,7 +91,7 @@ def slot_events(rows: DataFrame, structure: str) -> DataFrame:
         F.lit("").alias("writer"), F.lit(0).cast("long").alias("lsn"),
         F.lit(0).alias("part"), F.lit(0).alias("idx"), F.lit(effects.BASE).alias("kind"),
         "qtype", "name", "data", "put_time", "count", "where", "owner", "home_qtype", "home_name",
-        F.lit(None).cast("long").alias("page"), "map",
+        F.lit(None).cast("long").alias("page"), "map", F.lit(None).cast("long").alias("at"),
     )
 
 
@@ -115,7 +112,7 @@ def fold(events: DataFrame, partitions: int | None = None) -> DataFrame:
 def by_entry(events: DataFrame, partitions: int | None = None) -> DataFrame:
     """The events partitioned by id bucket and sorted by (structure, id, log order)."""
     n = partitions or events.sparkSession.sparkContext.defaultParallelism
-    bucket = F.shiftright("id", BUCKET_BITS)
+    bucket = F.shiftright("id", entryfold.BUCKET_BITS)
     return (events.repartition(n, "structure", bucket)
             .sortWithinPartitions("structure", "id", *ORDER))
 

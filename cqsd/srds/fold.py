@@ -101,10 +101,12 @@ def read_slot(spark: SparkSession, slot: slots.Slot) -> DataFrame:
 
 
 def fold(events: DataFrame, partitions: int | None = None) -> DataFrame:
-    """The rows (entryfold.SCHEMA: ``structure`` plus the slot schema) the events fold
-    to, each partition sorted by (structure, id). ``partitions`` defaults to the
-    session's parallelism. An action on the result raises a Spark error that
-    ``raised`` turns into FoldError if an effect names an entry that is not there.
+    """The rows (entryfold.SCHEMA: ``structure`` plus the slot schema) events with
+    their data inline (``effects.batches``; the jobs' log rows are folded by
+    ``parts.writer``, which reads payloads back) fold to, each partition sorted by
+    (structure, id). ``partitions`` defaults to the session's parallelism. An
+    action on the result raises a Spark error that ``raised`` turns into
+    FoldError if an effect names an entry that is not there.
     """
     return by_entry(events, partitions).mapInArrow(entryfold.fold_sorted, FOLDED)
 

@@ -9,7 +9,9 @@ left), written by ``logstream.Writer`` with the daemon's 64 MiB segments. Then:
 - spark: ``python -m cqsd.srds recover --master local[2]`` in its own process,
   as the daemon runs it, with its own stage times: JVM start (``session``),
   ``read`` (decoding segments in Python workers), ``fold`` (shuffle, window,
-  Parquet of the result), ``image`` (writing the image on the driver).
+  Parquet of the result), ``image`` (writing the image on the driver), and the
+  CPU seconds of the job's processes (driver, JVM, Python workers): on a shared
+  machine, the figure that does not depend on what else runs.
 
 Run: .venv/bin/python benchmarks/recovery.py [--records 100000 300000 1000000]
      [--master local[2]] [--conf spark.driver.memory=2g ...] [--keep DIR]
@@ -18,6 +20,7 @@ line carries the 1-minute load average: the figures are wall clock.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 import logstream
 from cqsd.recovery.fold import fold
@@ -52,7 +57,7 @@ def write_log(log_dir: Path, puts: int) -> int:
 
 
 def python_recovery(data_dir: Path) -> dict:
-    t0 = time.perf_counter()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     rows: dict[int, list] = {}
     last_id = fold(rows, (r.body for r in logstream.read(data_dir / "logstream")), S)
     t1 = time.perf_counter()
@@ -60,7 +65,7 @@ def python_recovery(data_dir: Path) -> dict:
                      logstream.tail_positions(data_dir / "logstream"), last_id)
     t2 = time.perf_counter()
     return {"rows": len(rows), "read_fold_s": round(t1 - t0, 2), "image_s": round(t2 - t1, 2),
-            "total_s": round(t2 - t0, 2)}
+            "total_s": round(t2 - t0, 2), "cpu_s": round(time.process_time() - cpu0, 1)}
 
 
 def spark_recovery(data_dir: Path, master: str, conf: list[str]) -> dict:
@@ -69,15 +74,35 @@ def spark_recovery(data_dir: Path, master: str, conf: list[str]) -> dict:
     for setting in conf:
         command += ["--conf", setting]
     t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    # files, not pipes: nobody reads a pipe while the job runs
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        with subprocess.Popen(command, stdout=out, stderr=err, text=True) as job:
+            cpu = cpu_of_tree(job)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"the recovery job failed: {done.stderr.strip().splitlines()[-1:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if job.returncode != 0:
+        raise SystemExit(f"the recovery job failed: {stderr.strip().splitlines()[-1:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     stages = result["stages"]
-    return {"rows": result["rows"], "total_s": round(wall, 2),
+    return {"rows": result["rows"], "total_s": round(wall, 2), "cpu_s": round(cpu, 1),
             "without_jvm_start_s": round(wall - stages["session"], 2),
             **{f"{k}_s": v for k, v in stages.items()}}
+
+
+def cpu_of_tree(job: subprocess.Popen, every: float = 0.2) -> float:
+    """CPU seconds of ``job`` and all its descendants until it ends, sampled every
+    ``every`` s (a process's last sample counts, so one that lives less is missed)."""
+    root, seen = psutil.Process(job.pid), {}
+    while job.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = p.cpu_times()
+                    seen[p.pid] = times.user + times.system
+        time.sleep(every)
+    return sum(seen.values())
 
 
 def measure(puts: int, master: str, conf: list[str], keep: Path | None) -> dict:
@@ -123,7 +148,8 @@ def main() -> None:
         results.append(result)
     for r in results:
         print(f"# {r['puts']:>9,} puts, {r['records']:>9,} records: python {r['python']['total_s']}"
-              f" s, spark {r['spark']['total_s']} s (JVM start {r['spark']['session_s']} s,"
+              f" s, spark {r['spark']['total_s']} s, {r['spark']['cpu_s']} CPU-s"
+              f" (JVM start {r['spark']['session_s']} s,"
               f" read {r['spark']['read_s']}, fold {r['spark']['fold_s']},"
               f" image {r['spark']['image_s']}), load {r['load']}")
     faster = [r["puts"] for r in results if r["spark_over_python"] < 1]

@@ -7,5 +7,5 @@ manifest; recovery folds the newest valid slot with every record after it.
 
 ``slots`` and ``manifest`` are what the daemon imports: they use pyarrow and
 never start a JVM. The jobs (``python -m cqsd.srds``) run the fold on Spark
-(``fold``, ``segments``, ``effects``, ``jobs``, ``session``).
+(``fold``, ``segments``, ``effects``, ``entryfold``, ``parts``, ``jobs``, ``session``).
 """

@@ -62,7 +62,11 @@ SCHEMA = pa.schema([
     ("home_name", pa.string()),
     ("page", pa.int64()),  # B: the data-set page its range starts at
     ("map", pa.binary()),  # M (and a slot's offloaded message): msgpack of the data map
+    # P, I read from a log segment: where their record is (AT_TASK_SHIFT), their data
+    # left null; the fold reads it back for the messages that survive (segments.Payloads)
+    ("at", pa.int64()),
 ])
+AT_TASK_SHIFT = 40  # at = plan task number << 40 | the record's offset in its segment
 BASE = "base"  # a slot's message, before every record (no effect kind is a word)
 BATCH_ROWS = 4096  # rows per Arrow batch: a few MiB of 1 KiB messages
 # ... or fewer, once their payloads reach this: an offloaded message's blocks are
@@ -72,8 +76,10 @@ KIND_COLUMN = SCHEMA.get_field_index("kind")
 DATA_COLUMN = SCHEMA.get_field_index("data")
 
 
-def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int) -> list[tuple]:
-    """The effect rows of one record body for the structures in ``structures``.
+def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int,
+            at: int | None = None) -> list[tuple]:
+    """The effect rows of one record body for the structures in ``structures``;
+    ``at`` given, P and I rows carry it instead of their data.
 
     Bodies that are not maps are no concern of a structure fold. Raises
     FoldError naming the record for an effect that is not one of docs/recovery.md.
@@ -83,48 +89,61 @@ def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int) -
     rows: list[tuple] = []
     s = body.get(STRUCTURE)
     if s in structures:
-        _add(rows, s, body.get(EFFECTS) or [], ts, writer, lsn, 0)
+        _add(rows, s, body.get(EFFECTS) or [], ts, writer, lsn, 0, at)
     other = body.get(OTHERS)
     if other:
         for t, effects in other.items():
             if t in structures:
-                _add(rows, t, effects, ts, writer, lsn, 1)
+                _add(rows, t, effects, ts, writer, lsn, 1, at)
     return rows
 
 
-def _add(rows: list, s: str, effects: list, ts: int, writer: str, lsn: int, part: int) -> None:
+def _add(rows: list, s: str, effects: list, ts: int, writer: str, lsn: int, part: int,
+         at: int | None) -> None:
     for idx, effect in enumerate(effects):
         try:
             kind = effect[0]
             if len(effect) != ARITY[kind]:
                 raise ValueError
-            rows.append(_row(s, kind, effect, ts, writer, lsn, part, idx))
+            rows.append(_row(s, kind, effect, ts, writer, lsn, part, idx, at))
         except (KeyError, IndexError, TypeError, ValueError):
             raise FoldError(f"structure {s}: effect {effect!r} (writer {writer} LSN {lsn}) "
                             "is not an effect of docs/recovery.md") from None
 
 
-def _row(s, kind, e, ts, writer, lsn, part, idx) -> tuple:
+def _row(s, kind, e, ts, writer, lsn, part, idx, at) -> tuple:
     key = (s, e[1], ts, writer, lsn, part, idx, kind)
     if kind == PUT:
-        return (*key, e[E_QTYPE], e[E_NAME], e[E_DATA], e[E_PUT_TIME], 0, "ready", None, None,
-                None, None, None)
+        return (*key, e[E_QTYPE], e[E_NAME], _data(e, at), e[E_PUT_TIME], 0, "ready", None,
+                None, None, None, None, at)
     if kind == LOCK:
-        return (*key, None, None, None, None, None, "locked", e[E_OWNER], None, None, None, None)
+        return (*key, None, None, None, None, None, "locked", e[E_OWNER], None, None, None, None,
+                None)
     if kind == READY_AT:
         return (*key, e[E_QTYPE], e[E_NAME], None, None, e[R_COUNT], "ready", None,
-                *_home(e[R_HOME]), None, None)
+                *_home(e[R_HOME]), None, None, None)
     if kind == COLD_BY:
-        return (*key, None, None, None, None, None, "cold", e[E_OWNER], None, None, None, None)
+        return (*key, None, None, None, None, None, "cold", e[E_OWNER], None, None, None, None,
+                None)
     if kind == MOVED_IN:
-        return (*key, e[E_QTYPE], e[E_NAME], e[E_DATA], e[E_PUT_TIME], e[I_COUNT], "ready",
-                None, *_home(e[I_HOME]), None, None)
+        return (*key, e[E_QTYPE], e[E_NAME], _data(e, at), e[E_PUT_TIME], e[I_COUNT], "ready",
+                None, *_home(e[I_HOME]), None, None, at)
     if kind == BLOCK:
-        return (*key, None, None, e[B_DATA], None, None, None, None, None, None, e[B_PAGE], None)
+        return (*key, None, None, e[B_DATA], None, None, None, None, None, None, e[B_PAGE], None,
+                None)
     if kind == MAPPED:
         return (*key, None, None, None, None, None, None, None, None, None, None,
-                msgpack.packb(e[M_MAP], use_bin_type=True))
-    return (*key, None, None, None, None, None, None, None, None, None, None, None)  # D, O
+                msgpack.packb(e[M_MAP], use_bin_type=True), None)
+    return (*key, None, None, None, None, None, None, None, None, None, None, None, None)  # D, O
+
+
+def _data(e, at: int | None) -> bytes | None:
+    """The data of a P or I row: none where the row says where to read it back."""
+    if at is None:
+        return e[E_DATA]
+    if not isinstance(e[E_DATA], bytes):
+        raise TypeError  # what the Arrow column would refuse
+    return None
 
 
 def _home(home) -> tuple:
@@ -137,15 +156,26 @@ def _home(home) -> tuple:
 def batch(rows: list[tuple]) -> pa.RecordBatch:
     """Effect rows as one Arrow batch in SCHEMA; raises FoldError if a value has the
     wrong type (a queue type that is not a number, say)."""
-    columns = list(zip(*rows, strict=True)) if rows else [[]] * len(SCHEMA)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(SCHEMA)
     try:
-        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, SCHEMA, strict=True)]
+        arrays = [_array(c, f.type) for c, f in zip(columns, SCHEMA, strict=True)]
     except (pa.ArrowException, OverflowError) as err:
         first, last = rows[0], rows[-1]
         raise FoldError(f"structure {first[0]}: an effect in the records of writer {first[3]} "
                         f"from LSN {first[4]} to {last[4]} has a value of the wrong type "
                         f"({err})") from None
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def _array(values: tuple, type_: pa.DataType) -> pa.Array:
+    """``pa.array``, without converting one by one a column that is all null (most
+    columns of most kinds) or, for strings, all one value (structure, writer, kind)."""
+    if values and values.count(values[0]) == len(values):
+        if values[0] is None:
+            return pa.nulls(len(values), type_)
+        if type_ == pa.string() and type(values[0]) is str:
+            return pa.repeat(pa.scalar(values[0], type_), len(values))
+    return pa.array(values, type=type_)
 
 
 def batches(records, structures: Collection[str]) -> Iterator[pa.RecordBatch]:
@@ -164,10 +194,13 @@ class Batches:
         self.rows: list[tuple] = []
         self.nbytes = 0
 
-    def add(self, rows: list[tuple]) -> list[pa.RecordBatch]:
-        """The batch these rows complete, if they complete one."""
+    def add(self, rows: list[tuple], nbytes: int | None = None) -> list[pa.RecordBatch]:
+        """The batch these rows complete, if they complete one. ``nbytes`` bounds their
+        payload bytes (a record's length does) where counting them costs more."""
         self.rows += rows
-        self.nbytes += sum(len(r[DATA_COLUMN]) for r in rows if r[DATA_COLUMN] is not None)
+        if nbytes is None:
+            nbytes = sum(len(r[DATA_COLUMN]) for r in rows if r[DATA_COLUMN] is not None)
+        self.nbytes += nbytes
         if len(self.rows) >= BATCH_ROWS or self.nbytes >= BATCH_BYTES:
             return self.flush()
         return []

@@ -1,53 +1,42 @@
-"""The fold of docs/recovery.md as Spark DataFrame operations.
+"""The fold of docs/recovery.md as one Spark shuffle and a walk per entry.
 
 Design note. The reference fold (cqsd/recovery/fold.py) walks the log once and
-updates a dict. Here every effect is a row (effects.py) and the walk becomes a
-window over each entry's rows in log order, partitioned by (structure, id).
-Because entry ids are never reused within a structure, each entry's history is
-independent of every other's, so the window is the whole fold:
+updates a dict. Here every effect is a row (effects.py), decoded once, in
+parallel, one task per log segment. Entry ids are never reused within a
+structure, so each entry's history is independent of every other's: one
+shuffle sends all rows of an entry to one task, sorted by (structure, id, log
+order), and that task walks each entry's run once in a Python worker
+(entryfold.py), taking the output fields from the rows by index. Offloaded
+payloads are made there too, from the entry's ``B`` rows by
+``cqsd.blocks.Blocks`` as in the reference fold. No Python function runs per
+row in the JVM's plan, and no row is decoded twice.
 
-- an entry is present at the end if its last add (``base`` slot row, ``P``,
-  ``I``) comes after its last removal (``D``, ``O``);
-- qtype, name, home and the base delivery count come from its last *reset*
-  (``base``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
-  ``L`` rows after it;
-- where and owner come from the last of ``base P I R L C``; put time from
-  the last add, data and map from the last add or ``M``;
-- an ``L D R C O M`` whose previous add/remove row is missing or a removal is
-  the reference fold's FoldError; Spark raises it from inside the plan with
-  ``raise_error``, and ``raised`` turns it back into a FoldError.
-
-Offloaded payloads are materialised first (``_materialise``): each entry's
-``B`` and ``M`` rows are grouped and handed, in log order, to
-``cqsd.blocks.Blocks`` as in the reference fold, which gives each ``M`` row its
-payload (or names the problem, raised like an orphan). The ``B`` rows go, and
-the window above takes ``M`` rows as they come.
-
-The output keeps the window's partitioning, so each partition (each written
-file) is sorted by (structure, id) at no extra cost.
+Rows are partitioned by (structure, ``id >> BUCKET_BITS``): each bucket of
+ids is wholly in one task's output, and each task's output is sorted by id,
+so the driver can lay the tasks' outputs end to end in bucket order and have
+every row in id order without comparing rows (parts.py).
 """
 
 import contextlib
+import re
 from collections.abc import Iterator
 
-import msgpack
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
-from pyspark.errors.exceptions.captured import CapturedException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.errors.exceptions.captured import PythonException
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ..blocks import Blocks, decode
-from ..records import ADDS, BLOCK, COLD_BY, LOCK, MAPPED, READY_AT, REMOVES, FoldError
-from . import effects, segments, slots
+from ..records import FoldError
+from . import effects, entryfold, segments, slots
 
 EVENTS = from_arrow_schema(effects.SCHEMA)
 SLOT = from_arrow_schema(slots.SCHEMA)
+FOLDED = from_arrow_schema(entryfold.SCHEMA)
 ORDER = ["ts", "writer", "lsn", "part", "idx"]
-_RAISED = "USER_RAISED_EXCEPTION"
-PROBLEM = "_problem"  # why an entry's B and M rows do not make its payload
-_TAKEN = effects.SCHEMA.append(pa.field(PROBLEM, pa.string()))
+# How a FoldError raised in a Python worker ends its traceback.
+_FOLD_ERROR = re.compile(r"^(?:cqsd\.records\.)?FoldError: (.*)$", re.MULTILINE)
 
 
 class _Summaries(AccumulatorParam):
@@ -90,7 +79,7 @@ def _decoder(tasks: list[segments.Task], structures: frozenset[str], summaries):
         for numbers in batches:
             for number in numbers.column(0).to_pylist():
                 summary: dict = {}
-                yield from segments.scan(tasks[number], structures, summary)
+                yield from segments.scan(tasks[number], structures, summary, number)
                 summaries.add([summary])
     return decode
 
@@ -102,7 +91,7 @@ def slot_events(rows: DataFrame, structure: str) -> DataFrame:
         F.lit("").alias("writer"), F.lit(0).cast("long").alias("lsn"),
         F.lit(0).alias("part"), F.lit(0).alias("idx"), F.lit(effects.BASE).alias("kind"),
         "qtype", "name", "data", "put_time", "count", "where", "owner", "home_qtype", "home_name",
-        F.lit(None).cast("long").alias("page"), "map",
+        F.lit(None).cast("long").alias("page"), "map", F.lit(None).cast("long").alias("at"),
     )
 
 
@@ -111,104 +100,33 @@ def read_slot(spark: SparkSession, slot: slots.Slot) -> DataFrame:
     return spark.read.schema(SLOT).parquet(*(str(p) for p in slot.paths))
 
 
-def fold(events: DataFrame) -> DataFrame:
-    """The rows (``structure`` plus the slot schema) the events fold to.
-
-    Each partition is sorted by (structure, id). An action on the result
-    raises a Spark error that ``raised`` turns into FoldError if an effect
-    names an entry that is not there.
+def fold(events: DataFrame, partitions: int | None = None) -> DataFrame:
+    """The rows (entryfold.SCHEMA: ``structure`` plus the slot schema) events with
+    their data inline (``effects.batches``; the jobs' log rows are folded by
+    ``parts.writer``, which reads payloads back) fold to, each partition sorted by
+    (structure, id). ``partitions`` defaults to the session's parallelism. An
+    action on the result raises a Spark error that ``raised`` turns into
+    FoldError if an effect names an entry that is not there.
     """
-    events = _materialise(events)
-    kind = F.col("kind")
-    added, removed = kind.isin(effects.BASE, *ADDS), kind.isin(*REMOVES)
-    reset, placed = added | (kind == READY_AT), added | kind.isin(READY_AT, LOCK, COLD_BY)
-    entry = Window.partitionBy("structure", "id").orderBy(*ORDER)
-    upto = entry.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = entry.rowsBetween(Window.unboundedPreceding, -1)
-    presence = F.when(added | removed, kind)
-    counted = events.select(
-        "*",
-        F.last(presence, ignorenulls=True).over(before).alias("_before"),
-        F.last(presence, ignorenulls=True).over(upto).alias("_now"),
-        F.sum((kind == "L").cast("int")).over(upto).alias("_locks"),
-        F.lead("kind").over(entry).isNull().alias("_last"),
-    )
-    folded = counted.select(
-        "*",
-        F.last(F.when(reset, F.struct("qtype", "name", "home_qtype", "home_name", "count",
-                                      "_locks")), True).over(upto).alias("_reset"),
-        F.last(F.when(placed, F.struct("where", "owner")), True).over(upto).alias("_place"),
-        F.last(F.when(added, F.col("put_time")), True).over(upto).alias("_put_time"),
-        F.last(F.when(added | (kind == MAPPED), F.struct("data", "map")), True).over(upto)
-        .alias("_payload"),
-    )
-    orphan = ~added & (F.col("_before").isNull() | F.col("_before").isin(*REMOVES))
-    # One expression, so no optimiser can test the last-row condition first and
-    # skip the checks on the rows it would drop.
-    keep = (F.when(F.col(PROBLEM).isNotNull(), F.raise_error(F.col(PROBLEM)))
-            .when(orphan, F.raise_error(_orphan_message()))
-            .otherwise(F.col("_last") & F.col("_now").isin(effects.BASE, *ADDS)))
-    return folded.filter(keep).select(
-        "structure", "id",
-        F.col("_reset.qtype").alias("qtype"), F.col("_reset.name").alias("name"),
-        F.col("_payload.data").alias("data"), F.col("_payload.map").alias("map"),
-        F.col("_put_time").alias("put_time"),
-        (F.col("_reset.count") + F.col("_locks") - F.col("_reset._locks")).cast("int")
-        .alias("count"),
-        F.col("_place.where").alias("where"), F.col("_place.owner").alias("owner"),
-        F.col("_reset.home_qtype").alias("home_qtype"),
-        F.col("_reset.home_name").alias("home_name"),
-    ).sortWithinPartitions("structure", "id")
+    return by_entry(events, partitions).mapInArrow(entryfold.fold_sorted, FOLDED)
 
 
-def _materialise(events: DataFrame) -> DataFrame:
-    """The events without B rows, each M row carrying its entry's payload, plus a
-    PROBLEM column: null, or (on a B or M row) why the blocks do not fit."""
-    kind = F.col("kind")
-    taken = (events.filter(kind.isin(BLOCK, MAPPED)).groupBy("structure", "id")
-             .applyInArrow(_take_blocks, from_arrow_schema(_TAKEN)))
-    return (events.filter(~kind.isin(BLOCK, MAPPED))
-            .withColumn(PROBLEM, F.lit(None).cast("string")).unionByName(taken))
-
-
-def _take_blocks(rows: pa.Table) -> pa.Table:
-    """One entry's B and M rows -> its M rows with their payloads, or the first row
-    in log order that is a FoldError of the reference fold, naming its record."""
-    ordered = sorted(rows.to_pylist(), key=lambda r: tuple(r[c] for c in ORDER))
-    blocks, out = Blocks(ordered[0]["structure"]), []
-    for r in ordered:
-        try:
-            if r["kind"] == BLOCK:
-                blocks.add(r["id"], r["page"], r["data"])
-                continue
-            datamap = decode(blocks.structure, r["id"], msgpack.unpackb(r["map"]))
-            out.append({**r, "data": blocks.take(r["id"], datamap), PROBLEM: None})
-        except FoldError as err:
-            problem = f"{err} (writer {r['writer']} LSN {r['lsn']})"
-            return pa.Table.from_pylist([{**r, "data": None, PROBLEM: problem}], schema=_TAKEN)
-    return pa.Table.from_pylist(out, schema=_TAKEN)
-
-
-def _orphan_message() -> Column:
-    """The reference fold's FoldError text, naming the record too."""
-    return F.concat(
-        F.lit("structure "), F.col("structure"), F.lit(": effect "), F.col("kind"),
-        F.lit(" on entry "), F.col("id").cast("string"), F.lit(" (writer "), F.col("writer"),
-        F.lit(" LSN "), F.col("lsn").cast("string"), F.lit("), which the image does not hold"),
-    )
+def by_entry(events: DataFrame, partitions: int | None = None) -> DataFrame:
+    """The events partitioned by id bucket and sorted by (structure, id, log order)."""
+    n = partitions or events.sparkSession.sparkContext.defaultParallelism
+    bucket = F.shiftright("id", entryfold.BUCKET_BITS)
+    return (events.repartition(n, "structure", bucket)
+            .sortWithinPartitions("structure", "id", *ORDER))
 
 
 @contextlib.contextmanager
 def raised() -> Iterator[None]:
-    """Turn the fold's in-plan error back into FoldError around a Spark action."""
+    """Turn a FoldError raised in a Python worker back into FoldError around a Spark
+    action."""
     try:
         yield
-    except CapturedException as err:
-        if err.getCondition() == _RAISED:
-            raise FoldError(err.getMessageParameters()["errorMessage"]) from None
+    except PythonException as err:
+        found = _FOLD_ERROR.findall(str(err))
+        if found:
+            raise FoldError(found[-1]) from None
         raise
-
-
-def slot_columns(rows: DataFrame) -> DataFrame:
-    """Fold output as slot rows (the structure column dropped)."""
-    return rows.select(*SLOT.fieldNames())

@@ -15,13 +15,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import structlog
 from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 import logstream
 from logstream.durable import make_dirs
 
 from ..storage import image, repository
 from ..storage.datadir import DataDir
-from . import fold, manifest, segments, slots
+from . import fold, manifest, parts, segments, slots
 
 log = structlog.get_logger()
 
@@ -74,7 +75,8 @@ def checkpoint(spark: SparkSession, data_dir: Path, structure: str,
             attempt["slot"] = target
             staged = slots.staging_dir(directory, "checkpoint")
             try:
-                coverage, last_id = _fold_into(staged, spark, stages, structure, base, tasks)
+                coverage, last_id, _ = _fold_into(staged, spark, stages, structure, base, tasks,
+                                                  parts.SLOT)
                 with stages.stage("commit") as info:
                     slot = slots.install(directory, staged, target, attempt["lsn_to"], last_id,
                                          started)
@@ -103,13 +105,13 @@ def recover(spark: SparkSession, data_dir: Path, structure: str,
         base, tasks = _plan(stages, layout, structure, None, attempt)
         staged = slots.staging_dir(directory, "recover")
         try:
-            coverage, last_id = _fold_into(staged, spark, stages, structure, base, tasks)
+            coverage, last_id, chunks = _fold_into(staged, spark, stages, structure, base,
+                                                   tasks, parts.IMAGE)
             with stages.stage("image") as info:
-                files = sorted(staged.glob("*.parquet"))
-                count = sum(pq.read_metadata(f).num_rows for f in files)
+                count = sum(c.rows for c in chunks)
                 make_dirs(path.parent)
-                image.write_rows(path, structure, slots.iter_rows(files), count,
-                                 attempt["lsn_to"], last_id)
+                image.write_packed(path, structure, parts.image_chunks(staged, chunks), count,
+                                   attempt["lsn_to"], last_id)
                 info.update(rows=count)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
@@ -178,11 +180,11 @@ def _plan(stages: Stages, layout: DataDir, structure: str, cut: dict[str, int] |
 
 
 def _fold_into(staged: Path, spark: SparkSession, stages: Stages, structure: str,
-               base: slots.Slot | None, tasks: list[segments.Task]
-               ) -> tuple[segments.Coverage, int]:
-    """Fold the base slot and the planned segments into Parquet files in ``staged``,
-    in one Spark action; then check the tasks read the whole range. Returns
-    what they read and the last entry id.
+               base: slots.Slot | None, tasks: list[segments.Task], kind: str
+               ) -> tuple[segments.Coverage, int, list[parts.Chunk]]:
+    """Fold the base slot and the planned segments into ``kind`` files in ``staged``
+    (parts.py), in one Spark action; then check the tasks read the whole range.
+    Returns what they read, the last entry id and the files' index.
 
     "read" runs from building the DataFrames to the end of the last log task,
     "fold" is the rest of the action. A damaged log explains any failure
@@ -194,19 +196,23 @@ def _fold_into(staged: Path, spark: SparkSession, stages: Stages, structure: str
     frame = events.frame
     if base is not None:
         frame = frame.unionByName(fold.slot_events(fold.read_slot(spark, base), structure))
-    rows = fold.slot_columns(fold.fold(frame))
+    staged.mkdir()
     try:
         with fold.raised():
-            rows.write.parquet(str(staged))
+            index = fold.by_entry(frame).mapInArrow(
+                parts.writer(tasks, str(staged), kind), from_arrow_schema(parts.INDEX)).collect()
     except Exception:
         segments.raise_reported(events.summaries())
         raise
+    chunks = [parts.Chunk(**row.asDict()) for row in index]
+    if kind == parts.SLOT and not chunks:  # a slot has a file even when it holds nothing
+        pq.write_table(slots.table_of([]), staged / "part-00000.parquet")
     ended = time.time()
     coverage = events.check()
     read = min(ended, coverage.read_ended or began) - began
     stages.add("read", read, records=coverage.records, matched=coverage.matched)
     stages.add("fold", ended - began - read)
-    return coverage, max(base.last_id if base else 0, coverage.last_ids.get(structure, 0))
+    return coverage, max(base.last_id if base else 0, coverage.last_ids.get(structure, 0)), chunks
 
 
 def _record(layout: DataDir, structure: str, attempt: dict, started: float, rows: int | None,

@@ -12,18 +12,20 @@ never raises for damage (the driver could only guess which task's error is
 the cause); it stops and says so in its summary.
 """
 
+import mmap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+from crc32c import crc32c
 
-from logstream import CorruptLog, Damage, LogstreamError, Trimmed
+from logstream import CorruptLog, Damage, LogstreamError, Trimmed, record
 from logstream.scan import SegmentScan
 from logstream.series import SegmentFile, list_series
 
-from ..records import ADDS, FoldError
+from ..records import ADDS, E_DATA, EFFECTS, OTHERS, FoldError
 from . import effects
 
 
@@ -74,9 +76,12 @@ def plan(directory: Path, start: dict[str, int], cut: dict[str, int]) -> list[Ta
     return tasks
 
 
-def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordBatch]:
+def scan(task: Task, structures: set[str], summary: dict,
+         number: int | None = None) -> Iterator[pa.RecordBatch]:
     """Yield the effect rows of one segment's records in range, as Arrow batches.
 
+    With ``number``, the task's place in its plan, P and I rows carry where
+    their record is instead of their data, for ``Payloads`` to read back.
     Fills ``summary`` (see ``check``) as it goes; damage ends the scan and is
     recorded there, never raised.
     """
@@ -92,12 +97,13 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
             if frame.lsn <= task.start:
                 continue
             summary["records"] += 1
+            at = None if number is None else number << effects.AT_TASK_SHIFT | reader.frame_offset
             found = effects.rows_of(reader.body(frame), structures, frame.timestamp,
-                                    task.writer, frame.lsn)
+                                    task.writer, frame.lsn, at)
             if found:
                 summary["matched"] += 1
                 _note_ids(summary["last_ids"], found)
-                yield from gathered.add(found)
+                yield from gathered.add(found, len(frame.body))
             if frame.lsn == task.cut:
                 break  # not on through the preallocated tail of a live segment
         yield from gathered.flush()
@@ -111,6 +117,51 @@ def scan(task: Task, structures: set[str], summary: dict) -> Iterator[pa.RecordB
         summary["problem"] = {"type": "fold", "message": str(err)}
     summary["next_lsn"] = reader.next_lsn
     summary["ended"] = time.time()
+
+
+_OFFSET_MASK = (1 << effects.AT_TASK_SHIFT) - 1
+_CRC_FROM = 8  # the record CRC covers the header after itself, then the body
+
+
+class Payloads:
+    """Reads back the data of the P and I rows that carry where their record is
+    (``scan`` with a task number), from the plan's segments, mapped into memory."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        self.tasks = tasks
+        self._maps: dict[int, mmap.mmap] = {}
+
+    def read(self, wanted: list[tuple[int, int, int, int, str]]) -> list[bytes]:
+        """The data of each ``(at, lsn, part, idx, structure)`` row, in that order.
+
+        Raises CorruptLog if the record is no longer the one the scan read there.
+        """
+        found: list[bytes] = [b""] * len(wanted)
+        for k in sorted(range(len(wanted)), key=lambda k: wanted[k][0]):  # in file order
+            at, lsn, part, idx, structure = wanted[k]
+            number, offset = at >> effects.AT_TASK_SHIFT, at & _OFFSET_MASK
+            mapped = self._map(number)
+            # The scan checked this record whole; the header and CRC say it is still it.
+            magic, crc, length, was, _ = record.HEADER.unpack_from(mapped, offset)
+            packed = mapped[offset + record.HEADER_SIZE:offset + record.HEADER_SIZE + length]
+            tail = mapped[offset + _CRC_FROM:offset + record.HEADER_SIZE]
+            if magic != record.MAGIC or was != lsn or crc32c(packed, crc32c(tail)) != crc:
+                raise CorruptLog(self.tasks[number].path, offset, Damage.LSN_MISMATCH,
+                                 f"record {lsn} changed since the job read it")
+            body = record.unpack_body(packed)
+            found[k] = (body[EFFECTS] if part == 0 else body[OTHERS][structure])[idx][E_DATA]
+        return found
+
+    def _map(self, number: int) -> mmap.mmap:
+        if number not in self._maps:
+            with open(self.tasks[number].path, "rb") as f:
+                self._maps[number] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._maps[number]
+
+    def close(self) -> None:
+        for mapped in self._maps.values():
+            mapped.close()
+        self._maps.clear()
 
 
 def _note_ids(last_ids: dict[str, int], rows: list[tuple]) -> None:

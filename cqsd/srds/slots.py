@@ -257,23 +257,31 @@ def _file_rows(path: Path, offloaded_data: bool) -> Iterator[tuple[int, list]]:
             raise SlotError(f"{path}: not an SRDS slot file (columns {parquet.schema_arrow.names})")
         last = None
         for batch in parquet.iter_batches(batch_size=_batch_rows(parquet)):
-            c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            maps = c.get("map") or [None] * batch.num_rows
-            for eid, qtype, name, data, put_time, count, where, owner, hq, hn, packed in zip(
-                c["id"], c["qtype"], c["name"], c["data"], c["put_time"], c["count"],
-                c["where"], c["owner"], c["home_qtype"], c["home_name"], maps, strict=True,
-            ):
+            for eid, row in image_rows(batch, offloaded_data=offloaded_data):
                 if last is not None and eid <= last:
                     raise SlotError(f"{path}: rows are not in entry-id order at entry {eid}")
                 last = eid
-                home = [hq, hn] if hq is not None else None
-                datamap = None if packed is None else msgpack.unpackb(packed)
-                if datamap is not None and not offloaded_data:
-                    data = b""
-                yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home,
-                            datamap]
+                yield eid, row
     except (OSError, pa.ArrowException, ValueError, msgpack.UnpackException) as err:
         raise SlotError(f"{path}: cannot read slot file ({err})") from err
+
+
+def image_rows(batch: pa.RecordBatch, *, offloaded_data: bool = True
+               ) -> Iterator[tuple[int, list]]:
+    """(id, image row) for each row of a batch in the slot schema (other columns are
+    ignored; ``offloaded_data`` as for ``iter_rows``). Raises msgpack errors for a
+    map that is not msgpack."""
+    c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    maps = c.get("map") or [None] * batch.num_rows
+    for eid, qtype, name, data, put_time, count, where, owner, hq, hn, packed in zip(
+        c["id"], c["qtype"], c["name"], c["data"], c["put_time"], c["count"],
+        c["where"], c["owner"], c["home_qtype"], c["home_name"], maps, strict=True,
+    ):
+        home = [hq, hn] if hq is not None else None
+        datamap = None if packed is None else msgpack.unpackb(packed)
+        if datamap is not None and not offloaded_data:
+            data = b""
+        yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home, datamap]
 
 
 def _batch_rows(parquet: pq.ParquetFile) -> int:

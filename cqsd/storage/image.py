@@ -49,6 +49,7 @@ def path_for(directory: Path, structure: str) -> Path:
 
 
 FOOTER = struct.Struct(">QQI4s")
+WRITE_BYTES = 1 << 20  # packed rows gathered per write
 MAGIC = b"CQIE"
 
 
@@ -73,23 +74,34 @@ def write_rows(path: Path, structure: str, rows: Iterable[list], count: int,
     The count comes first because the header and the array header hold it.
     Raises ImageError (and leaves no file) if ``rows`` yields another number.
     """
+    packer = msgpack.Packer(use_bin_type=True)
+    packed = ((1, packer.pack(row)) for row in rows)
+    return write_packed(path, structure, packed, count, lsn, last_id)
+
+
+def write_packed(path: Path, structure: str, chunks: Iterable[tuple[int, bytes]], count: int,
+                 lsn: dict[str, int], last_id: int) -> int:
+    """``write_rows`` for rows already packed with msgpack: ``chunks`` are (rows,
+    their packed bytes) in entry-id order, as a recovery job's tasks write them.
+    Raises ImageError (and leaves no file) if they hold other than ``count`` rows."""
     tmp = path.with_name(path.name + ".tmp")
     packer = msgpack.Packer(use_bin_type=True)
     header = packer.pack({
         "format": FORMAT, "version": VERSION, "structure": structure, "last_id": last_id,
         "count": count, "created": time.time_ns(), "lsn": lsn,
     })
-    crc = length = written = 0
+    crc = length = written = pending = 0
     try:
         with open(tmp, "wb") as f:
             f.write(struct.pack(">I", len(header)) + header)
-            chunks = [packer.pack_array_header(count)]
-            for row in rows:
-                chunks.append(packer.pack(row))
-                written += 1
-                if len(chunks) >= 1024:
-                    crc, length = _write(f, chunks, crc, length)
-            crc, length = _write(f, chunks, crc, length)
+            chunks_out = [packer.pack_array_header(count)]
+            for rows, chunk in chunks:
+                chunks_out.append(chunk)
+                written, pending = written + rows, pending + len(chunk)
+                if len(chunks_out) >= 1024 or pending >= WRITE_BYTES:
+                    crc, length = _write(f, chunks_out, crc, length)
+                    pending = 0
+            crc, length = _write(f, chunks_out, crc, length)
             if written != count:
                 raise ImageError(f"{path}: {written} rows were streamed for an image of {count}")
             f.write(FOOTER.pack(length, count, crc, MAGIC))

@@ -53,4 +53,4 @@ def _base_row(structure: str, row: list) -> tuple:
     eid, qtype, name, data, _, put_time, count, where, owner, home, datamap = row
     return (structure, eid, -1, "", 0, 0, 0, effects.BASE, qtype, name, data, put_time, count,
             where, owner, *(home or (None, None)), None,
-            msgpack.packb(datamap) if datamap is not None else None)
+            msgpack.packb(datamap) if datamap is not None else None, None)

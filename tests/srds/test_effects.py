@@ -24,12 +24,22 @@ def test_each_kind_carries_what_the_fold_needs():
     body = {"s": "S", "e": [["I", 5, 3, "Q", b"d", 9, 2, [1, "H"]], ["R", 5, 1, "Q", None, 0],
                             ["C", 5, "IMS1"], ["O", 5], ["B", 6, 64, b"x"], ["M", 6, datamap]]}
     i, r, c, o, b, m = (row[8:] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
-    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H", None, None)
-    assert r == (1, "Q", None, None, 0, "ready", None, None, None, None, None)
-    assert c == (None, None, None, None, None, "cold", "IMS1", None, None, None, None)
-    assert o == (None,) * 11
-    assert b == (None, None, b"x", *(None,) * 6, 64, None)
-    assert m == (*(None,) * 10, msgpack.packb(datamap))
+    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H", None, None, None)
+    assert r == (1, "Q", None, None, 0, "ready", None, None, None, None, None, None)
+    assert c == (None, None, None, None, None, "cold", "IMS1", None, None, None, None, None)
+    assert o == (None,) * 12
+    assert b == (None, None, b"x", *(None,) * 6, 64, None, None)
+    assert m == (*(None,) * 10, msgpack.packb(datamap), None)
+
+
+def test_read_from_a_segment_p_and_i_carry_where_their_record_is_not_their_data():
+    """With ``at``, a P or I row leaves its data to be read back; other rows keep theirs."""
+    body = {"s": "S", "e": [["P", 5, 3, "Q", b"d", 9], ["I", 6, 3, "Q", b"e", 9, 0, None],
+                            ["B", 7, 64, b"x"]]}
+    p, i, b = effects.rows_of(body, {"S"}, 0, "w", 1, at=77)
+    assert (p[effects.DATA_COLUMN], p[-1]) == (None, 77)
+    assert (i[effects.DATA_COLUMN], i[-1]) == (None, 77)
+    assert (b[effects.DATA_COLUMN], b[-1]) == (b"x", None)
 
 
 def test_records_of_other_structures_and_bodies_that_are_not_maps_give_nothing():

@@ -39,7 +39,7 @@ ORDER = ["ts", "writer", "lsn", "part", "idx"]
 _FOLD_ERROR = re.compile(r"^(?:cqsd\.records\.)?FoldError: (.*)$", re.MULTILINE)
 
 
-class _Summaries(AccumulatorParam):
+class Summaries(AccumulatorParam):
     """Collects the tasks' summaries (segments.scan) on the driver."""
 
     def zero(self, value: list) -> list:
@@ -56,7 +56,7 @@ class LogEvents:
 
     def __init__(self, spark: SparkSession, tasks: list[segments.Task], structures: set[str]):
         self.tasks = tasks
-        self._summaries = spark.sparkContext.accumulator([], _Summaries())
+        self._summaries = spark.sparkContext.accumulator([], Summaries())
         if not tasks:
             self.frame = spark.createDataFrame([], EVENTS)
             return

@@ -46,7 +46,7 @@ from ..engine.qtypes import QueueType
 from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
 from ..storage.datadir import DataDir
 from . import effects, segments
-from .fold import _Summaries  # the checkpoint's accumulator of the tasks' summaries
+from .fold import Summaries
 
 KEPT = ["structure", "id", "ts", "writer", "lsn", "part", "idx", "kind", "qtype", "name",
         "put_time", "count", "home_qtype", "home_name"]
@@ -106,7 +106,7 @@ def build(spark: SparkSession | None, data_dir: Path, tasks: list[segments.Task]
                                f"{layout.logstream}: no logstream here; is {layout.root} a "
                                "cqsd data directory?")
     else:
-        summaries = spark.sparkContext.accumulator([], _Summaries())
+        summaries = spark.sparkContext.accumulator([], Summaries())
         rows = spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(
             _reader(tasks, summaries), from_arrow_schema(SCHEMA))
         if structure is not None:

@@ -213,14 +213,17 @@ class Writer:
 
     # -- appending --------------------------------------------------------
 
-    def append(self, body: Any, timestamp: int | None = None) -> int:
+    def append(self, body: Any, timestamp: int | None = None, *, large: bool = False) -> int:
         """Write one record (not yet durable) and return its LSN.
 
         `timestamp` defaults to now; it must not be below the previous one.
+        `large`: the body holds binaries of `record.LARGE` bytes or more, which
+        are then written from where they are rather than copied into the record
+        (`record.pack_parts`: the same bytes on disk).
         Raises TypeError/ValueError for a bad body or timestamp (nothing is
         written), LogWriteFailed if the writer has failed or fails now.
         """
-        packed = record.pack_body(body)
+        parts = record.pack_parts(body) if large else [record.pack_body(body)]
         if timestamp is not None and (
             type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
         ):
@@ -235,22 +238,30 @@ class Writer:
             elif timestamp < self._last_timestamp:
                 raise ValueError(f"timestamp {timestamp} is below {self._last_timestamp}")
             lsn = self._appended_lsn + 1
-            frame = record.encode_packed(lsn, timestamp, packed)
-            if self._size + len(frame) > self.segment_size and self._size > segment.HEADER_SIZE:
+            if len(parts) == 1:
+                frame = record.encode_packed(lsn, timestamp, parts[0])
+                size = len(frame)
+            else:
+                frames = record.encode_parts(lsn, timestamp, parts)
+                size = sum(len(part) for part in frames)
+            if self._size + size > self.segment_size and self._size > segment.HEADER_SIZE:
                 self._rotate(lsn)
             try:
-                written = os.pwrite(self._fd, frame, self._size)
-                if written != len(frame):
+                if len(parts) == 1:
+                    written = os.pwrite(self._fd, frame, self._size)
+                else:
+                    written = os.pwritev(self._fd, frames, self._size)
+                if written != size:
                     # A regular file writes short only when it cannot write the
                     # rest (a full disk): a failure, not something to retry.
-                    raise OSError(errno.ENOSPC, f"short write: {written} of {len(frame)} bytes")
+                    raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
             except OSError as error:
                 raise self._fail(self._path, error) from error
-            self._size += len(frame)
+            self._size += size
             self._appended_lsn = lsn
             self._last_timestamp = timestamp
             self._records += 1
-            self._bytes += len(frame)
+            self._bytes += size
         return lsn
 
     def _rotate(self, first_lsn: int) -> None:

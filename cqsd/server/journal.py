@@ -53,7 +53,8 @@ class Journal:
         self._flushed = trio.Event()
         self._fsync_average = 0.0
         self._held: set = set()  # sessions with replies waiting for a flush
-        self._held_back: list[dict] = []  # records waiting for sync_data, in order
+        # records waiting for sync_data, in order, each with whether it names blocks
+        self._held_back: list[tuple[dict, bool]] = []
         self.sync_data: Callable[[], Awaitable[None]] | None = None  # fsyncs the data sets
         self.on_durable: Callable[[int], None] | None = None  # after each flush
         self.on_failure = None  # called once with the error
@@ -75,7 +76,7 @@ class Journal:
         if self.failed is not None:
             return 0
         if after_data or self._held_back:
-            self._held_back.append(body)
+            self._held_back.append((body, after_data))
             self._work.set()
             return self.position
         try:
@@ -147,8 +148,9 @@ class Journal:
     def _write_held_back(self, count: int) -> None:
         held, self._held_back = self._held_back[:count], self._held_back[count:]
         try:
-            for body in held:
-                self.writer.append(body)
+            for body, blocks in held:
+                # a record naming blocks holds their data: written from where it is
+                self.writer.append(body, large=blocks)
         except (logstream.LogstreamError, ValueError) as err:
             self.fail(err)
 

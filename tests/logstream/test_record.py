@@ -47,6 +47,48 @@ def test_every_prefix_asks_for_more_data(lsn: int, ts: int, body: object) -> Non
         assert isinstance(record.decode(frame[:cut]), NeedData)
 
 
+large_binaries = st.builds(
+    lambda size, kind: kind(bytes(range(256)) * (size // 256) + b"x" * (size % 256)),
+    st.integers(min_value=record.LARGE - 2, max_value=record.LARGE + 300),
+    st.sampled_from([bytes, bytearray, memoryview]),
+)
+bodies_with_large = st.recursive(
+    scalars | large_binaries,
+    lambda inner: (st.lists(inner, max_size=5) | st.lists(inner, max_size=5).map(tuple)
+                   | st.dictionaries(keys, inner, max_size=5)),
+    max_leaves=12,
+)
+
+
+@given(lsns, stamps, bodies_with_large)
+def test_packing_around_large_binaries_gives_the_same_bytes(
+    lsn: int, ts: int, body: object
+) -> None:
+    """A body packed in parts, around its large binaries, frames to the bytes of `encode`."""
+    parts = record.pack_parts(body)
+    assert b"".join(parts) == msgpack.packb(body, use_bin_type=True)
+    assert b"".join(record.encode_parts(lsn, ts, parts)) == record.encode(lsn, ts, body)
+
+
+def test_large_binaries_are_left_where_they_are() -> None:
+    """Each binary of LARGE bytes or more is a part of its own, a view of the caller's bytes."""
+    block = bytearray(b"b" * record.LARGE)
+    parts = record.pack_parts({"e": [["B", 1, 2, block], ["B", 1, 3, memoryview(block)], "P"]})
+    views = [p for p in parts if isinstance(p, memoryview)]
+    assert len(views) == 2 and all(v.obj is block for v in views)
+    assert len(parts) == 5
+
+
+def test_packing_in_parts_refuses_what_pack_body_refuses() -> None:
+    """Too large, an int beyond 64 bits, an object msgpack cannot pack: the same errors."""
+    with pytest.raises(ValueError):
+        record.pack_parts([b"x" * record.LARGE] * (MAX_BODY // record.LARGE + 1))
+    with pytest.raises(ValueError):
+        record.pack_parts({"n": 2**64})
+    with pytest.raises(TypeError):
+        record.pack_parts([object()])
+
+
 def test_the_header_is_28_bytes_in_the_documented_order() -> None:
     """The layout matches docs/logstream.md: magic, CRC, length, LSN, timestamp, body."""
     frame = record.encode(0x0102030405060708, 0x1112131415161718, b"hi")

@@ -74,7 +74,7 @@ def pack_body(body: Any) -> bytes:
     return packed
 
 
-def pack_parts(body: Any) -> Parts:
+def pack_parts(body: Any, limit: int = MAX_BODY) -> Parts:
     """Pack a body as `pack_body` does, leaving every binary of `LARGE` bytes or more
     where it is: the packed bytes around them, and views of them, in order. Joined,
     the parts are exactly `pack_body(body)`, so readers see the same records; a
@@ -83,7 +83,8 @@ def pack_parts(body: Any) -> Parts:
 
     Walks dicts, lists and tuples in Python, so it is for bodies of a few large
     binaries (a put of offloaded message blocks), not for bodies of many small
-    objects. Raises TypeError or ValueError as `pack_body` does.
+    objects. Raises TypeError or ValueError as `pack_body` does (above `limit`
+    bytes, rather than MAX_BODY, for a caller whose frames have their own limit).
     """
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     parts: Parts = []
@@ -115,8 +116,8 @@ def pack_parts(body: Any) -> Parts:
         raise ValueError(str(error)) from error
     parts.append(packer.bytes())
     size = sum(len(part) for part in parts)
-    if size > MAX_BODY:
-        raise ValueError(f"record body of {size} bytes exceeds {MAX_BODY}")
+    if size > limit:
+        raise ValueError(f"record body of {size} bytes exceeds {limit}")
     return parts
 
 

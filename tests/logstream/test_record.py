@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import crc32c
 import msgpack
 import pytest
@@ -77,6 +80,20 @@ def test_large_binaries_are_left_where_they_are() -> None:
     views = [p for p in parts if isinstance(p, memoryview)]
     assert len(views) == 2 and all(v.obj is block for v in views)
     assert len(parts) == 5
+
+
+def test_packed_parts_let_go_of_the_payload_as_soon_as_they_go() -> None:
+    """No reference cycle keeps the parts, or the payload they view, for the collector."""
+    payload = bytearray(record.LARGE)
+    held = sys.getrefcount(payload)
+    gc.disable()
+    try:
+        parts = record.pack_parts({"e": [["B", 1, 2, payload]]})
+        assert sys.getrefcount(payload) > held
+        del parts
+        assert sys.getrefcount(payload) == held
+    finally:
+        gc.enable()
 
 
 def test_packing_in_parts_refuses_what_pack_body_refuses() -> None:

@@ -129,7 +129,7 @@ def unpack_body(packed: bytes) -> Any:
     return msgpack.unpackb(packed, raw=False, strict_map_key=False)
 
 
-def encode_packed(lsn: int, timestamp: int, packed: bytes) -> bytes:
+def encode_packed(lsn: int, timestamp: int, packed: bytes | memoryview) -> bytes:
     """Frame an already packed body; the writer's hot path."""
     tail = _TAIL.pack(len(packed), lsn, timestamp)
     crc = crc32c.crc32c(packed, crc32c.crc32c(tail))

@@ -223,7 +223,7 @@ class Writer:
         Raises TypeError/ValueError for a bad body or timestamp (nothing is
         written), LogWriteFailed if the writer has failed or fails now.
         """
-        parts = record.pack_parts(body) if large else [record.pack_body(body)]
+        parts: record.Parts = record.pack_parts(body) if large else [record.pack_body(body)]
         if timestamp is not None and (
             type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
         ):
@@ -239,16 +239,15 @@ class Writer:
                 raise ValueError(f"timestamp {timestamp} is below {self._last_timestamp}")
             lsn = self._appended_lsn + 1
             if len(parts) == 1:
-                frame = record.encode_packed(lsn, timestamp, parts[0])
-                size = len(frame)
+                frames: record.Parts = [record.encode_packed(lsn, timestamp, parts[0])]
             else:
                 frames = record.encode_parts(lsn, timestamp, parts)
-                size = sum(len(part) for part in frames)
+            size = sum(len(part) for part in frames)
             if self._size + size > self.segment_size and self._size > segment.HEADER_SIZE:
                 self._rotate(lsn)
             try:
-                if len(parts) == 1:
-                    written = os.pwrite(self._fd, frame, self._size)
+                if len(frames) == 1:
+                    written = os.pwrite(self._fd, frames[0], self._size)
                 else:
                     written = os.pwritev(self._fd, frames, self._size)
                 if written != size:

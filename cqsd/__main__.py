@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
         return 2
     sink = logs.configure(config.daemon.log_level, config.daemon.log_file)
+    from .server import heap
     from .server.daemon import Daemon, LogFailed  # after logging is configured
+
+    heap.tune()
 
     try:
         daemon = Daemon(config, sink)

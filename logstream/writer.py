@@ -24,6 +24,16 @@ journal (~110 µs instead of ~160 µs measured on ext4). Sealing a segment
 (rotation, close) cuts it back to its records, so only a writer that crashed
 leaves a zero tail, which scans read as a clean end.
 
+Drop-behind. Once a group commit has made a range durable, the writer advises
+the kernel to drop its pages from the page cache (POSIX_FADV_DONTNEED, as
+PostgreSQL does for a WAL segment it closes: nothing reads them back in normal
+operation). The log's pages then stay a few group commits' worth, and the next
+appends get pages just freed instead of fresh ones. Fresh page-cache pages are
+what made a 1 MiB append expensive: 1.0-2.5 ms measured on a 2-core VM against
+0.15-0.17 ms when durable pages are dropped (pwrite of 1 MiB + fdatasync, in a
+loop). A reader (recovery, a checkpoint job) reads the disk instead of the
+cache, which is where it would find a log older than the cache anyway.
+
 Failure is sticky (fsyncgate): after a failed write or fsync the dirty pages
 may be gone while a retried fsync reports success, so nothing is retried and
 every later append and flush raises LogWriteFailed.
@@ -31,6 +41,7 @@ every later append and flush raises LogWriteFailed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -50,6 +61,7 @@ from .series import SegmentFile, list_segments, read_header
 from .trim import trim
 
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
+PAGE = 4096  # drop-behind leaves the page an append may still write into
 # Below this a configuration typo (64 meaning MiB) would make a file per record.
 MIN_SEGMENT_SIZE = 4096
 
@@ -85,6 +97,7 @@ class Writer:
         self._fd = -1
         self._path = directory
         self._size = 0
+        self._cached_from = 0  # the active segment's pages before this are dropped (drop-behind)
         self._appended_lsn = 0
         self._durable_lsn = 0
         self._last_timestamp = 0
@@ -179,6 +192,7 @@ class Writer:
         except OSError as error:
             raise self._fail(path, error) from error
         old, self._fd, self._path, self._size = self._fd, fd, path, segment.HEADER_SIZE
+        self._cached_from = 0
         self._segments_created += 1
         if old >= 0:
             os.close(old)
@@ -199,14 +213,17 @@ class Writer:
 
     # -- appending --------------------------------------------------------
 
-    def append(self, body: Any, timestamp: int | None = None) -> int:
+    def append(self, body: Any, timestamp: int | None = None, *, large: bool = False) -> int:
         """Write one record (not yet durable) and return its LSN.
 
         `timestamp` defaults to now; it must not be below the previous one.
+        `large`: the body holds binaries of `record.LARGE` bytes or more, which
+        are then written from where they are rather than copied into the record
+        (`record.pack_parts`: the same bytes on disk).
         Raises TypeError/ValueError for a bad body or timestamp (nothing is
         written), LogWriteFailed if the writer has failed or fails now.
         """
-        packed = record.pack_body(body)
+        parts: record.Parts = record.pack_parts(body) if large else [record.pack_body(body)]
         if timestamp is not None and (
             type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
         ):
@@ -221,22 +238,29 @@ class Writer:
             elif timestamp < self._last_timestamp:
                 raise ValueError(f"timestamp {timestamp} is below {self._last_timestamp}")
             lsn = self._appended_lsn + 1
-            frame = record.encode_packed(lsn, timestamp, packed)
-            if self._size + len(frame) > self.segment_size and self._size > segment.HEADER_SIZE:
+            if len(parts) == 1:
+                frames: record.Parts = [record.encode_packed(lsn, timestamp, parts[0])]
+            else:
+                frames = record.encode_parts(lsn, timestamp, parts)
+            size = sum(len(part) for part in frames)
+            if self._size + size > self.segment_size and self._size > segment.HEADER_SIZE:
                 self._rotate(lsn)
             try:
-                written = os.pwrite(self._fd, frame, self._size)
-                if written != len(frame):
+                if len(frames) == 1:
+                    written = os.pwrite(self._fd, frames[0], self._size)
+                else:
+                    written = os.pwritev(self._fd, frames, self._size)
+                if written != size:
                     # A regular file writes short only when it cannot write the
                     # rest (a full disk): a failure, not something to retry.
-                    raise OSError(errno.ENOSPC, f"short write: {written} of {len(frame)} bytes")
+                    raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
             except OSError as error:
                 raise self._fail(self._path, error) from error
-            self._size += len(frame)
+            self._size += size
             self._appended_lsn = lsn
             self._last_timestamp = timestamp
             self._records += 1
-            self._bytes += len(frame)
+            self._bytes += size
         return lsn
 
     def _rotate(self, first_lsn: int) -> None:
@@ -255,6 +279,7 @@ class Writer:
             self._fsync(self._fd)
         except OSError as error:
             raise self._fail(self._path, error) from error
+        _drop_cache(self._fd, self._cached_from, 0)  # 0: to the end of the file
         with self._sync:
             self._durable_lsn = max(self._durable_lsn, self._appended_lsn)
             self._sync.notify_all()
@@ -307,7 +332,7 @@ class Writer:
                 return None  # an append failed meanwhile: no more fsyncs
             if self._fd < 0:
                 raise LogstreamError(f"writer {self.writer_id!r} is closed")
-            lsn, path = self._appended_lsn, self._path
+            lsn, path, end, start = self._appended_lsn, self._path, self._size, self._cached_from
             try:
                 fd = os.dup(self._fd)
             except OSError as error:
@@ -315,6 +340,14 @@ class Writer:
                 return None
         try:
             self._fdatasync(fd)
+            # Durable now: drop its whole pages (see the design note). The page
+            # holding `end` stays, the next append writes into it.
+            end -= end % PAGE
+            if end > start:
+                _drop_cache(fd, start, end - start)
+                with self._lock:
+                    if self._path == path:
+                        self._cached_from = max(self._cached_from, end)
         except OSError as error:
             self._fail(path, error)
             return None
@@ -460,6 +493,17 @@ class Writer:
             f"<Writer {self.writer_id!r} in {self.directory} appended={self._appended_lsn}"
             f" durable={self._durable_lsn}{' FAILED' if self._failure else ''}>"
         )
+
+
+def _drop_cache(fd: int, offset: int, length: int) -> None:
+    """Advise the kernel to drop these durable pages from the page cache (drop-behind).
+
+    Only advice: where there is no posix_fadvise (macOS) or it fails, the pages
+    stay cached, which costs memory and speed, never a record.
+    """
+    if hasattr(os, "posix_fadvise"):
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 def _check_follows(next_lsn: int, seg: SegmentFile) -> None:

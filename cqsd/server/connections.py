@@ -41,6 +41,12 @@ from .session import Session
 
 log = structlog.get_logger()
 DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdown
+# A Unix socket's send buffer: with the default (~200 KiB) a reply of a 1 MiB message
+# went out in five sends, four of them left to the writer task after a wait for the
+# socket; 2 MiB measured 2.55 -> 2.15 ms of daemon CPU a 1 MiB message moved (4
+# producers, 4 consumers). A limit, not an allocation; the kernel caps it at
+# net.core.wmem_max (and doubles it for its bookkeeping).
+SEND_BUFFER = 2 * 1024 * 1024
 
 
 class Connections:
@@ -131,6 +137,9 @@ class Connections:
                 liveness.keep_alive(stream, d.tcp_keepalive)
             if isinstance(stream, trio.SocketStream):
                 session.raw = stdlib_socket.socket(fileno=os.dup(stream.socket.fileno()))
+                if not over_tcp:  # TCP tunes its own buffer
+                    session.raw.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_SNDBUF,
+                                           SEND_BUFFER)
         except OSError as err:  # out of descriptors (EMFILE): this connection, not the daemon
             log.warning("connection_refused", peer=session.peer, error=str(err))
             await _refuse(stream, Reason.CLIENT_LIMIT, f"the daemon cannot take it: {err}")

@@ -78,7 +78,7 @@ def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
     got = read_up_to(s, _client(session), key, n, d.limits.reply_bytes)
     if got:
-        return {"messages": _messages(d, s, _client(session), got)}
+        return _messages(d, s, _client(session), got)
     if not wait:
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
     if not 0 < wait <= d.config.daemon.max_wait:
@@ -103,7 +103,7 @@ async def _wait_read(d: "Daemon", session: Session, rid: int, s: StructurePair, 
                 session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
         else:
             try:
-                session.reply(rid, {"messages": _messages(d, s, waiter.client, waiter.messages)})
+                session.reply(rid, _messages(d, s, waiter.client, waiter.messages))
             except CQSError as err:
                 session.fail(rid, err.reason, err.message)
     if waiter.failed:
@@ -112,20 +112,21 @@ async def _wait_read(d: "Daemon", session: Session, rid: int, s: StructurePair, 
         session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
 
 
-def _messages(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> list[Result]:
-    """The messages a read locked, with their payloads; if one cannot be read from
-    its data set, every lock goes back untouched (settled at once: a waiting read's
-    reply has no dispatcher after it) and the read fails."""
+def _messages(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> Result:
+    """{messages}: the messages a read locked, with their payloads; if one cannot be
+    read from its data set, every lock goes back untouched (settled at once: a
+    waiting read's reply has no dispatcher after it) and the read fails."""
     try:
-        return _payloads(d, s, client, got)
+        return wire.messages(_payloads(d, s, client, got))
     except CQSError:
         d.settle()
         raise
 
 
 def _payloads(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> list[Result]:
-    """``_messages`` without the settle, for a handler whose dispatcher settles: its
-    reply then waits for the record of everything the request did."""
+    """The payloads of ``_messages`` without the settle, for a handler whose
+    dispatcher settles: its reply then waits for the record of everything the
+    request did."""
     try:
         return [wire.message(e, d.datasets.payload(e)) for e in got]
     except CQSError:
@@ -148,8 +149,8 @@ def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: st
             found, after = found[:i], position(found[i - 1])
             break
         size += e.length
-    return {"messages": [wire.browsed(e, d.datasets.payload(e)) for e in found],
-            "cursor": list(after) if after else None}
+    return wire.messages([wire.browsed(e, d.datasets.payload(e)) for e in found],
+                         cursor=list(after) if after else None)
 
 
 def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
@@ -162,7 +163,7 @@ def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id:
         return {}
     key, n = _next_read(next)  # a bad next refuses the request before the delete
     s.delete(session.client, entry_id, operator)
-    return {"messages": _read_after_delete(d, s, _client(session), key, n)}
+    return wire.messages(_read_after_delete(d, s, _client(session), key, n))
 
 
 def _next_read(value: dict[str, Any]) -> tuple[Key, int]:

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from cqsd.server.connections import SEND_BUFFER
 from cqsproto import FrameDecoder
 
 from .harness import Raw, free_port
@@ -146,7 +147,7 @@ def test_a_client_that_reads_nothing_is_cut_off_after_send_timeout(make_daemon):
     raw.request("put", structure="MSGQ01", queue="BIG", data=b"x" * 60000)
     frame = msgpack_frame({"id": 1, "op": "browse", "structure": "MSGQ01", "queue": "BIG",
                            "qtype": "TRAN"})
-    raw.send(frame * 20)  # more than the socket buffer holds
+    raw.send(frame * (2 * SEND_BUFFER // 60000 + 20))  # more than the socket buffer holds
     [cut] = d.wait_for("client_cut_off")
     assert cut["client"] == "DEAF" and "send_timeout" in cut["why"]
     healthy(d)

@@ -185,6 +185,20 @@ def test_a_record_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path
     assert [r.lsn for r in read(tmp_path)] == [1, 2, 3]
 
 
+def test_a_large_append_writes_the_bytes_an_ordinary_one_does(tmp_path: Path) -> None:
+    """Appended with large=True (written around its binaries), a series has the same bytes."""
+    block = bytes(range(256)) * 1024
+    bodies = [{"e": [["B", n, 8 * n, memoryview(block)[n:]], ["P", n]]} for n in range(6)]
+    for large in (False, True):
+        with Writer.open(tmp_path / str(large), "alpha", segment_size=600_000) as w:
+            for n, body in enumerate(bodies):
+                assert w.append(body, timestamp=T0 + n, large=large) == n + 1
+    files = {large: [p.read_bytes() for p in segments(tmp_path / str(large), "alpha")]
+             for large in (False, True)}
+    assert len(files[True]) == 3 and files[True] == files[False]
+    assert [r.body["e"][0][3] for r in read(tmp_path / "True")] == [block[n:] for n in range(6)]
+
+
 def test_rotation_makes_the_sealed_segment_durable(tmp_path: Path) -> None:
     """Rotation fsyncs the full segment, so the durable LSN moves without a flush."""
     with Writer.open(tmp_path, "alpha", segment_size=4096) as w:

@@ -7,6 +7,7 @@ import os
 import trio
 import trio.testing
 
+import logstream
 from cqsd.engine import Reason
 
 from .conftest import RECORD, received
@@ -98,3 +99,30 @@ async def test_a_failed_fsync_turns_held_replies_into_errors_and_stays_failed(
     assert [(r["id"], r["reason"]) for r in received(client)] == [(8, "SHUTTING_DOWN")]
     journal.fail(RuntimeError("again"))
     assert len(told) == 1
+
+
+async def test_records_after_data_wait_for_the_data_sync_and_keep_their_order(journal, nursery):
+    """A record naming blocks, and every record after it, is held back with the LSN
+    it will get until sync_data has run; records appended while the held ones are
+    written (in a worker thread) queue behind them, so the log keeps request order."""
+    synced, release = [], trio.Event()
+
+    async def sync_data():
+        synced.append(journal.position)
+        await release.wait()
+
+    journal.sync_data = sync_data
+    block = {"s": "S", "e": [("B", 1, 256, b"b" * 100_000), ("P", 1)]}
+    assert journal.append(RECORD) == 1
+    assert journal.append(block, after_data=True) == 2
+    assert journal.append(RECORD) == 3
+    nursery.start_soon(journal.run)
+    await trio.testing.wait_all_tasks_blocked()
+    assert synced == [3] and journal.writer.appended_lsn == 1
+    assert journal.append(RECORD) == 4  # during the sync: held back too
+    release.set()
+    assert await journal.wait_durable(4)
+    assert synced == [3, 4]
+    bodies = [r.body for r in logstream.read(journal.directory)]
+    assert [body["e"][0][0] for body in bodies] == ["D", "B", "D", "D"]
+    assert bodies[1]["e"][0][3] == b"b" * 100_000 and journal.position == 4

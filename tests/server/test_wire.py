@@ -1,0 +1,31 @@
+"""Replies carrying large payloads are encoded with one copy of each, to the same bytes."""
+
+import pytest
+
+from cqsd.server import wire
+from cqsproto import MESSAGE_TOO_LARGE, ProtocolError, encode_frame
+from logstream.record import LARGE
+
+
+def reply(*sizes: int) -> dict:
+    items = [{"entry_id": i, "data": bytes([i]) * size} for i, size in enumerate(sizes)]
+    return {"id": 7, "ok": True, "result": wire.messages(items, cursor=None)}
+
+
+def test_a_result_with_a_large_payload_is_large_and_small_ones_are_not() -> None:
+    """One payload of LARGE bytes makes the result Large; below it, a plain dict."""
+    assert type(reply(LARGE - 1, 3)["result"]) is dict
+    assert type(reply(3, LARGE)["result"]) is wire.Large
+
+
+def test_a_large_reply_encodes_to_the_bytes_of_encode_frame() -> None:
+    """encode_large makes exactly the frame encode_frame makes."""
+    frame = reply(5, LARGE, 3 * LARGE)
+    assert wire.encode_large(frame, 1 << 20) == encode_frame(frame, 1 << 20)
+
+
+def test_a_large_reply_over_the_frame_limit_is_too_large() -> None:
+    """Past max_frame, encode_large refuses as encode_frame does."""
+    with pytest.raises(ProtocolError) as raised:
+        wire.encode_large(reply(LARGE), LARGE)
+    assert raised.value.reason == MESSAGE_TOO_LARGE

@@ -147,6 +147,39 @@ def test_a_body_msgpack_cannot_pack_writes_nothing(tmp_path: Path) -> None:
     assert [r.body for r in read(tmp_path)] == [1, 2]
 
 
+def test_a_batch_is_its_records_in_order_with_one_write(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """append_batch gives the records consecutive LSNs and writes them all at once."""
+    writes = []
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda *a: writes.append(1) or real(*a))
+    with Writer.open(tmp_path, "alpha") as w:
+        w.append("first")
+        writes.clear()
+        assert w.append_batch([{"n": i} for i in range(50)]) == 51
+        assert w.append_batch([]) == 51
+        assert len(writes) == 1 and w.stats().records == 51
+    assert [(r.lsn, r.body) for r in read(tmp_path)][1:] == [
+        (i + 2, {"n": i}) for i in range(50)]
+
+
+def test_a_batch_past_the_segment_end_rotates_between_two_records(tmp_path: Path) -> None:
+    """A batch that does not fit what is left of the segment is written record by record."""
+    with Writer.open(tmp_path, "alpha", segment_size=4096) as w:
+        assert w.append_batch([b"x" * 900 for _ in range(10)]) == 10
+    assert len(segments(tmp_path, "alpha")) >= 3
+    assert [r.lsn for r in read(tmp_path)] == list(range(1, 11))
+
+
+def test_a_batch_with_a_body_msgpack_cannot_pack_writes_nothing(tmp_path: Path) -> None:
+    """One unpackable body refuses the whole batch before anything is written."""
+    with Writer.open(tmp_path, "alpha") as w:
+        with pytest.raises(TypeError):
+            w.append_batch([1, {"x": object()}, 3])
+        assert w.append_batch([1, 2]) == 2
+    assert [r.body for r in read(tmp_path)] == [1, 2]
+
+
 def test_appending_after_close_is_refused(tmp_path: Path) -> None:
     """A closed writer raises LogstreamError on append."""
     w = Writer.open(tmp_path, "alpha")

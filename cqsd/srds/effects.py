@@ -29,16 +29,21 @@ from ..records import (
     EFFECTS,
     I_COUNT,
     I_HOME,
+    LEASED,
     LOCK,
     M_MAP,
     MAPPED,
     MOVED_IN,
+    N_AT,
+    NOT_BEFORE_AT,
     OTHERS,
     PUT,
     R_COUNT,
     R_HOME,
     READY_AT,
     STRUCTURE,
+    T_DEADLINE,
+    T_LEASE,
     FoldError,
 )
 
@@ -62,6 +67,9 @@ SCHEMA = pa.schema([
     ("home_name", pa.string()),
     ("page", pa.int64()),  # B: the data-set page its range starts at
     ("map", pa.binary()),  # M (and a slot's offloaded message): msgpack of the data map
+    ("lease", pa.int64()),  # T: the lease, ns
+    ("deadline", pa.int64()),  # T: its wall-clock deadline, ns
+    ("not_before", pa.int64()),  # N
 ])
 BASE = "base"  # a slot's message, before every record (no effect kind is a word)
 BATCH_ROWS = 4096  # rows per Arrow batch: a few MiB of 1 KiB messages
@@ -98,7 +106,7 @@ def _add(rows: list, s: str, effects: list, ts: int, writer: str, lsn: int, part
             kind = effect[0]
             if len(effect) != ARITY[kind]:
                 raise ValueError
-            rows.append(_row(s, kind, effect, ts, writer, lsn, part, idx))
+            rows.append(_row(s, kind, effect, ts, writer, lsn, part, idx) + _timing(kind, effect))
         except (KeyError, IndexError, TypeError, ValueError):
             raise FoldError(f"structure {s}: effect {effect!r} (writer {writer} LSN {lsn}) "
                             "is not an effect of docs/recovery.md") from None
@@ -124,7 +132,19 @@ def _row(s, kind, e, ts, writer, lsn, part, idx) -> tuple:
     if kind == MAPPED:
         return (*key, None, None, None, None, None, None, None, None, None, None,
                 msgpack.packb(e[M_MAP], use_bin_type=True))
-    return (*key, None, None, None, None, None, None, None, None, None, None, None)  # D, O
+    return (*key, None, None, None, None, None, None, None, None, None, None, None)  # D O T N
+
+
+_NO_TIMING = (None, None, None)
+
+
+def _timing(kind: str, e) -> tuple:
+    """The lease, deadline and not_before columns: a T's lease, an N's time."""
+    if kind == LEASED:
+        return (e[T_LEASE], e[T_DEADLINE], None)
+    if kind == NOT_BEFORE_AT:
+        return (None, None, e[N_AT])
+    return _NO_TIMING
 
 
 def _home(home) -> tuple:

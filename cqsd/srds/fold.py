@@ -12,7 +12,9 @@ independent of every other's, so the window is the whole fold:
   (``base``, ``P`` with count 0, ``I``, ``R``); the count is that base plus the
   ``L`` rows after it;
 - where and owner come from the last of ``base P I R L C``; put time from
-  the last add, data and map from the last add or ``M``;
+  the last add, data and map from the last add or ``M``; the lease from the
+  last of ``base P I R L C T`` (only ``T`` and ``base`` carry one), not_before
+  from the last of ``base P I N``;
 - an ``L D R C O M`` whose previous add/remove row is missing or a removal is
   the reference fold's FoldError; Spark raises it from inside the plan with
   ``raise_error``, and ``raised`` turns it back into a FoldError.
@@ -39,7 +41,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ..blocks import Blocks, decode
-from ..records import ADDS, BLOCK, COLD_BY, LOCK, MAPPED, READY_AT, REMOVES, FoldError
+from ..records import (
+    ADDS,
+    BLOCK,
+    COLD_BY,
+    LEASED,
+    LOCK,
+    MAPPED,
+    NOT_BEFORE_AT,
+    READY_AT,
+    REMOVES,
+    FoldError,
+)
 from . import effects, segments, slots
 
 EVENTS = from_arrow_schema(effects.SCHEMA)
@@ -102,7 +115,7 @@ def slot_events(rows: DataFrame, structure: str) -> DataFrame:
         F.lit("").alias("writer"), F.lit(0).cast("long").alias("lsn"),
         F.lit(0).alias("part"), F.lit(0).alias("idx"), F.lit(effects.BASE).alias("kind"),
         "qtype", "name", "data", "put_time", "count", "where", "owner", "home_qtype", "home_name",
-        F.lit(None).cast("long").alias("page"), "map",
+        F.lit(None).cast("long").alias("page"), "map", "lease", "deadline", "not_before",
     )
 
 
@@ -141,6 +154,10 @@ def fold(events: DataFrame) -> DataFrame:
         F.last(F.when(added, F.col("put_time")), True).over(upto).alias("_put_time"),
         F.last(F.when(added | (kind == MAPPED), F.struct("data", "map")), True).over(upto)
         .alias("_payload"),
+        F.last(F.when(placed | (kind == LEASED), F.struct("lease", "deadline")), True)
+        .over(upto).alias("_lease"),
+        F.last(F.when(added | (kind == NOT_BEFORE_AT), F.struct("not_before")), True)
+        .over(upto).alias("_later"),
     )
     orphan = ~added & (F.col("_before").isNull() | F.col("_before").isin(*REMOVES))
     # One expression, so no optimiser can test the last-row condition first and
@@ -158,6 +175,8 @@ def fold(events: DataFrame) -> DataFrame:
         F.col("_place.where").alias("where"), F.col("_place.owner").alias("owner"),
         F.col("_reset.home_qtype").alias("home_qtype"),
         F.col("_reset.home_name").alias("home_name"),
+        F.col("_lease.lease").alias("lease"), F.col("_lease.deadline").alias("deadline"),
+        F.col("_later.not_before").alias("not_before"),
     ).sortWithinPartitions("structure", "id")
 
 

@@ -23,13 +23,24 @@ def test_each_kind_carries_what_the_fold_needs():
     datamap = ["IMS1", 1, 7, [64, 1]]
     body = {"s": "S", "e": [["I", 5, 3, "Q", b"d", 9, 2, [1, "H"]], ["R", 5, 1, "Q", None, 0],
                             ["C", 5, "IMS1"], ["O", 5], ["B", 6, 64, b"x"], ["M", 6, datamap]]}
-    i, r, c, o, b, m = (row[8:] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
+    i, r, c, o, b, m = (row[8:-3] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
     assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H", None, None)
     assert r == (1, "Q", None, None, 0, "ready", None, None, None, None, None)
     assert c == (None, None, None, None, None, "cold", "IMS1", None, None, None, None)
     assert o == (None,) * 11
     assert b == (None, None, b"x", *(None,) * 6, 64, None)
     assert m == (*(None,) * 10, msgpack.packb(datamap))
+
+
+def test_a_lease_and_a_delay_carry_their_times_and_nothing_else():
+    """T carries its lease and deadline, N its not_before, in the last three columns."""
+    body = {"s": "S", "e": [["T", 5, 30 * 10**9, 7 * 10**18], ["N", 6, 8 * 10**18],
+                            ["D", 5]]}
+    t, n, d = effects.rows_of(body, {"S"}, 0, "w", 1)
+    assert (t[8:-3], t[-3:]) == ((None,) * 11, (30 * 10**9, 7 * 10**18, None))
+    assert (n[8:-3], n[-3:]) == ((None,) * 11, (None, None, 8 * 10**18))
+    assert d[-3:] == (None, None, None)
+    assert effects.batch([t, n, d]).num_rows == 3
 
 
 def test_records_of_other_structures_and_bodies_that_are_not_maps_give_nothing():

@@ -199,10 +199,12 @@ class StructurePair:
 
     def take_armed(self) -> bool:
         """Whether a lease or a delay was set since the last call (``Structure.armed``)."""
-        armed = False
-        for s in self.structures():
-            if s.armed:
-                s.armed, armed = False, True
+        primary, overflow = self.primary, self.overflow  # after every request: no list
+        armed = primary.armed
+        if armed:
+            primary.armed = False
+        if overflow is not None and overflow.armed:
+            overflow.armed, armed = False, True
         return armed
 
     def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:

@@ -21,6 +21,13 @@ locks if served later is given back. The messages read ahead and not handed
 out are given back (plain unlocks, not failures) when the consumer closes:
 leaving a ``with s.consume(...)`` block, on ``close()``, or once stopped.
 
+With ``lease`` every message is read on a lease (``read(..., lease=)``): a
+worker that dies or hangs without its connection dropping loses the message
+after that many seconds, as a failed delivery. The lease runs from the read,
+so a message read ahead (``prefetch``) spends part of it waiting in the
+buffer; a handler that takes longer renews it (``s.renew(m.entry_id, s)``).
+Settling a message whose lease has expired raises LOCK_NOT_HELD.
+
 With ``reconnect`` the loop carries on through a lost connection or a daemon
 restart: the read is sent again on the new connection, messages read ahead
 whose locks did not come back are dropped from the buffer (someone else may
@@ -83,6 +90,7 @@ class ConsumerBase:
         prefetch: int,
         wait: float,
         timeout: Timeout = CLIENT_TIMEOUT,
+        lease: float | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
@@ -94,6 +102,7 @@ class ConsumerBase:
         self.prefetch = prefetch
         self.wait = wait
         self.timeout = timeout
+        self.lease = lease  # of every message read, from its read (read ahead too)
         self._ahead: deque[Message] = deque()
         self._stopping = False
         self._resync: object = None  # the client's last_resync when the buffer was checked
@@ -107,7 +116,8 @@ class ConsumerBase:
         return self._stopping
 
     def _read_call(self, structure: str) -> ops.Call:
-        return ops.read_batch(structure, self.queue, self.prefetch, self.qtype, self.wait)
+        return ops.read_batch(structure, self.queue, self.prefetch, self.qtype, self.wait,
+                              self.lease)
 
     def _next_ahead(self, client: Any) -> Message | None:
         """The next message read ahead whose lock this client still holds, or None."""

@@ -198,13 +198,13 @@ class StructurePair:
                    default=None)
 
     def take_armed(self) -> bool:
-        """Whether a lease or a delay was set since the last call (``Structure.armed``)."""
+        """Whether a lease or a delay was set since the last call (``Timed.armed``)."""
         primary, overflow = self.primary, self.overflow  # after every request: no list
-        armed = primary.armed
+        armed = primary.timed.armed
         if armed:
-            primary.armed = False
-        if overflow is not None and overflow.armed:
-            overflow.armed, armed = False, True
+            primary.timed.armed = False
+        if overflow is not None and overflow.timed.armed:
+            overflow.timed.armed, armed = False, True
         return armed
 
     def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:

@@ -32,7 +32,7 @@ message whose time has come at its place by id. Neither keeps a timer per
 message: each is a heap of (deadline, id) with lazy deletion (an entry renewed,
 unlocked or deleted meanwhile leaves a stale item that is skipped when it
 comes up), and the daemon calls both from one timer task that sleeps until
-``next_expiry``/``next_due``. Setting either raises ``armed`` for it.
+``next_expiry``/``next_due``. Setting either raises ``timed.armed`` for it.
 
 A structure may be paired with an overflow structure (``pair_with``; the
 routing between the two is ``pair.py``). The two then share their id clock,
@@ -99,6 +99,7 @@ from .qtypes import (
     staging_type,
 )
 from .reports import Row
+from .timed import Timed
 
 SERIAL = QueueType.TRAN_SERIAL
 SUSPEND = QueueType.TRAN_SUSPEND
@@ -183,7 +184,7 @@ class Structure:
         self.entries_used = 0
         self.full = False
         self.ids = Ids(clock)
-        self.ticks = ticks  # the monotonic clock leases run on, in seconds
+        self.timed = Timed(ticks)  # leases and delayed puts
         self._entries: dict[int, Entry] = {}  # every message head, by id
         self._queues: dict[Key, Queue] = {}  # non-empty ready queues
         self._headers = [SortedDict() for _ in range(LIST_HEADERS)]  # name -> Queue
@@ -191,12 +192,6 @@ class Structure:
         self._locked_per_key: dict[Key, int] = {}
         self._serial_busy: set[Key] = set()
         self._cold: dict[int, Entry] = {}
-        self._leases: list[tuple[float, int]] = []  # (monotonic deadline, id), a heap
-        self._leased = 0  # locks holding a lease (for compacting the heap)
-        self._delayed: dict[int, Entry] = {}  # delayed puts, by id
-        self._due: list[tuple[int, int]] = []  # (not_before, id) of each delayed put, a heap
-        self._delayed_per_key: dict[Key, int] = {}
-        self.armed = False  # a lease or a delay was set: the daemon's timer looks again
         self._deleted: list[Entry] = []  # offloaded, deleted since the last stamp_deleted
         self._cleanup: deque[tuple[int, Entry]] = deque()  # LH 4: (LSN of the delete, entry)
         self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
@@ -311,12 +306,12 @@ class Structure:
         earlier, as a failed delivery (``unlock(failed=True)``), unless its owner is in
         ``spared``: then it goes back as it was (a lock a restart found, whose holder
         could not renew while the daemon was down). Returns them, in deadline order."""
-        heap = self._leases
+        heap = self.timed.leases
         expired: list[Entry] = []
         if not heap:
             return expired
         if now is None:
-            now = self.ticks()
+            now = self.timed.ticks()
         while heap and heap[0][0] <= now:
             deadline, entry_id = heapq.heappop(heap)
             entry = self._entries.get(entry_id)
@@ -333,7 +328,7 @@ class Structure:
     def ripen(self, now: int | None = None) -> list[Entry]:
         """Place every delayed message whose ``not_before`` is ``now`` (wall-clock ns)
         or earlier on its queue, at its place by id; returns them in time order."""
-        heap = self._due
+        heap = self.timed.due
         ripe: list[Entry] = []
         if not heap:
             return ripe
@@ -341,7 +336,7 @@ class Structure:
             now = self.ids.clock()
         while heap and heap[0][0] <= now:
             not_before, entry_id = heapq.heappop(heap)
-            entry = self._delayed.get(entry_id)
+            entry = self.timed.delayed.get(entry_id)
             if entry is None or entry.not_before != not_before:
                 continue  # deleted, or moved and pushed again
             self._undelay(entry)
@@ -352,7 +347,7 @@ class Structure:
     def next_expiry(self) -> float | None:
         """The monotonic deadline of the next lease to expire, or None (stale heap
         items are dropped first, so the daemon does not wake for nothing)."""
-        heap, entries = self._leases, self._entries
+        heap, entries = self.timed.leases, self._entries
         while heap:
             deadline, entry_id = heap[0]
             entry = entries.get(entry_id)
@@ -363,7 +358,7 @@ class Structure:
 
     def next_due(self) -> int | None:
         """The wall-clock ns at which the next delayed message becomes readable, or None."""
-        heap, delayed = self._due, self._delayed
+        heap, delayed = self.timed.due, self.timed.delayed
         while heap:
             not_before, entry_id = heap[0]
             entry = delayed.get(entry_id)
@@ -680,7 +675,7 @@ class Structure:
             self._lock(entry, owner)
             if lease is not None:
                 left = max(0, lease[1] - self.ids.clock()) / 1e9
-                self._arm(entry, (lease[0], lease[1], self.ticks() + left))
+                self._arm(entry, (lease[0], lease[1], self.timed.ticks() + left))
         elif where == COLD:
             self._unplace(entry)
             entry.where, entry.owner = COLD, owner
@@ -833,7 +828,7 @@ class Structure:
             "queues": len(self._queues),
             "locked": sum(len(locks) for locks in self._locks.values()),
             "cold": len(self._cold),
-            "delayed": len(self._delayed),
+            "delayed": len(self.timed.delayed),
         }
 
     def queue_stats(self, qtype: int | str, name: str) -> Row:
@@ -848,7 +843,7 @@ class Structure:
             "elements": queue.held if queue else 0,
             "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
             "locked": self._locked_per_key.get(key, 0),
-            "delayed": self._delayed_per_key.get(key, 0),
+            "delayed": self.timed.per_key.get(key, 0),
         }
 
     def queues(self, also: Iterable[Key] = ()) -> list[Row]:
@@ -858,7 +853,7 @@ class Structure:
 
     def queue_keys(self, also: Iterable[Key] = ()) -> set[Key]:
         """The keys ``queues`` reports on."""
-        keys = {*self._queues, *self._locked_per_key, *self._delayed_per_key, *also}
+        keys = {*self._queues, *self._locked_per_key, *self.timed.per_key, *also}
         return {k for k in keys if k[0] not in STAGING_TYPES}
 
     def header_stats(self) -> list[Row]:
@@ -866,7 +861,7 @@ class Structure:
         rows = []
         cleanup = self._deleted + [e for _, e in self._cleanup]
         for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked())),
-                         (DELETE_LH, cleanup), (DELAYED_LH, list(self._delayed.values()))):
+                         (DELETE_LH, cleanup), (DELAYED_LH, list(self.timed.delayed.values()))):
             if pool:  # heads only: a long message's segments stay on its staging queue
                 rows.append({"lh": lh, "entries": len(pool),
                              "elements": sum(e.elements for e in pool)})
@@ -1143,7 +1138,7 @@ class Structure:
         entry.owner = None
         if entry.lease is not None:
             entry.lease = None
-            self._leased -= 1
+            self.timed.leased -= 1
         key = (entry.qtype, entry.name)
         left = self._locked_per_key[key] - 1
         if left:
@@ -1159,40 +1154,40 @@ class Structure:
         """Set a lock's lease to ``seconds`` from now, logged as a T effect."""
         lease_ns = int(seconds * 1e9)
         deadline = self.ids.clock() + lease_ns
-        self._arm(entry, (lease_ns, deadline, self.ticks() + seconds))
+        self._arm(entry, (lease_ns, deadline, self.timed.ticks() + seconds))
         if entry.recoverable:
             self.effects.append((LEASED, entry.entry_id, lease_ns, deadline))
 
     def _arm(self, entry: Entry, lease: tuple[int, int, float]) -> None:
         if entry.lease is None:
-            self._leased += 1
+            self.timed.leased += 1
         entry.lease = lease
-        heap = self._leases
-        if len(heap) > 4 * self._leased + 1024:  # mostly stale: renewed or released
+        heap = self.timed.leases
+        if len(heap) > 4 * self.timed.leased + 1024:  # mostly stale: renewed or released
             heap[:] = [(e.lease[2], e.entry_id) for e in self._all_locked() if e.lease]
             heapq.heapify(heap)
         heapq.heappush(heap, (lease[2], entry.entry_id))
-        self.armed = True
+        self.timed.armed = True
 
     def _delay(self, entry: Entry) -> None:
         """Hold a message off its queue until its ``not_before`` (``ripen``)."""
         assert entry.not_before is not None
         entry.where = DELAYED
-        self._delayed[entry.entry_id] = entry
+        self.timed.delayed[entry.entry_id] = entry
         key = (entry.qtype, entry.name)
-        self._delayed_per_key[key] = self._delayed_per_key.get(key, 0) + 1
-        heapq.heappush(self._due, (entry.not_before, entry.entry_id))
-        self.armed = True
+        self.timed.per_key[key] = self.timed.per_key.get(key, 0) + 1
+        heapq.heappush(self.timed.due, (entry.not_before, entry.entry_id))
+        self.timed.armed = True
 
     def _undelay(self, entry: Entry) -> None:
         """Take a delayed message out of waiting; it is nowhere until placed again."""
-        del self._delayed[entry.entry_id]
+        del self.timed.delayed[entry.entry_id]
         key = (entry.qtype, entry.name)
-        left = self._delayed_per_key[key] - 1
+        left = self.timed.per_key[key] - 1
         if left:
-            self._delayed_per_key[key] = left
+            self.timed.per_key[key] = left
         else:
-            del self._delayed_per_key[key]
+            del self.timed.per_key[key]
 
     def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
         if failed and entry.delivery_count >= self.max_deliveries:
@@ -1217,7 +1212,7 @@ class Structure:
                 continue
             if lh in (COLD_LH, LOCK_LH, DELAYED_LH):
                 pool = (self._cold.values() if lh == COLD_LH else
-                        self._all_locked() if lh == LOCK_LH else self._delayed.values())
+                        self._all_locked() if lh == LOCK_LH else self.timed.delayed.values())
                 for entry in sorted(pool, key=lambda e: e.entry_id):
                     if lh > a_lh or entry.entry_id > a_id:
                         yield entry

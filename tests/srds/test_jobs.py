@@ -75,7 +75,10 @@ def test_checkpoints_alternate_slots_and_recovery_equals_the_reference_fold(spar
     assert rows == reference(tmp_path, S) == history.expected()[S]
     assert header["lsn"] == logstream.tail_positions(tmp_path / "logstream")
     assert header["last_id"] == reference_with_last_id(tmp_path, S)[1]
-    rebuilt = Structure(S, 1 << 22, entry_max=300)
+    # both at one time of the history's clock: a load ripens what is due by then
+    now = history.primary.ids.clock()
+    history.primary.ripen(now)
+    rebuilt = Structure(S, 1 << 22, entry_max=300, clock=lambda: now)
     image.restore(rebuilt, rows)
     assert queues(rebuilt) == queues(history.primary, recoverable_only=True)
 

@@ -41,8 +41,13 @@ MOVED_IN = "I"  # entry_id, qtype, name, data, put_time, delivery_count, home
 # An offloaded recoverable put (docs/smds.md): its B effects, then P with empty data, then M.
 BLOCK = "B"  # entry_id, page, data: the payload bytes of the message block at data-set page
 MAPPED = "M"  # entry_id, map: the payload is offloaded; map is DataMap.encode()
+# Leases and delays (docs/recovery.md): T follows the L of a leased read, or stands
+# alone for a renew; an expiry is the R of a failed unlock. N follows a delayed P (or
+# the I of a message once delayed).
+LEASED = "T"  # entry_id, lease ns, deadline: the lock expires at wall-clock ns deadline
+NOT_BEFORE_AT = "N"  # entry_id, not_before: invisible to reads before wall-clock ns
 ARITY = {PUT: 6, LOCK: 3, DELETE: 2, READY_AT: 6, COLD_BY: 3, MOVED_OUT: 2, MOVED_IN: 8,
-         BLOCK: 4, MAPPED: 3}
+         BLOCK: 4, MAPPED: 3, LEASED: 4, NOT_BEFORE_AT: 3}
 ADDS = (PUT, MOVED_IN)  # an entry appears
 REMOVES = (DELETE, MOVED_OUT)  # an entry goes
 
@@ -55,6 +60,8 @@ R_HOME, R_COUNT = 4, 5  # R
 I_COUNT, I_HOME = 6, 7  # I
 B_PAGE, B_DATA = 2, 3  # B
 M_MAP = 2  # M
+T_LEASE, T_DEADLINE = 2, 3  # T
+N_AT = 2  # N
 
 
 def effect_lists(body: Body) -> list[tuple[str, list[Effect]]]:
@@ -64,16 +71,18 @@ def effect_lists(body: Body) -> list[tuple[str, list[Effect]]]:
 
 def waits_for_log(body: Body) -> bool:
     """Whether a reply to the request that made this record waits until it is
-    durable: anything but locks does. A lock lost in a crash only means the
-    message is read again, as if its reader had died. (Once per record: no
-    list of the record's halves is built.)"""
+    durable: anything but locks and their leases does. A lock lost in a crash
+    only means the message is read again, as if its reader had died; a renew
+    lost falls back to the lease before it. (Once per record: no list of the
+    record's halves is built.)"""
     for e in body[EFFECTS]:
-        if e[KIND] != LOCK:
+        if e[KIND] != LOCK and e[KIND] != LEASED:
             return True
     others = body.get(OTHERS)
     if not others:
         return False
-    return any(e[KIND] != LOCK for effects in others.values() for e in effects)
+    return any(e[KIND] != LOCK and e[KIND] != LEASED
+               for effects in others.values() for e in effects)
 
 
 # -- the image row -----------------------------------------------------------------
@@ -81,9 +90,12 @@ def waits_for_log(body: Body) -> bool:
 # A message as an image, a slot and both folds hold it. MAP is the data map of an
 # offloaded payload (DataMap.encode()), else None; DATA is then empty where only the
 # map is kept (the daemon's images, the restart fold) and the payload where the
-# bytes are materialised (what the Spark jobs write).
-ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME, MAP = range(11)
-ROW_FIELDS = 11
+# bytes are materialised (what the Spark jobs write). LEASE is a locked message's
+# [lease ns, wall-clock deadline ns] or None; NOT_BEFORE the wall-clock ns a delayed
+# put was invisible until (kept once due), or None. A delayed message is "ready".
+(ID, QTYPE, NAME, DATA, RECOVERABLE, PUT_TIME, COUNT, WHERE, OWNER, HOME, MAP, LEASE,
+ NOT_BEFORE) = range(13)
+ROW_FIELDS = 13
 
 
 class Entry(Protocol):
@@ -100,14 +112,19 @@ class Entry(Protocol):
     owner: str | None
     home: tuple[int, str] | None
     map: Any  # a cqsd.smds DataMap, or None for a payload kept in memory
+    lease: tuple[int, int, float] | None  # lease ns, wall deadline ns, monotonic deadline
+    not_before: int | None
 
 
 def row_of(entry: Entry) -> list[Any]:
     """An engine entry as an image row."""
     home = [int(entry.home[0]), entry.home[1]] if entry.home else None
     datamap = entry.map.encode() if entry.map is not None else None
+    lease = [entry.lease[0], entry.lease[1]] if entry.lease is not None else None
+    where = "ready" if entry.where == "delayed" else entry.where
     return [entry.entry_id, int(entry.qtype), entry.name, bytes(entry.data), entry.recoverable,
-            entry.put_time, entry.delivery_count, entry.where, entry.owner, home, datamap]
+            entry.put_time, entry.delivery_count, where, entry.owner, home, datamap, lease,
+            entry.not_before]
 
 
 def rows_of(entries: Iterable[Entry]) -> dict[int, list[Any]]:

@@ -9,9 +9,13 @@ from cqsd.records import (
     COUNT,
     DATA,
     HOME,
+    LEASE,
+    LEASED,
     M_MAP,
     MAP,
     MAPPED,
+    NOT_BEFORE,
+    NOT_BEFORE_AT,
     ROW_FIELDS,
     WHERE,
     row_of,
@@ -58,3 +62,19 @@ def test_blocks_and_maps_make_a_record_that_waits_for_the_log():
     assert waits_for_log({"s": "S", "e": [["B", 1, 64, b"x"]]})
     assert waits_for_log({"s": "S", "e": [["M", 1, ["IMS1", 1, 0, [64, 1]]]]})
     assert ARITY[BLOCK] == 4 and ARITY[MAPPED] == 3 and (B_PAGE, B_DATA, M_MAP) == (2, 3, 2)
+
+
+def test_a_lease_makes_no_record_wait_and_a_delay_does():
+    """T rides with its L (or stands alone for a renew) and, like a lock, is not waited
+    for; N comes with a put, which is. Both rows fields are in row_of."""
+    assert not waits_for_log({"s": "S", "e": [["L", 1, "C"], ["T", 1, 10**9, 5]]})
+    assert not waits_for_log({"s": "S", "e": [["T", 1, 10**9, 5]]})
+    assert waits_for_log({"s": "S", "e": [["P", 1, 1, "Q", b"", 0], ["N", 1, 9]]})
+    assert ARITY[LEASED] == 4 and ARITY[NOT_BEFORE_AT] == 3
+    s = Structure("S", 1 << 20, clock=lambda: 100, ticks=lambda: 5.0)
+    delayed = s.put("TRAN", "Q", b"later", not_before=200)
+    s.put("TRAN", "Q", b"now")
+    leased = s.read("C", "TRAN", "Q", lease=2.5)
+    assert row_of(delayed)[WHERE] == "ready" and row_of(delayed)[NOT_BEFORE] == 200
+    assert row_of(leased)[LEASE] == [2_500_000_000, 2_500_000_100]
+    assert row_of(leased)[NOT_BEFORE] is None

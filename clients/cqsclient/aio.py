@@ -528,10 +528,15 @@ class StructureHandle:
         qtype: QType = "TRAN",
         recoverable: bool = True,
         *,
+        delay: float | None = None,
+        not_before: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> int:
-        """Put a message; returns its entry id. Raises MessageTooLarge before sending."""
-        call = ops.put(self.name, queue, data, qtype, recoverable, self.client.max_message)
+        """Put a message; returns its entry id. With *delay* (seconds) or *not_before*
+        (epoch seconds) it is invisible to reads until then. Raises MessageTooLarge
+        before sending."""
+        call = ops.put(self.name, queue, data, qtype, recoverable, self.client.max_message,
+                       delay, not_before)
         entry_id: int = await self._do(call, timeout)
         return entry_id
 
@@ -556,10 +561,13 @@ class StructureHandle:
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Message | None:
-        """Read and lock the next message, waiting up to *wait* seconds; None if there is none."""
-        call = ops.read(self.name, queue, qtype, wait)
+        """Read and lock the next message, waiting up to *wait* seconds; None if there is
+        none. With *lease*, the lock ends that many seconds after the read unless
+        renewed (``renew``), and the message goes back as a failed delivery."""
+        call = ops.read(self.name, queue, qtype, wait, lease)
         message: Message | None = await self._do(call, timeout)
         return message
 
@@ -570,10 +578,11 @@ class StructureHandle:
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages; [] if there is none (after waiting)."""
-        call = ops.read_batch(self.name, queue, n, qtype, wait)
+        call = ops.read_batch(self.name, queue, n, qtype, wait, lease)
         messages: list[Message] = await self._do(call, timeout)
         return messages
 
@@ -584,11 +593,12 @@ class StructureHandle:
         *,
         prefetch: int = 1,
         wait: float = 30.0,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Consumer:
         """Messages of the queue as they come: ``async for m in s.consume(q)``; see
         the blocking client and :mod:`cqsclient.consume`."""
-        return Consumer(self, queue, qtype, prefetch, wait, timeout)
+        return Consumer(self, queue, qtype, prefetch, wait, timeout, lease)
 
     async def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
@@ -608,6 +618,13 @@ class StructureHandle:
         call = ops.delete_and_read(self.name, entry_id, queue, n, qtype)
         messages: list[Message] = await self._do(call, timeout)
         return messages
+
+    async def renew(self, entry_id: int, lease: float, *,
+              timeout: Timeout = CLIENT_TIMEOUT) -> None:
+        """Renew the lease of a message this client holds: it now ends *lease* seconds
+        from now. LOCK_NOT_HELD once it has expired (the message was given back as a
+        failed delivery and may be someone else's)."""
+        await self._do(ops.renew(self.name, entry_id, lease), timeout)
 
     async def unlock(
         self,
@@ -769,11 +786,12 @@ class UnitOfWork(UnitOfWorkBase):
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Message | None:
         """Read and lock a message now; it is given back if the unit of work fails."""
         self._check_open()
-        message = await self._handle.read(queue, qtype, wait, timeout=timeout)
+        message = await self._handle.read(queue, qtype, wait, lease=lease, timeout=timeout)
         if message is not None:
             self._note_read([message])
         return message
@@ -785,11 +803,13 @@ class UnitOfWork(UnitOfWorkBase):
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages now; given back if the unit of work fails."""
         self._check_open()
-        messages = await self._handle.read_batch(queue, n, qtype, wait, timeout=timeout)
+        messages = await self._handle.read_batch(queue, n, qtype, wait, lease=lease,
+                                                  timeout=timeout)
         self._note_read(messages)
         return messages
 

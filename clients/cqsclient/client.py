@@ -571,10 +571,15 @@ class StructureHandle:
         qtype: QType = "TRAN",
         recoverable: bool = True,
         *,
+        delay: float | None = None,
+        not_before: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> int:
-        """Put a message; returns its entry id. Raises MessageTooLarge before sending."""
-        call = ops.put(self.name, queue, data, qtype, recoverable, self.client.max_message)
+        """Put a message; returns its entry id. With *delay* (seconds) or *not_before*
+        (epoch seconds) it is invisible to reads until then. Raises MessageTooLarge
+        before sending."""
+        call = ops.put(self.name, queue, data, qtype, recoverable, self.client.max_message,
+                       delay, not_before)
         entry_id: int = self._do(call, timeout)
         return entry_id
 
@@ -599,10 +604,14 @@ class StructureHandle:
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Message | None:
-        """Read and lock the next message, waiting up to *wait* seconds; None if there is none."""
-        message: Message | None = self._do(ops.read(self.name, queue, qtype, wait), timeout)
+        """Read and lock the next message, waiting up to *wait* seconds; None if there is
+        none. With *lease*, the lock ends that many seconds after the read unless
+        renewed (``renew``), and the message goes back as a failed delivery."""
+        call = ops.read(self.name, queue, qtype, wait, lease)
+        message: Message | None = self._do(call, timeout)
         return message
 
     def read_batch(
@@ -612,10 +621,11 @@ class StructureHandle:
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages; [] if there is none (after waiting)."""
-        call = ops.read_batch(self.name, queue, n, qtype, wait)
+        call = ops.read_batch(self.name, queue, n, qtype, wait, lease)
         messages: list[Message] = self._do(call, timeout)
         return messages
 
@@ -626,6 +636,7 @@ class StructureHandle:
         *,
         prefetch: int = 1,
         wait: float = 30.0,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Consumer:
         """Messages of the queue, one by one, as they come: ``for m in s.consume(q)``.
@@ -635,10 +646,12 @@ class StructureHandle:
         ``with m:`` (ack on success, nack on an exception). *prefetch* messages are
         read (and locked) at a time, and an ack with none left read ahead brings the
         next ones back with it; when the queue is empty the consumer waits on
-        the daemon, *wait* seconds per read. ``stop()`` ends the loop (from another
-        thread or a signal handler too); see :class:`Consumer`.
+        the daemon, *wait* seconds per read. With *lease*, each is locked on a lease
+        of that many seconds from its read (``renew`` it to hold it longer).
+        ``stop()`` ends the loop (from another thread or a signal handler too); see
+        :class:`Consumer`.
         """
-        return Consumer(self, queue, qtype, prefetch, wait, timeout)
+        return Consumer(self, queue, qtype, prefetch, wait, timeout, lease)
 
     def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
@@ -661,6 +674,13 @@ class StructureHandle:
         call = ops.delete_and_read(self.name, entry_id, queue, n, qtype)
         messages: list[Message] = self._do(call, timeout)
         return messages
+
+    def renew(self, entry_id: int, lease: float, *,
+              timeout: Timeout = CLIENT_TIMEOUT) -> None:
+        """Renew the lease of a message this client holds: it now ends *lease* seconds
+        from now. LOCK_NOT_HELD once it has expired (the message was given back as a
+        failed delivery and may be someone else's)."""
+        self._do(ops.renew(self.name, entry_id, lease), timeout)
 
     def unlock(
         self,
@@ -764,11 +784,12 @@ class UnitOfWork(UnitOfWorkBase):
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> Message | None:
         """Read and lock a message now; it is given back if the unit of work fails."""
         self._check_open()
-        message = self._handle.read(queue, qtype, wait, timeout=timeout)
+        message = self._handle.read(queue, qtype, wait, lease=lease, timeout=timeout)
         if message is not None:
             self._note_read([message])
         return message
@@ -780,11 +801,13 @@ class UnitOfWork(UnitOfWorkBase):
         qtype: QType = "TRAN",
         wait: float | None = None,
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Read and lock up to *n* messages now; given back if the unit of work fails."""
         self._check_open()
-        messages = self._handle.read_batch(queue, n, qtype, wait, timeout=timeout)
+        messages = self._handle.read_batch(queue, n, qtype, wait, lease=lease,
+                                                  timeout=timeout)
         self._note_read(messages)
         return messages
 

@@ -32,6 +32,14 @@ those locks until the client closes. A nack, an ack with messages still read
 ahead, and one of a consumer that has stopped carry no ``next``; what an ack
 brings to a consumer stopped meanwhile is given back at once.
 
+With ``lease`` every message is read on a lease (``read(..., lease=)``): a
+worker that dies or hangs without its connection dropping loses the message
+after that many seconds, as a failed delivery. The lease runs from the read,
+so a message read ahead (``prefetch``) spends part of it waiting in the
+buffer; a handler that takes longer renews it (``s.renew(m.entry_id, s)``).
+Settling a message whose lease has expired raises LOCK_NOT_HELD. A leased
+consumer's acks are plain deletes: a ``next`` read takes no lease.
+
 With ``reconnect`` the loop carries on through a lost connection or a daemon
 restart: the read is sent again on the new connection, messages read ahead
 whose locks did not come back are dropped from the buffer (someone else may
@@ -94,6 +102,7 @@ class ConsumerBase:
         prefetch: int,
         wait: float,
         timeout: Timeout = CLIENT_TIMEOUT,
+        lease: float | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
@@ -105,6 +114,7 @@ class ConsumerBase:
         self.prefetch = prefetch
         self.wait = wait
         self.timeout = timeout
+        self.lease = lease  # of every message read, from its read (read ahead too)
         self._ahead: deque[Message] = deque()
         self._stopping = False
         self._resync: object = None  # the client's last_resync when the buffer was checked
@@ -118,7 +128,8 @@ class ConsumerBase:
         return self._stopping
 
     def _read_call(self, structure: str) -> ops.Call:
-        return ops.read_batch(structure, self.queue, self.prefetch, self.qtype, self.wait)
+        return ops.read_batch(structure, self.queue, self.prefetch, self.qtype, self.wait,
+                              self.lease)
 
     def _next_ahead(self, client: Any) -> Message | None:
         """The next message read ahead whose lock this client still holds, or None."""
@@ -147,8 +158,8 @@ class ConsumerBase:
     def _settle_call(self, structure: str, entry_id: int, failed: bool | None) -> ops.Call:
         if failed is not None:
             return ops.unlock(structure, entry_id, failed)
-        if self._ahead or self._stopping:
-            return ops.delete(structure, entry_id)
+        if self._ahead or self._stopping or self.lease is not None:
+            return ops.delete(structure, entry_id)  # a next read carries no lease
         return ops.delete_and_read(structure, entry_id, self.queue, self.prefetch, self.qtype)
 
     def _refill(self, call: ops.Call, got: Any) -> list[Message]:

@@ -339,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--qtype", default="TRAN", help="queue type (default TRAN)")
     sub.add_argument("--nonrecoverable", action="store_true",
                      help="a non-recoverable message (not logged)")
+    sub.add_argument("--delay", type=_seconds, default=None,
+                     help="seconds before the message may be read (default: at once)")
 
     sub = command("read", "read the next message, print it and delete it (unless --keep)")
     sub.add_argument("structure", metavar="STRUCTURE")
@@ -460,7 +462,8 @@ def cmd_display(client: cqsclient.Client, args: argparse.Namespace) -> Report:
 def cmd_put(client: cqsclient.Client, args: argparse.Namespace) -> Report:
     data = sys.stdin.buffer.read() if args.data == "-" else args.data.encode("utf-8")
     handle = client.structure(args.structure)
-    entry_id = handle.put(args.queue, data, qtype=args.qtype, recoverable=not args.nonrecoverable)
+    entry_id = handle.put(args.queue, data, qtype=args.qtype, recoverable=not args.nonrecoverable,
+                          delay=args.delay)
     return Report({"entry_id": entry_id}, str(entry_id))
 
 

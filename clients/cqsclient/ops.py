@@ -292,6 +292,8 @@ def put(
     qtype: QType,
     recoverable: bool,
     max_message: int | None,
+    delay: float | None = None,
+    not_before: float | None = None,
 ) -> Call:
     """``put``: the result is the new entry id."""
     request = {
@@ -302,10 +304,12 @@ def put(
         "data": check_payload(data, max_message),
         "recoverable": recoverable,
     }
-    return Call(request, lambda result: int(result["entry_id"]))
+    return Call(_timed(request, delay=delay, not_before=not_before),
+                lambda result: int(result["entry_id"]))
 
 
-def read(structure: str, queue: str, qtype: QType, wait: float | None) -> Call:
+def read(structure: str, queue: str, qtype: QType, wait: float | None,
+         lease: float | None = None) -> Call:
     """``read`` of one message: a locked Message, or None when there is none."""
     request = {
         "op": "read",
@@ -315,10 +319,12 @@ def read(structure: str, queue: str, qtype: QType, wait: float | None) -> Call:
         "n": 1,
         "wait": wait,
     }
-    return Call(request, _first_message(structure), empty=None, locks=True, retry=True)
+    return Call(_timed(request, lease=lease), _first_message(structure), empty=None,
+                locks=True, retry=True)
 
 
-def read_batch(structure: str, queue: str, n: int, qtype: QType, wait: float | None) -> Call:
+def read_batch(structure: str, queue: str, n: int, qtype: QType, wait: float | None,
+               lease: float | None = None) -> Call:
     """``read`` of up to *n* messages: a list of locked Messages, [] when there is none."""
     request = {
         "op": "read",
@@ -328,7 +334,23 @@ def read_batch(structure: str, queue: str, n: int, qtype: QType, wait: float | N
         "n": n,
         "wait": wait,
     }
-    return Call(request, _messages(structure), empty=[], locks=True, retry=True)
+    return Call(_timed(request, lease=lease), _messages(structure), empty=[], locks=True,
+                retry=True)
+
+
+def renew(structure: str, entry_id: int, lease: float) -> Call:
+    """``renew``: the lock's lease runs *lease* seconds from now (LOCK_NOT_HELD once it
+    has expired). Sent again after a reconnect: a second renew only moves it again."""
+    request = {"op": "renew", "structure": structure, "entry_id": entry_id, "lease": lease}
+    return Call(request, _nothing, retry=True)
+
+
+def _timed(request: dict[str, Any], **fields: float | None) -> dict[str, Any]:
+    """*request* with the lease or delay fields that were given. Unlike other
+    defaults these are left out when None: a request without them is what a
+    daemon from before leases and delayed puts understands."""
+    request.update((k, v) for k, v in fields.items() if v is not None)
+    return request
 
 
 def browse(
@@ -429,15 +451,16 @@ def put_batch(
 
 
 def put_op(
-    queue: str, data: Payload, qtype: QType, recoverable: bool, max_message: int | None
+    queue: str, data: Payload, qtype: QType, recoverable: bool, max_message: int | None,
+    delay: float | None = None, not_before: float | None = None,
 ) -> dict[str, Any]:
-    return {
+    return _timed({
         "op": "put",
         "queue": queue,
         "qtype": qtype,
         "data": check_payload(data, max_message),
         "recoverable": recoverable,
-    }
+    }, delay=delay, not_before=not_before)
 
 
 def delete_op(entry_id: int) -> dict[str, Any]:

@@ -65,14 +65,17 @@ class UnitOfWorkBase:
         return list(self._read_ids)
 
     def put(
-        self, queue: str, data: Payload, qtype: QType = "TRAN", recoverable: bool = True
+        self, queue: str, data: Payload, qtype: QType = "TRAN", recoverable: bool = True,
+        *, delay: float | None = None, not_before: float | None = None,
     ) -> None:
-        """Gather a put; its entry id is in ``entry_ids`` after the commit.
+        """Gather a put (delayed by *delay* seconds from the commit, or until epoch
+        seconds *not_before*); its entry id is in ``entry_ids`` after the commit.
 
         Raises MessageTooLarge at once if *data* exceeds the server's max_message.
         """
         self._check_open()
-        self._ops.append(ops.put_op(queue, data, qtype, recoverable, self._max_message))
+        self._ops.append(ops.put_op(queue, data, qtype, recoverable, self._max_message,
+                                    delay, not_before))
 
     def delete(self, entry_id: int) -> None:
         """Gather the delete of a message (normally one this unit of work read)."""

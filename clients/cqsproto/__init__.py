@@ -2,9 +2,10 @@
 
 It holds what the two sides must agree on: the frame codec and protocol
 version (``codec``), the request table (``requests``), the reason codes
-(``reasons``), the client-name rule (``names``) and the spelling of sizes
-(``sizes``). It imports nothing of cqsd's and never trio, anyio, asyncio or
-socket; the blocking client uses it on plain sockets (tests/protocol and
+(``reasons``), the client-name rule (``names``), the spelling of sizes
+(``sizes``) and the values a lease or a delay may take (``timing``). It
+imports nothing of cqsd's and never trio, anyio, asyncio or socket; the
+blocking client uses it on plain sockets (tests/protocol and
 tests/test_imports.py check).
 """
 

@@ -17,6 +17,7 @@ REQUIRED = object()
 # peer could make the daemon buffer a frame of max_message bytes.
 MAX_REGISTER_FRAME = 64 * 1024
 _NUMBER = (int, float)
+_SECONDS = ((*_NUMBER, type(None)), None)  # checked further by timing.py
 
 # op -> field -> (accepted types, default)
 _QTYPE = ((str, int), "TRAN")
@@ -40,6 +41,8 @@ OPS: dict[str, Spec] = {
         "qtype": _QTYPE,
         "data": ((bytes,), REQUIRED),
         "recoverable": ((bool,), True),
+        "delay": _SECONDS,
+        "not_before": _SECONDS,
     },
     "read": {
         "structure": _STRUCTURE,
@@ -47,7 +50,9 @@ OPS: dict[str, Spec] = {
         "qtype": _QTYPE,
         "n": ((int,), 1),
         "wait": ((*_NUMBER, type(None)), None),
+        "lease": _SECONDS,
     },
+    "renew": {"structure": _STRUCTURE, "entry_id": _ENTRY, "lease": (_NUMBER, REQUIRED)},
     "browse": {
         "structure": _STRUCTURE,
         "queue": ((str, type(None)), None),
@@ -184,7 +189,8 @@ def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-_PUT_KEYS = frozenset(("op", *COMMIT_OPS["put"]))
+# a delayed put takes the full path (the plain one leaves out delay and not_before)
+_PUT_KEYS = frozenset(("op", "queue", "qtype", "data", "recoverable"))
 
 
 def _plain_put(op: dict[str, Any]) -> bool:

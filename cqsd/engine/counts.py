@@ -4,7 +4,7 @@ on the request paths; restore and replay do not count (they repeat history)."""
 
 
 class Counts:
-    __slots__ = ("deletes", "puts", "reads", "redeliveries", "suspends")
+    __slots__ = ("deletes", "expiries", "puts", "reads", "redeliveries", "suspends")
 
     def __init__(self) -> None:
         self.puts = 0  # messages put, one by one or in a commit
@@ -12,3 +12,4 @@ class Counts:
         self.redeliveries = 0  # of those, read again after an earlier delivery
         self.deletes = 0  # messages deleted by their reader or the operator
         self.suspends = 0  # failed deliveries that sent a message to its suspend queue
+        self.expiries = 0  # leased locks that expired unrenewed (failed deliveries)

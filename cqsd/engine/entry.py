@@ -22,6 +22,7 @@ ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (DE
 # Where an entry is. Staged segments are never reachable by entry id.
 READY, LOCKED, COLD, STAGED = "ready", "locked", "cold", "staged"
 DELETED = "deleted"  # an offloaded message on the clean-up queue (LH 4) until its delete is durable
+DELAYED = "delayed"  # put with a not_before still to come: invisible to reads until then
 
 
 def elements(nbytes: int) -> int:
@@ -35,6 +36,7 @@ class Entry:
     __slots__ = (
         "entry_id", "qtype", "name", "data", "recoverable", "put_time",
         "delivery_count", "owner", "where", "elements", "segments", "home", "map", "store",
+        "lease", "not_before",
     )
 
     def __init__(self, entry_id: int, qtype: int, name: str, data: bytes | memoryview,
@@ -53,6 +55,9 @@ class Entry:
         self.home: tuple[int, str] | None = None  # the queue a suspended entry came from
         self.map: DataMap | None = None  # where an offloaded payload is (data is then empty)
         self.store: str | None = None  # the structure whose data sets hold it
+        # a leased lock's (lease ns, wall-clock deadline ns, monotonic deadline s)
+        self.lease: tuple[int, int, float] | None = None
+        self.not_before: int | None = None  # wall-clock ns before which it was not readable
 
     @property
     def key(self) -> tuple[int, str]:

@@ -31,7 +31,7 @@ message in the overflow structure leaves it there, under its new name.
 """
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ..smds.datamap import DataMap
@@ -127,7 +127,7 @@ class StructurePair:
     # -- requests ------------------------------------------------------------
 
     def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
-            dmap: DataMap | None = None) -> Entry:
+            dmap: DataMap | None = None, not_before: int | None = None) -> Entry:
         """Put a message; a queue in overflow status gets it in the overflow structure.
         Raises STRUCTURE_FULL, or OVERFLOW_REJECTED for a queue in overflow status
         when there is no overflow structure, it is full, or the queue space exit
@@ -136,9 +136,9 @@ class StructurePair:
         if self._status:
             key = (parse_qtype(qtype), check_name(name))
             if key in self._status:
-                return self._put_over(key, data, recoverable, dmap)
+                return self._put_over(key, data, recoverable, dmap, not_before)
         primary = self.primary
-        entry = primary.put(qtype, name, data, recoverable, dmap)
+        entry = primary.put(qtype, name, data, recoverable, dmap, not_before)
         if primary.elements_used >= self._trigger:
             self._press()
         return entry
@@ -152,16 +152,60 @@ class StructurePair:
         key = (parse_qtype(qtype), check_name(name))
         return self.overflow if key in self._status else self.primary
 
-    def read(self, client: str, qtype: int | str, name: str) -> Entry:
+    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None) -> Entry:
         """Lock the first message of a queue, by id across both structures."""
         if not self._status:
-            return self.primary.read(client, qtype, name)
+            return self.primary.read(client, qtype, name, lease)
         key = (parse_qtype(qtype), name)
         if key not in self._status:
-            return self.primary.read(client, *key)
-        entry = self._first(key).read(client, *key)
+            return self.primary.read(client, *key, lease)
+        entry = self._first(key).read(client, *key, lease)
         self._recheck(key)
         return entry
+
+    def renew(self, client: str, entry_id: int, lease: float) -> Entry:
+        """``Structure.renew``, in whichever structure holds the message."""
+        return self._holder(entry_id).renew(client, entry_id, lease)
+
+    def expire(self, now: float | None = None, spared: Collection[str] = ()) -> list[Entry]:
+        """``Structure.expire`` in both structures."""
+        expired = self.primary.expire(now, spared)
+        if self.overflow is not None:
+            theirs = self.overflow.expire(now, spared)
+            for key in {e.key for e in theirs}:
+                self._recheck(key)
+            expired += theirs
+        return expired
+
+    def ripen(self, now: int | None = None) -> list[Entry]:
+        """``Structure.ripen`` in both structures."""
+        ripe = self.primary.ripen(now)
+        if self.overflow is not None:
+            theirs = self.overflow.ripen(now)
+            for key in {e.key for e in theirs}:
+                self._recheck(key)
+            ripe += theirs
+        return ripe
+
+    def next_expiry(self) -> float | None:
+        """The earlier ``Structure.next_expiry`` of the two."""
+        return min((t for s in self.structures() if (t := s.next_expiry()) is not None),
+                   default=None)
+
+    def next_due(self) -> int | None:
+        """The earlier ``Structure.next_due`` of the two."""
+        return min((t for s in self.structures() if (t := s.next_due()) is not None),
+                   default=None)
+
+    def take_armed(self) -> bool:
+        """Whether a lease or a delay was set since the last call (``Timed.armed``)."""
+        primary, overflow = self.primary, self.overflow  # after every request: no list
+        armed = primary.timed.armed
+        if armed:
+            primary.timed.armed = False
+        if overflow is not None and overflow.timed.armed:
+            overflow.timed.armed, armed = False, True
+        return armed
 
     def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
         """``Structure.delete``, in whichever structure holds the message."""
@@ -494,10 +538,10 @@ class StructurePair:
         return self.primary
 
     def _put_over(self, key: Key, data: bytes, recoverable: bool,
-                  dmap: DataMap | None) -> Entry:
+                  dmap: DataMap | None, not_before: int | None) -> Entry:
         overflow = self._overflow_for(key, len(data))
         try:
-            return overflow.put(*key, data, recoverable, dmap)
+            return overflow.put(*key, data, recoverable, dmap, not_before)
         except CQSError as err:
             raise _rejected(err, f"{_show(key)} is in overflow status") from None
 

@@ -12,6 +12,7 @@ from .errors import CQSError, Reason
 
 LIST_HEADERS = 192
 CONTROL_LH, COLD_LH, LOCK_LH, MOVE_LH, DELETE_LH, REBUILD_LH = 0, 1, 2, 3, 4, 5
+DELAYED_LH = 6  # delayed puts until their time (no CQS counterpart: LH 6-70 are reserved)
 FIRST_CLIENT_LH = 71
 HEADERS_PER_TYPE = 11
 MAX_NAME = 15  # the 16-byte entry key less its queue-type byte

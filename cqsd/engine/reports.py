@@ -15,7 +15,7 @@ Row = dict[str, Any]
 def add_queue(row: Row, theirs: Row) -> Row:
     """One queue's figures (``Structure.queue_stats``) over both structures of a
     pair: counts added, the oldest put time the older of the two."""
-    for field in ("depth", "elements", "locked"):
+    for field in ("depth", "elements", "locked", "delayed"):
         row[field] += theirs[field]
     oldest = [t for t in (row["oldest_put_time"], theirs["oldest_put_time"]) if t is not None]
     row["oldest_put_time"] = min(oldest, default=None)

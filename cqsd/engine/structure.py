@@ -23,6 +23,17 @@ offloaded message stays there, still charged, until the daemon says its
 delete is durable (``stamp_deleted``, ``clean_up``), because until then a
 crash could bring it back and its pages must not be reused.
 
+A read may take its lock on a *lease* (a visibility timeout): the lock ends at
+a deadline on the daemon's monotonic clock (``ticks``) unless renewed, and
+``expire`` releases every lock whose deadline has passed as a failed delivery.
+A put may be *delayed* until a wall-clock time (``not_before``, ns like
+``put_time``): until then it is on no ready queue, and ``ripen`` places every
+message whose time has come at its place by id. Neither keeps a timer per
+message: each is a heap of (deadline, id) with lazy deletion (an entry renewed,
+unlocked or deleted meanwhile leaves a stale item that is skipped when it
+comes up), and the daemon calls both from one timer task that sleeps until
+``next_expiry``/``next_due``. Setting either raises ``timed.armed`` for it.
+
 A structure may be paired with an overflow structure (``pair_with``; the
 routing between the two is ``pair.py``). The two then share their id clock,
 their waiter sets, their events and the SERIAL in-flight set, and each knows the
@@ -30,20 +41,34 @@ other's ready queues, so that a queue spread over both is one queue to a reader:
 one id order, one message in flight if SERIAL, one empty→non-empty transition.
 """
 
+import heapq
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import msgpack
 from sortedcontainers import SortedDict
 
-from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
+from ..records import (
+    BLOCK,
+    COLD_BY,
+    DELETE,
+    LEASED,
+    LOCK,
+    MAPPED,
+    MOVED_IN,
+    MOVED_OUT,
+    NOT_BEFORE_AT,
+    PUT,
+    READY_AT,
+)
 from ..smds.datamap import DataMap
 from ..smds.offload import offloads
 from .counts import Counts
 from .entry import (
     COLD,
+    DELAYED,
     DELETED,
     ELEMENT,
     ENTRY_CONTROLS,
@@ -60,6 +85,7 @@ from .ids import Ids
 from .overflow import grown_size
 from .qtypes import (
     COLD_LH,
+    DELAYED_LH,
     DELETE_LH,
     FIRST_CLIENT_LH,
     LIST_HEADERS,
@@ -73,13 +99,14 @@ from .qtypes import (
     staging_type,
 )
 from .reports import Row
+from .timed import Timed
 
 SERIAL = QueueType.TRAN_SERIAL
 SUSPEND = QueueType.TRAN_SUSPEND
 DEFAULT_ENTRY_MAX = 32 * 1024  # DESIGN §9
 DEFAULT_MAX_DELIVERIES = 5  # DESIGN §9
 GROWN = "put does not fit"  # why a structure altered itself before refusing a put
-BROWSE_ALL_LHS = (COLD_LH, LOCK_LH) + tuple(
+BROWSE_ALL_LHS = (COLD_LH, LOCK_LH, DELAYED_LH) + tuple(
     lh
     for t in QueueType
     if t not in STAGING_TYPES
@@ -97,6 +124,7 @@ class Put(NamedTuple):
     data: bytes
     recoverable: bool = True
     dmap: DataMap | None = None  # the payload is offloaded there (the daemon wrote it)
+    not_before: int | None = None  # wall-clock ns: delayed until then
 
 
 class Delete(NamedTuple):
@@ -123,7 +151,8 @@ class Checked(NamedTuple):
     """A commit that passed every check and can no longer fail (``check_commit``)."""
 
     ops: list[Op]
-    puts: list[tuple[QueueType, str, bytes, bool, DataMap | None]]  # each Put, parsed, in order
+    # each Put, parsed, in order
+    puts: list[tuple[QueueType, str, bytes, bool, DataMap | None, int | None]]
     grow_to: int | None = None  # the size its puts need the structure altered to first
 
 
@@ -141,6 +170,7 @@ class Structure:
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         offload_rules: tuple[tuple[int, int], ...] | None = None,
         clock: Callable[[], int] = time.time_ns,
+        ticks: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.size = size
@@ -154,6 +184,7 @@ class Structure:
         self.entries_used = 0
         self.full = False
         self.ids = Ids(clock)
+        self.timed = Timed(ticks)  # leases and delayed puts
         self._entries: dict[int, Entry] = {}  # every message head, by id
         self._queues: dict[Key, Queue] = {}  # non-empty ready queues
         self._headers = [SortedDict() for _ in range(LIST_HEADERS)]  # name -> Queue
@@ -183,8 +214,9 @@ class Structure:
     # -- requests ------------------------------------------------------------
 
     def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
-            dmap: DataMap | None = None) -> Entry:
-        """Put a message at the end of its queue. A structure below its maximum size
+            dmap: DataMap | None = None, not_before: int | None = None) -> Entry:
+        """Put a message at the end of its queue, or, with ``not_before`` (wall-clock
+        ns) still to come, delayed until then. A structure below its maximum size
         that it does not fit grows first (``Altered``, "put does not fit"); raises
         STRUCTURE_FULL if it does not fit even so.
         With ``dmap`` the payload ``data`` is in a data set already: the entry keeps
@@ -193,7 +225,8 @@ class Structure:
         check_name(name)
         self._reserve(*self._cost(len(data), dmap),
                       f"put of {len(data)} bytes to {qtype.name}:{name}")
-        return self._put_effect(self._insert(qtype, name, data, recoverable, dmap=dmap), data)
+        return self._put_effect(
+            self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
 
     def offloads(self, nbytes: int) -> bool:
         """Whether a payload of ``nbytes`` put here goes to a data set (DESIGN §11):
@@ -239,8 +272,9 @@ class Structure:
         for _, entry in self._cleanup:
             yield entry
 
-    def read(self, client: str, qtype: int | str, name: str) -> Entry:
-        """Lock the first message of a queue for ``client``. Raises NO_MESSAGE."""
+    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None) -> Entry:
+        """Lock the first message of a queue for ``client``, for ``lease`` seconds if
+        given (``expire``). Raises NO_MESSAGE."""
         key = (parse_qtype(qtype), name)
         queue = self._queues.get(key)
         if queue is None or (key[0] == SERIAL and key in self._serial_busy):
@@ -254,7 +288,84 @@ class Structure:
             self.counts.redeliveries += 1
         if entry.recoverable:
             self.effects.append((LOCK, entry.entry_id, client))
+        if lease is not None:
+            self._lease(entry, lease)
         return entry
+
+    def renew(self, client: str, entry_id: int, lease: float) -> Entry:
+        """Give a lock ``client`` holds a lease of ``lease`` seconds from now, in place
+        of the one it had (if any). Raises ENTRY_NOT_FOUND or LOCK_NOT_HELD: an expired
+        lease was a failed delivery, and its holder holds nothing any more."""
+        entry = self._find(entry_id)
+        self._check_held(client, entry)
+        self._lease(entry, lease)
+        return entry
+
+    def expire(self, now: float | None = None, spared: Collection[str] = ()) -> list[Entry]:
+        """Release every leased lock whose deadline is ``now`` (monotonic seconds) or
+        earlier, as a failed delivery (``unlock(failed=True)``), unless its owner is in
+        ``spared``: then it goes back as it was (a lock a restart found, whose holder
+        could not renew while the daemon was down). Returns them, in deadline order."""
+        heap = self.timed.leases
+        expired: list[Entry] = []
+        if not heap:
+            return expired
+        if now is None:
+            now = self.timed.ticks()
+        while heap and heap[0][0] <= now:
+            deadline, entry_id = heapq.heappop(heap)
+            entry = self._entries.get(entry_id)
+            if entry is None or entry.lease is None or entry.lease[2] != deadline:
+                continue  # renewed, released or deleted since
+            failed = entry.owner not in spared
+            self._release(entry)
+            self._return(entry, None, failed)
+            self._ready_effect(entry)
+            self.counts.expiries += 1
+            expired.append(entry)
+        return expired
+
+    def ripen(self, now: int | None = None) -> list[Entry]:
+        """Place every delayed message whose ``not_before`` is ``now`` (wall-clock ns)
+        or earlier on its queue, at its place by id; returns them in time order."""
+        heap = self.timed.due
+        ripe: list[Entry] = []
+        if not heap:
+            return ripe
+        if now is None:
+            now = self.ids.clock()
+        while heap and heap[0][0] <= now:
+            not_before, entry_id = heapq.heappop(heap)
+            entry = self.timed.delayed.get(entry_id)
+            if entry is None or entry.not_before != not_before:
+                continue  # deleted, or moved and pushed again
+            self._undelay(entry)
+            self._place(entry)
+            ripe.append(entry)
+        return ripe
+
+    def next_expiry(self) -> float | None:
+        """The monotonic deadline of the next lease to expire, or None (stale heap
+        items are dropped first, so the daemon does not wake for nothing)."""
+        heap, entries = self.timed.leases, self._entries
+        while heap:
+            deadline, entry_id = heap[0]
+            entry = entries.get(entry_id)
+            if entry is not None and entry.lease is not None and entry.lease[2] == deadline:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+    def next_due(self) -> int | None:
+        """The wall-clock ns at which the next delayed message becomes readable, or None."""
+        heap, delayed = self.timed.due, self.timed.delayed
+        while heap:
+            not_before, entry_id = heap[0]
+            entry = delayed.get(entry_id)
+            if entry is not None and entry.not_before == not_before:
+                return not_before
+            heapq.heappop(heap)
+        return None
 
     def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
         """Delete a message locked by ``client``. An ``operator`` delete takes any
@@ -275,10 +386,14 @@ class Structure:
         entry = self._find(entry_id)
         key = (parse_qtype(qtype), check_name(name))
         self._check_movable(client, entry)
+        delayed = entry.where == DELAYED
         self._take(entry)
         entry.qtype, entry.name = key
         entry.home = None
-        self._place(entry)
+        if delayed:  # it keeps its time
+            self._delay(entry)
+        else:
+            self._place(entry)
         self._ready_effect(entry)
         return entry
 
@@ -319,7 +434,7 @@ class Structure:
         seen: set[int] = set()
         need_elements = need_entries = 0
         freed_elements = freed_entries = 0
-        puts: list[tuple[QueueType, str, bytes, bool, DataMap | None]] = []
+        puts: list[tuple[QueueType, str, bytes, bool, DataMap | None, int | None]] = []
         for op in ops:
             if type(op) is Put:
                 qtype = parse_qtype(op.qtype)
@@ -327,7 +442,8 @@ class Structure:
                 elements_, entries = self._cost(len(op.data), op.dmap)
                 need_elements += elements_
                 need_entries += entries
-                puts.append((qtype, op.name, op.data, bool(op.recoverable), op.dmap))
+                puts.append((qtype, op.name, op.data, bool(op.recoverable), op.dmap,
+                             op.not_before))
                 continue
             assert not isinstance(op, Put)  # for mypy: the type() test above is faster
             if op.entry_id in seen:
@@ -483,9 +599,10 @@ class Structure:
         slow = []
         used_elements = used_entries = count = 0
         for row in rows:
-            eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home, dm = row
+            (eid, qtype, name, data, recoverable, put_time, deliveries, where, owner, home, dm,
+             _, not_before) = row
             count += 1
-            if where != READY or len(data) > step or dm is not None:
+            if where != READY or len(data) > step or dm is not None or not_before is not None:
                 slow.append(row)
                 continue
             n = (len(data) + ENTRY_CONTROLS + ELEMENT - 1) // ELEMENT
@@ -527,10 +644,15 @@ class Structure:
         owner: str | None = None,
         home: tuple[int, str] | None = None,
         dmap: DataMap | list[Any] | None = None,
+        lease: list[int] | None = None,
+        not_before: int | None = None,
     ) -> Entry:
         """Re-create a message as an image or a log fold recorded it. An offloaded
         one (``dmap``, encoded or not) keeps its map only: ``data``, which a
-        materialising fold fills, is dropped.
+        materialising fold fills, is dropped. A ``lease`` ([ns, wall-clock deadline
+        ns]) runs on for the wall-clock time it has left (none: it expires at the
+        next ``expire``); a ready message whose ``not_before`` is still to come
+        is delayed again.
 
         Space is taken without the full check: an image is what was there, and a
         structure configured smaller than its content shows as over-full in stats
@@ -544,12 +666,16 @@ class Structure:
         self.elements_used += cost_elements
         self.entries_used += cost_entries
         entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time,
-                             dmap)
+                             dmap, not_before if where == READY else None)
         entry.home = (QueueType(home[0]), home[1]) if home else None
+        entry.not_before = not_before  # kept as logged, once due too
         if where == LOCKED:
             assert owner is not None, f"entry {entry_id} locked by nobody"
             self._unplace(entry)
             self._lock(entry, owner)
+            if lease is not None:
+                left = max(0, lease[1] - self.ids.clock()) / 1e9
+                self._arm(entry, (lease[0], lease[1], self.timed.ticks() + left))
         elif where == COLD:
             self._unplace(entry)
             entry.where, entry.owner = COLD, owner
@@ -610,6 +736,8 @@ class Structure:
             home = (int(e.home[0]), e.home[1]) if e.home else None
             self.effects.append((MOVED_IN, e.entry_id, int(e.qtype), e.name, e.data, e.put_time,
                                  e.delivery_count, home))
+            if e.not_before is not None:
+                self.effects.append((NOT_BEFORE_AT, e.entry_id, e.not_before))
 
     def holds(self, entry_id: object) -> bool:
         """Whether a message with this id is here (ready, locked or cold)."""
@@ -700,6 +828,7 @@ class Structure:
             "queues": len(self._queues),
             "locked": sum(len(locks) for locks in self._locks.values()),
             "cold": len(self._cold),
+            "delayed": len(self.timed.delayed),
         }
 
     def queue_stats(self, qtype: int | str, name: str) -> Row:
@@ -714,6 +843,7 @@ class Structure:
             "elements": queue.held if queue else 0,
             "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
             "locked": self._locked_per_key.get(key, 0),
+            "delayed": self.timed.per_key.get(key, 0),
         }
 
     def queues(self, also: Iterable[Key] = ()) -> list[Row]:
@@ -723,7 +853,7 @@ class Structure:
 
     def queue_keys(self, also: Iterable[Key] = ()) -> set[Key]:
         """The keys ``queues`` reports on."""
-        keys = set(self._queues) | set(self._locked_per_key) | set(also)
+        keys = {*self._queues, *self._locked_per_key, *self.timed.per_key, *also}
         return {k for k in keys if k[0] not in STAGING_TYPES}
 
     def header_stats(self) -> list[Row]:
@@ -731,7 +861,7 @@ class Structure:
         rows = []
         cleanup = self._deleted + [e for _, e in self._cleanup]
         for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked())),
-                         (DELETE_LH, cleanup)):
+                         (DELETE_LH, cleanup), (DELAYED_LH, list(self.timed.delayed.values()))):
             if pool:  # heads only: a long message's segments stay on its staging queue
                 rows.append({"lh": lh, "entries": len(pool),
                              "elements": sum(e.elements for e in pool)})
@@ -847,10 +977,11 @@ class Structure:
         ids.last = now if now > ids.last else ids.last + 1
         return ids.last
 
-    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes,
-                         recoverable: bool, dmap: DataMap | None) -> Entry:
+    def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool,
+                         dmap: DataMap | None, not_before: int | None) -> Entry:
         self._reserve(*self._cost(len(data), dmap), "commit")
-        return self._put_effect(self._insert(qtype, name, data, recoverable, dmap=dmap), data)
+        return self._put_effect(
+            self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
 
     # Effects are what the log records: the outcome of a request for each recoverable
     # message it touched, never the request itself, so replay needs no configuration.
@@ -861,6 +992,8 @@ class Structure:
             dmap = e.map
             if dmap is None:
                 self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, e.data, e.put_time))
+                if e.not_before is not None:
+                    self.effects.append((NOT_BEFORE_AT, e.entry_id, e.not_before))
                 return e
             # recovery logging (seed 000): each block, then the entry with its map
             view = memoryview(payload)
@@ -868,6 +1001,8 @@ class Structure:
                              for r, offset, nbytes in dmap.pieces()]
             self.effects.append((PUT, e.entry_id, int(e.qtype), e.name, b"", e.put_time))
             self.effects.append((MAPPED, e.entry_id, dmap.encode()))
+            if e.not_before is not None:
+                self.effects.append((NOT_BEFORE_AT, e.entry_id, e.not_before))
         return e
 
     def _ready_effect(self, e: Entry) -> None:
@@ -885,10 +1020,12 @@ class Structure:
         entry_id: int | None = None,
         put_time: int | None = None,
         dmap: DataMap | None = None,
+        not_before: int | None = None,
     ) -> Entry:
         """Add a message whose space is reserved. Its 2nd..nth segments go to the
         staging queue first and its head last, as IMS puts the first record last;
-        an offloaded one (``dmap``) has none and keeps no payload."""
+        an offloaded one (``dmap``) has none and keeps no payload. One whose
+        ``not_before`` is still to come is delayed instead of placed."""
         now = self.ids.clock()
         step = self.entry_max
         segments = None
@@ -919,7 +1056,11 @@ class Structure:
         if dmap is not None:
             entry.map, entry.store = dmap, self.name
         self._entries[entry_id] = entry
-        self._place(entry)
+        if not_before is not None and not_before > now:
+            entry.not_before = not_before
+            self._delay(entry)
+        else:
+            self._place(entry)
         return entry
 
     def _place(self, entry: Entry) -> None:
@@ -953,6 +1094,8 @@ class Structure:
             self._unplace(entry)
         elif entry.where == LOCKED:
             self._release(entry)
+        elif entry.where == DELAYED:
+            self._undelay(entry)
         else:
             del self._cold[entry.entry_id]
             entry.owner = None
@@ -993,6 +1136,9 @@ class Structure:
         if not locks:
             del self._locks[owner]
         entry.owner = None
+        if entry.lease is not None:
+            entry.lease = None
+            self.timed.leased -= 1
         key = (entry.qtype, entry.name)
         left = self._locked_per_key[key] - 1
         if left:
@@ -1003,6 +1149,45 @@ class Structure:
             self._serial_busy.discard(key)
             if key in self.watched and (key in self._queues or key in self._peer):
                 self.readable.add(key)
+
+    def _lease(self, entry: Entry, seconds: float) -> None:
+        """Set a lock's lease to ``seconds`` from now, logged as a T effect."""
+        lease_ns = int(seconds * 1e9)
+        deadline = self.ids.clock() + lease_ns
+        self._arm(entry, (lease_ns, deadline, self.timed.ticks() + seconds))
+        if entry.recoverable:
+            self.effects.append((LEASED, entry.entry_id, lease_ns, deadline))
+
+    def _arm(self, entry: Entry, lease: tuple[int, int, float]) -> None:
+        if entry.lease is None:
+            self.timed.leased += 1
+        entry.lease = lease
+        heap = self.timed.leases
+        if len(heap) > 4 * self.timed.leased + 1024:  # mostly stale: renewed or released
+            heap[:] = [(e.lease[2], e.entry_id) for e in self._all_locked() if e.lease]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (lease[2], entry.entry_id))
+        self.timed.armed = True
+
+    def _delay(self, entry: Entry) -> None:
+        """Hold a message off its queue until its ``not_before`` (``ripen``)."""
+        assert entry.not_before is not None
+        entry.where = DELAYED
+        self.timed.delayed[entry.entry_id] = entry
+        key = (entry.qtype, entry.name)
+        self.timed.per_key[key] = self.timed.per_key.get(key, 0) + 1
+        heapq.heappush(self.timed.due, (entry.not_before, entry.entry_id))
+        self.timed.armed = True
+
+    def _undelay(self, entry: Entry) -> None:
+        """Take a delayed message out of waiting; it is nowhere until placed again."""
+        del self.timed.delayed[entry.entry_id]
+        key = (entry.qtype, entry.name)
+        left = self.timed.per_key[key] - 1
+        if left:
+            self.timed.per_key[key] = left
+        else:
+            del self.timed.per_key[key]
 
     def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
         if failed and entry.delivery_count >= self.max_deliveries:
@@ -1025,8 +1210,9 @@ class Structure:
         for lh in lhs:
             if lh < a_lh:
                 continue
-            if lh in (COLD_LH, LOCK_LH):
-                pool = self._cold.values() if lh == COLD_LH else self._all_locked()
+            if lh in (COLD_LH, LOCK_LH, DELAYED_LH):
+                pool = (self._cold.values() if lh == COLD_LH else
+                        self._all_locked() if lh == LOCK_LH else self.timed.delayed.values())
                 for entry in sorted(pool, key=lambda e: e.entry_id):
                     if lh > a_lh or entry.entry_id > a_id:
                         yield entry
@@ -1059,6 +1245,8 @@ def position(entry: Entry) -> Cursor:
         return (LOCK_LH, "", entry.entry_id)
     if entry.where == COLD:
         return (COLD_LH, "", entry.entry_id)
+    if entry.where == DELAYED:
+        return (DELAYED_LH, "", entry.entry_id)
     return (list_header(entry.qtype, entry.name), entry.name, entry.entry_id)
 
 

@@ -31,13 +31,18 @@ from ..records import (
     HOME,
     I_COUNT,
     I_HOME,
+    LEASE,
+    LEASED,
     LOCK,
     M_MAP,
     MAP,
     MAPPED,
     MOVED_IN,
     MOVED_OUT,
+    N_AT,
     NAME,
+    NOT_BEFORE,
+    NOT_BEFORE_AT,
     OTHERS,
     OWNER,
     PUT,
@@ -46,6 +51,8 @@ from ..records import (
     R_HOME,
     READY_AT,
     STRUCTURE,
+    T_DEADLINE,
+    T_LEASE,
     WHERE,
     FoldError,
 )
@@ -76,7 +83,7 @@ def _apply(image: dict[int, list], effects: list, structure: str, blocks: Blocks
         if kind == PUT or kind == MOVED_IN:
             count, home = (0, None) if kind == PUT else (effect[I_COUNT], effect[I_HOME])
             image[eid] = [eid, effect[E_QTYPE], effect[E_NAME], effect[E_DATA], True,
-                          effect[E_PUT_TIME], count, "ready", None, home, None]
+                          effect[E_PUT_TIME], count, "ready", None, home, None, None, None]
             last_id = max(last_id, eid)
             continue
         if kind == BLOCK:
@@ -91,16 +98,20 @@ def _apply(image: dict[int, list], effects: list, structure: str, blocks: Blocks
             raise FoldError(f"structure {structure}: effect {kind} on entry {eid}, "
                             "which the image does not hold")
         if kind == LOCK:
-            row[WHERE], row[OWNER] = "locked", effect[E_OWNER]
+            row[WHERE], row[OWNER], row[LEASE] = "locked", effect[E_OWNER], None
             row[COUNT] += 1
+        elif kind == LEASED:
+            row[LEASE] = [effect[T_LEASE], effect[T_DEADLINE]]
+        elif kind == NOT_BEFORE_AT:
+            row[NOT_BEFORE] = effect[N_AT]
         elif kind == DELETE or kind == MOVED_OUT:
             del image[eid]
         elif kind == READY_AT:
             row[QTYPE], row[NAME] = effect[E_QTYPE], effect[E_NAME]
             row[HOME], row[COUNT] = effect[R_HOME], effect[R_COUNT]
-            row[WHERE], row[OWNER] = "ready", None
+            row[WHERE], row[OWNER], row[LEASE] = "ready", None, None
         elif kind == COLD_BY:
-            row[WHERE], row[OWNER] = "cold", effect[E_OWNER]
+            row[WHERE], row[OWNER], row[LEASE] = "cold", effect[E_OWNER], None
         elif kind == MAPPED:
             row[MAP] = effect[M_MAP]
             if payload is not None:

@@ -7,8 +7,9 @@ queue manager). When its connection drops, its locked messages wait
 back to their queues as failed deliveries, as CQS returns a failed member's
 work. Locks a restart of the daemon finds wait the same, but go back as they
 were: the daemon stopping was no failure of the client's, and must not push
-its messages toward the suspend queue. A cold start instead moves them to the
-cold queue for the operator.
+its messages toward the suspend queue; until their holder registers again
+(``held_over``), a lease of theirs that ends goes back the same way. A cold
+start instead moves them to the cold queue for the operator.
 """
 
 import hmac
@@ -44,6 +45,9 @@ class Clients:
         self.interest: dict[Interest, set[Session]] = {}
         self.access = Access(config)
         self.operators = 0  # operator sessions among ``sessions``: they take no client slot
+        # clients whose locks a restart found, until they register again or peer
+        # recovery ends them: their leases' expiries are no failed deliveries
+        self.held_over: set[str] = set()
 
     # -- registration ------------------------------------------------------------
 
@@ -73,6 +77,7 @@ class Clients:
                                                 "clients are registered, the maximum")
         session.client = client
         self.sessions[client] = session
+        self.held_over.discard(client)
         self.tokens[client] = token = secrets.token_hex(16)
         pending = self.pending.pop(client, None)
         if pending is not None:
@@ -164,6 +169,7 @@ class Clients:
     def recover_peer(self, client: str, failed: bool = True) -> None:
         """Its locks go back to their places; as failed deliveries (suspended past
         max_deliveries) if ``failed``."""
+        self.held_over.discard(client)
         for s in self.registry.pairs.values():
             released = s.release_client(client, failed)
             if released:

@@ -14,7 +14,8 @@ goes to its lock as if put there (seed 004: "placed on LOCKQ instead of Ready
 Queue"): a queue it left empty again tells no interested client of work.
 
 Task tree: run → (signals, flusher, poller, checkpoint triggers, overflow
-moves, listeners → connections, grace timers of dropped clients, the
+moves, the timer of leases and delayed puts (timers.py), listeners →
+connections, grace timers of dropped clients, the
 monitoring listener, the systemd watchdog), every long-lived task supervised
 (docs/robustness.md). Operations (docs/operations.md) add who may do what
 (access.py, checked here before each handler), sd_notify (notify.py) and the
@@ -53,6 +54,7 @@ from .registry import Registry
 from .relief import Relief
 from .session import Session
 from .smdscommands import SmdsCommands
+from .timers import Timers
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
@@ -88,6 +90,7 @@ class Daemon:
         self.shutting_down = False
         self.stopped = trio.Event()
         self.relief = Relief(self.registry, self.settle, self.spawn)
+        self.timers = Timers(self.registry, self.settle, lambda: self.clients.held_over)
         self.datasets = DataSets(config, self.datadir.root, self.datadir.repository,
                                  self.registry, self.limits)
         self.nursery: trio.Nursery | None = None
@@ -130,7 +133,9 @@ class Daemon:
                 if self.connections.poller is not None:
                     self.spawn("poller", self.connections.poller.run)
                 self.spawn("checkpoint triggers", self.checkpoints.run)
+                self.spawn("timers", self.timers.run)
                 self.settle()  # overflow processing a restart found due
+                self.clients.held_over = held | crashed
                 for client in sorted(held | crashed):
                     # their holders outlive the daemon, and may come back to resync; if
                     # not, the daemon's stop is not counted as their failed deliveries
@@ -229,6 +234,8 @@ class Daemon:
                 self.relief.relieve(s)
             if s.readable:  # waiting readers first: what they take was never work for others
                 self.waiters.serve(s)
+            if s.take_armed():  # a lease or a delay may end before the timer wakes
+                self.timers.poke()
             if s.events:
                 for event in s.take_events():
                     if type(event) is QueueWork:

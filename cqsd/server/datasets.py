@@ -78,20 +78,21 @@ class DataSets:
     # -- the data path -----------------------------------------------------------------
 
     def put(self, pair: StructurePair, owner: str, qtype: int | str, name: str, data: bytes,
-            recoverable: bool) -> Entry:
-        """Put a message, offloading its payload to the data set of ``owner`` (the
-        configured client putting it) if the structure it goes to says so."""
+            recoverable: bool, not_before: int | None = None) -> Entry:
+        """Put a message (delayed until wall-clock ns ``not_before``, if given),
+        offloading its payload to the data set of ``owner`` (the configured client
+        putting it) if the structure it goes to says so."""
         if not pair.offloading:
-            return pair.put(qtype, name, data, recoverable)
+            return pair.put(qtype, name, data, recoverable, None, not_before)
         target = pair.target(qtype, name)
         if not target.offloads(len(data)):
-            return pair.put(qtype, name, data, recoverable)
+            return pair.put(qtype, name, data, recoverable, None, not_before)
         key = (parse_qtype(qtype), check_name(name))
         dataset, dmap = self._place(target.name, owner, key, data)
         try:
             if recoverable:
                 self.limits.check_offloaded(len(data), offload_bound(len(dmap.ranges)))
-            entry = pair.put(qtype, name, data, recoverable, dmap)
+            entry = pair.put(qtype, name, data, recoverable, dmap, not_before)
         except BaseException:
             self._give_back(dataset, dmap)
             raise

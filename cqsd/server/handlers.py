@@ -8,13 +8,14 @@ what the request did. A handler whose reply comes later (a read with
 """
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
 
-from cqsproto import PROTOCOL_VERSION, requests
+from cqsproto import PROTOCOL_VERSION, requests, timing
 
 from ..engine import CQSError, Delete, Move, Put, QueueType, Reason, Unlock, parse_qtype
 from ..engine.pair import StructurePair
@@ -61,22 +62,26 @@ def op_connect(d: "Daemon", session: Session, rid: int, structure: str) -> Resul
 
 
 def op_put(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
-           qtype: str | int, data: bytes, recoverable: bool) -> Result:
-    """put {structure, queue, qtype?, data, recoverable?} -> {entry_id}"""
+           qtype: str | int, data: bytes, recoverable: bool, delay: float | None,
+           not_before: float | None) -> Result:
+    """put {structure, queue, qtype?, data, recoverable?, delay? | not_before?} -> {entry_id}"""
     d.limits.check_message(data, recoverable)
     s = d.registry.structure(structure)
+    later = _not_before("put", delay, not_before)
     return {"entry_id": d.datasets.put(s, _owner(session), qtype, queue, data,
-                                       recoverable).entry_id}
+                                       recoverable, later).entry_id}
 
 
 def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
-            qtype: str | int, n: int, wait: float | None) -> Result:
-    """read {structure, queue, qtype?, n?, wait?} -> {messages}, each locked"""
+            qtype: str | int, n: int, wait: float | None, lease: float | None) -> Result:
+    """read {structure, queue, qtype?, n?, wait?, lease?} -> {messages}, each locked"""
     s = d.registry.structure(structure)
     key = (parse_qtype(qtype), check_name(queue))
     if not 1 <= n <= MAX_READ_BATCH:
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
-    got = read_up_to(s, _client(session), key, n, d.limits.reply_bytes)
+    if lease is not None:
+        lease = timing.lease_seconds("read", lease)
+    got = read_up_to(s, _client(session), key, n, d.limits.reply_bytes, lease)
     if got:
         return _messages(d, s, _client(session), got)
     if not wait:
@@ -85,7 +90,7 @@ def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
         raise _bad(f"read: wait must be 0 to {d.config.daemon.max_wait} seconds, got {wait}")
     # parked now, not when the task starts: a put pipelined behind the read is
     # handled before then, and must find it waiting
-    waiter = Waiter(_client(session), n)
+    waiter = Waiter(_client(session), n, lease)
     d.waiters.add(s, key, waiter)
     session.defer(_wait_read, d, session, rid, s, key, waiter, wait)
     return DEFERRED
@@ -199,6 +204,15 @@ def op_move(d: "Daemon", session: Session, rid: int, structure: str, entry_id: i
     return {}
 
 
+def op_renew(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
+             lease: float) -> Result:
+    """renew {structure, entry_id, lease} -> {}: the lock's lease runs ``lease`` seconds
+    from now"""
+    seconds = timing.lease_seconds("renew", lease)
+    d.registry.structure(structure).renew(_client(session), entry_id, seconds)
+    return {}
+
+
 def op_unlock(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
               failed: bool, queue: str | None, qtype: str | int | None) -> Result:
     """unlock {structure, entry_id, failed?, queue?, qtype?} -> {qtype, queue}"""
@@ -219,8 +233,9 @@ def op_commit(d: "Daemon", session: Session, rid: int, structure: str,
 
 
 def _commit_op(kind: str, f: dict[str, Any]) -> Op:
-    if kind == "put":
-        return Put(f["qtype"], f["queue"], f["data"], f["recoverable"])
+    if kind == "put":  # the plain put of requests.commit_ops has no delay fields
+        later = _not_before("commit put", f.get("delay"), f.get("not_before"))
+        return Put(f["qtype"], f["queue"], f["data"], f["recoverable"], None, later)
     if kind == "delete":
         return Delete(f["entry_id"])
     if kind == "move":
@@ -378,6 +393,13 @@ def _owner(session: Session) -> str:
     operator session's own name carries its session number)."""
     assert session.name is not None
     return session.name
+
+
+def _not_before(where: str, delay: float | None, not_before: float | None) -> int | None:
+    """The wall-clock ns a put is delayed until (timing.not_before_ns)."""
+    if delay is None and not_before is None:
+        return None
+    return timing.not_before_ns(where, delay, not_before, time.time_ns())
 
 
 def _bad(message: str) -> CQSError:

@@ -90,6 +90,8 @@ class Limits:
                 self.check_message(op.data, op.recoverable)
                 if op.recoverable:
                     logged += len(op.data)
+                    if op.not_before is not None:  # and its N effect
+                        logged += EFFECT_BOUND
         if logged > RECORD_BUDGET:
             raise CQSError(Reason.MESSAGE_TOO_LARGE,
                            f"commit of {len(batch)} operations would log {logged} bytes; one "

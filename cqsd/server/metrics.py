@@ -43,7 +43,8 @@ RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)  # group co
 COUNTS = {"puts": "messages put", "reads": "messages read with a lock",
           "redeliveries": "messages read again after an earlier delivery",
           "deletes": "messages deleted",
-          "suspends": "failed deliveries that sent a message to its suspend queue"}
+          "suspends": "failed deliveries that sent a message to its suspend queue",
+          "expiries": "leased locks that expired unrenewed"}
 
 
 class Monitor:

@@ -56,7 +56,8 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
     if kind == "headers":
         return [{"structure": s.name, **h} for s in chosen for h in s.header_stats()]
     if kind == "locks":
-        return [{**wire.lock(s.name, e), "owner": e.owner}
+        return [{**wire.lock(s.name, e), "owner": e.owner,
+                 "lease_expires": e.lease[1] / 1e9 if e.lease is not None else None}
                 for s in chosen for client in sorted(s.client_stats())
                 for e in s.client_locks(client)]
     if kind == "clients":

@@ -16,11 +16,12 @@ Key = tuple[int, str]
 
 
 class Waiter:
-    __slots__ = ("client", "n", "event", "messages", "failed")
+    __slots__ = ("client", "n", "lease", "event", "messages", "failed")
 
-    def __init__(self, client: str, n: int) -> None:
+    def __init__(self, client: str, n: int, lease: float | None = None) -> None:
         self.client = client
         self.n = n
+        self.lease = lease  # of the locks it is served
         self.event = trio.Event()
         self.messages: list[Entry] | None = None
         self.failed = False  # its structure failed: it will never be served
@@ -52,7 +53,8 @@ class ReadWaiters:
             queue = self._queues.get((structure.name, key))
             while queue:
                 waiter = queue[0]
-                got = read_up_to(structure, waiter.client, key, waiter.n, self.budget)
+                got = read_up_to(structure, waiter.client, key, waiter.n, self.budget,
+                                 waiter.lease)
                 if not got:
                     break
                 queue.popleft()
@@ -82,13 +84,15 @@ class ReadWaiters:
         structure.watched.discard(key)
 
 
-def read_up_to(structure: Structure, client: str, key: Key, n: int, budget: int) -> list[Entry]:
-    """Lock up to ``n`` messages for ``client``, stopping once their payloads pass
-    ``budget`` bytes, so that a reply holds at most one message more than that."""
+def read_up_to(structure: Structure, client: str, key: Key, n: int, budget: int,
+               lease: float | None = None) -> list[Entry]:
+    """Lock up to ``n`` messages for ``client`` (for ``lease`` seconds, if given),
+    stopping once their payloads pass ``budget`` bytes, so that a reply holds at
+    most one message more than that."""
     got, size = [], 0
     try:
         while len(got) < n and size < budget:
-            entry = structure.read(client, *key)
+            entry = structure.read(client, *key, lease)
             got.append(entry)
             size += entry.length
     except CQSError as err:

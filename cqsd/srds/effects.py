@@ -29,16 +29,21 @@ from ..records import (
     EFFECTS,
     I_COUNT,
     I_HOME,
+    LEASED,
     LOCK,
     M_MAP,
     MAPPED,
     MOVED_IN,
+    N_AT,
+    NOT_BEFORE_AT,
     OTHERS,
     PUT,
     R_COUNT,
     R_HOME,
     READY_AT,
     STRUCTURE,
+    T_DEADLINE,
+    T_LEASE,
     FoldError,
 )
 
@@ -62,6 +67,9 @@ SCHEMA = pa.schema([
     ("home_name", pa.string()),
     ("page", pa.int64()),  # B: the data-set page its range starts at
     ("map", pa.binary()),  # M (and a slot's offloaded message): msgpack of the data map
+    ("lease", pa.int64()),  # T: the lease, ns
+    ("deadline", pa.int64()),  # T: its wall-clock deadline, ns
+    ("not_before", pa.int64()),  # N
     # P, I read from a log segment: where their record is (AT_TASK_SHIFT), their data
     # left null; the fold reads it back for the messages that survive (segments.Payloads)
     ("at", pa.int64()),
@@ -115,26 +123,34 @@ def _row(s, kind, e, ts, writer, lsn, part, idx, at) -> tuple:
     key = (s, e[1], ts, writer, lsn, part, idx, kind)
     if kind == PUT:
         return (*key, e[E_QTYPE], e[E_NAME], _data(e, at), e[E_PUT_TIME], 0, "ready", None,
-                None, None, None, None, at)
+                None, None, None, None, *_NO_TIMING, at)
     if kind == LOCK:
         return (*key, None, None, None, None, None, "locked", e[E_OWNER], None, None, None, None,
-                None)
+                *_NO_TIMING, None)
     if kind == READY_AT:
         return (*key, e[E_QTYPE], e[E_NAME], None, None, e[R_COUNT], "ready", None,
-                *_home(e[R_HOME]), None, None, None)
+                *_home(e[R_HOME]), None, None, *_NO_TIMING, None)
     if kind == COLD_BY:
         return (*key, None, None, None, None, None, "cold", e[E_OWNER], None, None, None, None,
-                None)
+                *_NO_TIMING, None)
     if kind == MOVED_IN:
         return (*key, e[E_QTYPE], e[E_NAME], _data(e, at), e[E_PUT_TIME], e[I_COUNT], "ready",
-                None, *_home(e[I_HOME]), None, None, at)
+                None, *_home(e[I_HOME]), None, None, *_NO_TIMING, at)
     if kind == BLOCK:
         return (*key, None, None, e[B_DATA], None, None, None, None, None, None, e[B_PAGE], None,
-                None)
+                *_NO_TIMING, None)
     if kind == MAPPED:
         return (*key, None, None, None, None, None, None, None, None, None, None,
-                msgpack.packb(e[M_MAP], use_bin_type=True), None)
-    return (*key, None, None, None, None, None, None, None, None, None, None, None, None)  # D, O
+                msgpack.packb(e[M_MAP], use_bin_type=True), *_NO_TIMING, None)
+    if kind == LEASED:
+        return (*key, *_NONE_BEFORE_TIMING, e[T_LEASE], e[T_DEADLINE], None, None)
+    if kind == NOT_BEFORE_AT:
+        return (*key, *_NONE_BEFORE_TIMING, None, None, e[N_AT], None)
+    return (*key, *_NONE_BEFORE_TIMING, *_NO_TIMING, None)  # D, O
+
+
+_NONE_BEFORE_TIMING = (None,) * 11  # qtype .. map
+_NO_TIMING = (None, None, None)  # lease, deadline, not_before: only T and N carry them
 
 
 def _data(e, at: int | None) -> bytes | None:

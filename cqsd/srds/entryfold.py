@@ -15,8 +15,11 @@ and which row gave each field:
 - where and owner from the last of ``base P I R L C``; put time from the last
   add; data and map from the last add or ``M``, whose payload the entry's
   ``B`` rows make (``cqsd.blocks.Blocks``, as in the reference fold);
-- ``L D R C O M`` whose previous add/removal is missing or a removal is the
-  reference fold's FoldError, naming the record.
+- lease and deadline from the last of ``base P I R L C T`` (only ``base`` and
+  ``T`` carry one: a lock, a return or a cold lock clears it), not_before
+  from the last of ``base P I N``;
+- ``L D R C O M T N`` whose previous add/removal is missing or a removal is
+  the reference fold's FoldError, naming the record.
 
 The walk touches only the small columns in Python; the fields of the output
 rows are taken from the input columns by row index (``take``), so a payload
@@ -31,7 +34,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..blocks import Blocks, decode
-from ..records import ADDS, BLOCK, COLD_BY, LOCK, MAPPED, READY_AT, REMOVES, FoldError
+from ..records import (
+    ADDS,
+    BLOCK,
+    COLD_BY,
+    LEASED,
+    LOCK,
+    MAPPED,
+    NOT_BEFORE_AT,
+    READY_AT,
+    REMOVES,
+    FoldError,
+)
 from . import effects, slots
 from .segments import Payloads
 
@@ -45,6 +59,7 @@ SCHEMA = pa.schema([pa.field("structure", pa.string()),
 # the driver's index of them stays short (2,000 for 10^6 ids).
 BUCKET_BITS = 9
 _RESET_FIELDS = ("qtype", "name", "home_qtype", "home_name")
+_LEASE_FIELDS = ("lease", "deadline")
 
 
 def fold_sorted(batches: Iterator[pa.RecordBatch],
@@ -90,13 +105,15 @@ def _fold(batch: pa.RecordBatch, n: int, payloads: Payloads | None) -> pa.Record
     place_at: list[int] = []
     put_at: list[int] = []
     payload_at: list[int] = []
+    lease_at: list[int] = []
+    later_at: list[int] = []
     locks_after: list[int] = []
     made: dict[int, bytes] = {}  # output position -> a payload the entry's blocks made
     i = 0
     while i < n:
         s, eid = structures[i], ids[i]
         present = None  # None: no add or removal yet; else whether the last was an add
-        reset = place = put = payload = -1
+        reset = place = put = payload = lease = later = -1
         locks = 0
         blocks: Blocks | None = None
         bytes_made: bytes | None = None
@@ -105,6 +122,7 @@ def _fold(batch: pa.RecordBatch, n: int, payloads: Payloads | None) -> pa.Record
             kind = kinds[j]
             if kind in ADDED:
                 present, reset, place, put, payload, locks, bytes_made = True, j, j, j, j, 0, None
+                lease = later = j
             elif kind == BLOCK:
                 blocks = blocks or Blocks(s)
                 _blocks_step(batch, j, blocks, kind)
@@ -117,11 +135,15 @@ def _fold(batch: pa.RecordBatch, n: int, payloads: Payloads | None) -> pa.Record
                 if kind in REMOVES:
                     present = False
                 elif kind == LOCK:
-                    place, locks = j, locks + 1
+                    place, lease, locks = j, j, locks + 1
                 elif kind == READY_AT:
-                    reset, place, locks = j, j, 0
+                    reset, place, lease, locks = j, j, j, 0
                 elif kind == COLD_BY:
-                    place = j
+                    place = lease = j
+                elif kind == LEASED:
+                    lease = j
+                elif kind == NOT_BEFORE_AT:
+                    later = j
             j += 1
         if present:
             if bytes_made is not None:
@@ -131,15 +153,18 @@ def _fold(batch: pa.RecordBatch, n: int, payloads: Payloads | None) -> pa.Record
             place_at.append(place)
             put_at.append(put)
             payload_at.append(payload)
+            lease_at.append(lease)
+            later_at.append(later)
             locks_after.append(locks)
         i = j
-    return _rows(batch, keep_at, reset_at, place_at, put_at, payload_at, locks_after, made,
-                 payloads)
+    return _rows(batch, keep_at, reset_at, place_at, put_at, payload_at, lease_at, later_at,
+                 locks_after, made, payloads)
 
 
 def _rows(batch: pa.RecordBatch, keep_at: list[int], reset_at: list[int], place_at: list[int],
-          put_at: list[int], payload_at: list[int], locks_after: list[int],
-          made: dict[int, bytes], payloads: Payloads | None) -> pa.RecordBatch:
+          put_at: list[int], payload_at: list[int], lease_at: list[int], later_at: list[int],
+          locks_after: list[int], made: dict[int, bytes],
+          payloads: Payloads | None) -> pa.RecordBatch:
     """The output rows, each field taken from the row the walk chose for it."""
     col = batch.column
     reset = pa.array(reset_at, pa.int64())
@@ -162,6 +187,7 @@ def _rows(batch: pa.RecordBatch, keep_at: list[int], reset_at: list[int], place_
         data = pa.array(values, pa.binary())
     keep = pa.array(keep_at, pa.int64())
     place = pa.array(place_at, pa.int64())
+    lease = pa.array(lease_at, pa.int64())
     count = pc.add(col("count").take(reset), pa.array(locks_after, pa.int32()))
     columns = {
         "structure": col("structure").take(keep), "id": col("id").take(keep),
@@ -170,6 +196,8 @@ def _rows(batch: pa.RecordBatch, keep_at: list[int], reset_at: list[int], place_
         "put_time": col("put_time").take(pa.array(put_at, pa.int64())),
         "count": count.cast(pa.int32()),
         "where": col("where").take(place), "owner": col("owner").take(place),
+        **{name: col(name).take(lease) for name in _LEASE_FIELDS},
+        "not_before": col("not_before").take(pa.array(later_at, pa.int64())),
     }
     return pa.RecordBatch.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
 

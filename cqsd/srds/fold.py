@@ -91,7 +91,8 @@ def slot_events(rows: DataFrame, structure: str) -> DataFrame:
         F.lit("").alias("writer"), F.lit(0).cast("long").alias("lsn"),
         F.lit(0).alias("part"), F.lit(0).alias("idx"), F.lit(effects.BASE).alias("kind"),
         "qtype", "name", "data", "put_time", "count", "where", "owner", "home_qtype", "home_name",
-        F.lit(None).cast("long").alias("page"), "map", F.lit(None).cast("long").alias("at"),
+        F.lit(None).cast("long").alias("page"), "map", "lease", "deadline", "not_before",
+        F.lit(None).cast("long").alias("at"),
     )
 
 

@@ -43,7 +43,19 @@ import logstream
 from logstream.series import list_series
 
 from ..engine.qtypes import QueueType
-from ..records import BLOCK, COLD_BY, DELETE, LOCK, MAPPED, MOVED_IN, MOVED_OUT, PUT, READY_AT
+from ..records import (
+    BLOCK,
+    COLD_BY,
+    DELETE,
+    LEASED,
+    LOCK,
+    MAPPED,
+    MOVED_IN,
+    MOVED_OUT,
+    NOT_BEFORE_AT,
+    PUT,
+    READY_AT,
+)
 from ..storage.datadir import DataDir
 from . import effects, segments
 from .fold import Summaries
@@ -154,10 +166,15 @@ def _reader(tasks: list[segments.Task], summaries):
     return read
 
 
+# Rows no table counts: blocks, and the leases (T) and delays (N) of docs/recovery.md,
+# which would otherwise stand between a read's L and what ended its lock.
+UNCOUNTED = pa.array([BLOCK, LEASED, NOT_BEFORE_AT])
+
+
 def slim(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Effect rows without payloads: blocks go, and a put or an offloaded message's
-    map keeps only its length (``size``)."""
-    batch = batch.filter(pc.not_equal(batch.column("kind"), BLOCK))
+    """Effect rows without payloads: blocks, leases and delays go, and a put or an
+    offloaded message's map keeps only its length (``size``)."""
+    batch = batch.filter(pc.invert(pc.is_in(batch.column("kind"), value_set=UNCOUNTED)))
     size = pc.binary_length(batch.column("data")).cast(pa.int64()).to_pylist()
     kinds = batch.column("kind").to_pylist()
     if MAPPED in kinds:

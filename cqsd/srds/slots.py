@@ -53,7 +53,9 @@ CHUNK = 1 << 20  # bytes per read while checksumming a slot file
 
 # One row per recoverable message. ``map`` is the msgpack of an offloaded
 # payload's data map (docs/smds.md), whose bytes ``data`` then holds too: a
-# checkpoint includes the offloaded data of recoverable messages.
+# checkpoint includes the offloaded data of recoverable messages. ``lease`` (ns)
+# and ``deadline`` (wall-clock ns) are a leased lock's, ``not_before`` a delayed
+# put's (docs/recovery.md).
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
     pa.field("qtype", pa.int32(), nullable=False),
@@ -66,12 +68,18 @@ SCHEMA = pa.schema([
     pa.field("owner", pa.string()),
     pa.field("home_qtype", pa.int32()),
     pa.field("home_name", pa.string()),
+    pa.field("lease", pa.int64()),
+    pa.field("deadline", pa.int64()),
+    pa.field("not_before", pa.int64()),
 ])
 # Spark writes every column as optional, so files are checked by names and types.
 _COLUMNS = [(f.name, f.type) for f in SCHEMA]
-# Slots written before SMDS have a string column ``ref`` (always null) instead of
-# ``map``; they are read as rows with no map.
-_BEFORE_MAPS = [("ref", pa.string()) if name == "map" else (name, t) for name, t in _COLUMNS]
+# Slots written before leases and delayed puts lack their three columns; those
+# written before SMDS also have a string column ``ref`` (always null) instead of
+# ``map``. They are read as rows with none.
+_BEFORE_LEASES = _COLUMNS[:-3]
+_BEFORE_MAPS = [("ref", pa.string()) if name == "map" else (name, t)
+                for name, t in _BEFORE_LEASES]
 BATCH_BYTES = 64 << 20  # payload bytes per batch read, when messages are large
 
 
@@ -253,7 +261,7 @@ def _file_rows(path: Path, offloaded_data: bool) -> Iterator[tuple[int, list]]:
     try:
         parquet = pq.ParquetFile(path)
         columns = [(f.name, f.type) for f in parquet.schema_arrow]
-        if columns not in (_COLUMNS, _BEFORE_MAPS):
+        if columns not in (_COLUMNS, _BEFORE_LEASES, _BEFORE_MAPS):
             raise SlotError(f"{path}: not an SRDS slot file (columns {parquet.schema_arrow.names})")
         last = None
         for batch in parquet.iter_batches(batch_size=_batch_rows(parquet)):
@@ -269,19 +277,24 @@ def _file_rows(path: Path, offloaded_data: bool) -> Iterator[tuple[int, list]]:
 def image_rows(batch: pa.RecordBatch, *, offloaded_data: bool = True
                ) -> Iterator[tuple[int, list]]:
     """(id, image row) for each row of a batch in the slot schema (other columns are
-    ignored; ``offloaded_data`` as for ``iter_rows``). Raises msgpack errors for a
-    map that is not msgpack."""
+    ignored, and an older slot's missing map and lease columns read as none;
+    ``offloaded_data`` as for ``iter_rows``). Raises msgpack errors for a map that
+    is not msgpack."""
     c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-    maps = c.get("map") or [None] * batch.num_rows
-    for eid, qtype, name, data, put_time, count, where, owner, hq, hn, packed in zip(
+    nils = [None] * batch.num_rows
+    for (eid, qtype, name, data, put_time, count, where, owner, hq, hn, packed, lease,
+         deadline, not_before) in zip(
         c["id"], c["qtype"], c["name"], c["data"], c["put_time"], c["count"],
-        c["where"], c["owner"], c["home_qtype"], c["home_name"], maps, strict=True,
+        c["where"], c["owner"], c["home_qtype"], c["home_name"], c.get("map") or nils,
+        c.get("lease") or nils, c.get("deadline") or nils, c.get("not_before") or nils,
+        strict=True,
     ):
         home = [hq, hn] if hq is not None else None
         datamap = None if packed is None else msgpack.unpackb(packed)
         if datamap is not None and not offloaded_data:
             data = b""
-        yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home, datamap]
+        yield eid, [eid, qtype, name, data, True, put_time, count, where, owner, home, datamap,
+                    None if lease is None else [lease, deadline], not_before]
 
 
 def _batch_rows(parquet: pq.ParquetFile) -> int:
@@ -295,13 +308,16 @@ def table_of(rows: Iterable[list]) -> pa.Table:
     """Image rows (recoverable ones) as a table in the slot schema, sorted by id."""
     ordered = sorted(rows, key=lambda row: row[0])
     columns = list(zip(*ordered, strict=True)) if ordered else [[]] * ROW_FIELDS
-    eid, qtype, name, data, _, put_time, count, where, owner, home, maps = columns
+    eid, qtype, name, data, _, put_time, count, where, owner, home, maps, leases, later = columns
     return pa.table({
         "id": eid, "qtype": qtype, "name": name, "data": data,
         "map": [None if m is None else msgpack.packb(m) for m in maps],
         "put_time": put_time, "count": count, "where": where, "owner": owner,
         "home_qtype": [h[0] if h else None for h in home],
         "home_name": [h[1] if h else None for h in home],
+        "lease": [lease[0] if lease else None for lease in leases],
+        "deadline": [lease[1] if lease else None for lease in leases],
+        "not_before": later,
     }, schema=SCHEMA)
 
 

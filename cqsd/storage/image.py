@@ -5,14 +5,15 @@ so a clean stop writes each one out whole — recoverable and non-recoverable
 messages, locks and the cold queue included — and the next start loads it.
 
 Format: ``u32`` big-endian length of the header, the header (a msgpack map
-``{"format": "cqsd-image", "version": 3, "structure", "last_id", "count",
+``{"format": "cqsd-image", "version": 4, "structure", "last_id", "count",
 "created", "lsn"}``, ``lsn`` being the log position the image covers,
 ``{writer: last LSN}``), then the rows as ONE msgpack array of arrays
 ``[entry_id, qtype, name, data, recoverable, put_time, delivery_count, where,
-owner, home, map]`` (``records.py``) in entry-id order, then a 24-byte footer:
-``u64`` length of the rows array, ``u64`` row count, ``u32`` CRC32C of the rows
-array, ``b"CQIE"``. Version 2 is the same without ``map`` (before SMDS); it is
-still read, its rows given a nil map.
+owner, home, map, lease, not_before]`` (``records.py``) in entry-id order, then a
+24-byte footer: ``u64`` length of the rows array, ``u64`` row count, ``u32``
+CRC32C of the rows array, ``b"CQIE"``. Version 3 is the same without ``lease``
+and ``not_before`` (before leases and delayed puts), version 2 without ``map``
+too (before SMDS); both are still read, their rows given nil for what they lack.
 One array lets a restart decode a million rows in a single C call over a
 memory map, with no copy of the file. The file is written to a temporary name,
 fsynced, renamed and the directory fsynced, so an image is either whole or
@@ -36,8 +37,9 @@ from ..engine import Structure
 from ..records import ROW_FIELDS, row_of
 
 FORMAT = "cqsd-image"
-VERSION = 3
-WITHOUT_MAPS = 2  # the version before SMDS: rows of ten fields
+VERSION = 4
+# earlier versions still read, and the row fields each lacks (filled with nil)
+MISSING = {3: 2, 2: 3}  # 3: before leases and delays; 2: before SMDS too
 
 
 class ImageError(Exception):
@@ -168,7 +170,7 @@ def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, 
             if not isinstance(header, dict) or header.get("format") != FORMAT:
                 raise ImageError(f"{path}: not a cqsd structure image")
             version = header.get("version")
-            if version not in (VERSION, WITHOUT_MAPS):
+            if version != VERSION and version not in MISSING:
                 raise ImageError(f"{path}: image version {version} is not {VERSION}")
             if header.get("structure") != structure:
                 raise ImageError(
@@ -183,12 +185,14 @@ def _parse(path: Path, structure: str, mm: mmap.mmap, size: int) -> tuple[dict, 
             raise ImageError(f"{path}: damaged image ({type(err).__name__}: {err})") from err
         if not isinstance(rows, list) or len(rows) != count:
             raise ImageError(f"{path}: holds {len(rows)} rows, its footer says {count}")
-        fields = ROW_FIELDS if version == VERSION else ROW_FIELDS - 1
+        missing = MISSING.get(version, 0)
+        fields = ROW_FIELDS - missing
         if any(not isinstance(r, list) or len(r) != fields for r in rows):
             raise ImageError(f"{path}: a message row is malformed")
-        if version == WITHOUT_MAPS:
+        if missing:
+            nils = [None] * missing
             for r in rows:
-                r.append(None)
+                r += nils
         return header, {r[0]: r for r in rows}
     finally:
         view.release()

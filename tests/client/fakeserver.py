@@ -36,6 +36,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,7 @@ from cqsproto import (
     encode_frame,
     max_frame_for,
     requests,
+    timing,
 )
 
 STRUCTURE_SIZE = 64 * 1024 * 1024  # room for the largest message a test puts (8 MiB)
@@ -384,14 +386,17 @@ class FakeServer:
     def op_connect(self, conn, rid, structure):
         return self._pair(structure).stats()
 
-    def op_put(self, conn, rid, structure, queue, qtype, data, recoverable):
+    def op_put(self, conn, rid, structure, queue, qtype, data, recoverable, delay, not_before):
         Limits(self.max_message).check_message(data, recoverable)
-        return {"entry_id": self._pair(structure).put(qtype, queue, data, recoverable).entry_id}
+        later = timing.not_before_ns("put", delay, not_before, time.time_ns())
+        return {"entry_id": self._pair(structure).put(qtype, queue, data, recoverable, None,
+                                                      later).entry_id}
 
-    def op_read(self, conn, rid, structure, queue, qtype, n, wait):
+    def op_read(self, conn, rid, structure, queue, qtype, n, wait, lease):
         pair = self._pair(structure)
         key = (parse_qtype(qtype), check_name(queue))
-        got = read_up_to(pair, conn.client, key, n, self.max_message)
+        lease = None if lease is None else timing.lease_seconds("read", lease)
+        got = read_up_to(pair, conn.client, key, n, self.max_message, lease)
         if got:
             return {"messages": [wire.message(e, e.data) for e in got]}
         if not wait:
@@ -426,6 +431,10 @@ class FakeServer:
 
     def op_move(self, conn, rid, structure, entry_id, queue, qtype):
         self._pair(structure).move(conn.client, entry_id, qtype, queue)
+        return {}
+
+    def op_renew(self, conn, rid, structure, entry_id, lease):
+        self._pair(structure).renew(conn.client, entry_id, timing.lease_seconds("renew", lease))
         return {}
 
     def op_unlock(self, conn, rid, structure, entry_id, failed, queue, qtype):

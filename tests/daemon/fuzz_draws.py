@@ -87,6 +87,39 @@ sizes = st.one_of(st.integers(0, 700), st.integers(0, 5000), marks, marks)
 BAD_IDS = [0, -1, 1, 2**63 - 1, 2**64 - 1, -(2**63)]
 eids = st.tuples(st.sampled_from(["held"] * 4 + ["gone", "bad"]), st.integers(0, 63))
 waits = st.sampled_from([None, None, 0, 0.01, -1, MAX_WAIT + 1, float("nan"), float("inf")])
+# Leases and delays: absent, valid ones the model need not follow (a lease longer than
+# any run, a delay of 0 or a not_before already past: an ordinary put), and every kind
+# of nonsense, which must be INVALID_REQUEST (ABSENT: the field is not sent).
+ABSENT = "absent"
+MAX_LEASE = 12 * 3600.0
+LONG_LEASE = 3600.0
+BAD_SECONDS = [-1, -0.0001, float("nan"), float("inf"), float("-inf"), 1e300, 2**63 - 1,
+               -(2**63)]
+leases = st.sampled_from([ABSENT, ABSENT, ABSENT, None, LONG_LEASE, MAX_LEASE, 0,
+                          MAX_LEASE + 1, *BAD_SECONDS])
+delays = st.sampled_from([(ABSENT, ABSENT)] * 4 + [
+    (0, ABSENT), (None, None), (ABSENT, 1.0), (ABSENT, 0), (1, 1.0), (400 * 86400, ABSENT),
+    *[(bad, ABSENT) for bad in BAD_SECONDS], *[(ABSENT, bad) for bad in BAD_SECONDS]])
+
+
+def lease_valid(lease) -> bool:
+    return lease in (ABSENT, None) or (
+        type(lease) in (int, float) and 0 < lease <= MAX_LEASE)
+
+
+def delay_valid(delay, not_before) -> bool:
+    """Whether a put's delay fields are accepted (as no delay at all: the model's puts
+    are all ready at once)."""
+    given = [v for v in (delay, not_before) if v not in (ABSENT, None)]
+    if len(given) > 1:
+        return False
+    return delay in (ABSENT, None, 0) and not_before in (ABSENT, None, 0, 1.0)
+
+
+def with_timing(fields: dict, **timing) -> dict:
+    return {**fields, **{k: v for k, v in timing.items() if v is not ABSENT}}
+
+
 counts = st.sampled_from([1, 1, 2, 5, 100, 0, -1, MAX_BATCH, MAX_BATCH + 1])
 # a delete's next: none, a read (all fields, or the queue alone), or a map no read is
 next_reads = st.one_of(

@@ -284,9 +284,12 @@ def sdk_request(peer: SdkPeer, op: str, f: dict, timeout: float | None = None) -
         return {"qtype": location.qtype, "queue": location.queue}
 
     calls = {
-        "put": lambda: {"entry_id": h.put(f["queue"], f["data"], f["qtype"], f["recoverable"])},
+        "put": lambda: {"entry_id": h.put(f["queue"], f["data"], f["qtype"], f["recoverable"],
+                                          delay=f.get("delay"),
+                                          not_before=f.get("not_before"))},
         "read": lambda: {"messages": [message_map(m) for m in h.read_batch(
-            f["queue"], f["n"], f["qtype"], f["wait"])]},
+            f["queue"], f["n"], f["qtype"], f["wait"], lease=f.get("lease"))]},
+        "renew": lambda: h.renew(f["entry_id"], f["lease"]),
         "browse": lambda: page(h.browse(f["queue"], f["qtype"], f["limit"], f["cursor"])),
         "delete": lambda: (h.operator_delete if f["operator"] else h.delete)(f["entry_id"])
         if f.get("next") is None else {"messages": [message_map(m) for m in h.delete_and_read(

@@ -28,9 +28,12 @@ BUILDS = {
     "register": [("IMS1", None, False), ("IMS1", "secret", True)],
     "deregister": [()],
     "connect": [(S,)],
-    "put": [(S, "Q", b"x", "TRAN", True, None), (S, "Q", memoryview(b"x"), 5, False, 10)],
-    "read": [(S, "Q", "TRAN", None), (S, "Q", 1, 2.5)],
-    "read_batch": [(S, "Q", 10, "LTERM", 0)],
+    "put": [(S, "Q", b"x", "TRAN", True, None), (S, "Q", memoryview(b"x"), 5, False, 10),
+            (S, "Q", b"x", "TRAN", True, None, 2.5), (S, "Q", b"x", "TRAN", True, None, None,
+                                                      1.7e9)],
+    "read": [(S, "Q", "TRAN", None), (S, "Q", 1, 2.5), (S, "Q", "TRAN", None, 30)],
+    "read_batch": [(S, "Q", 10, "LTERM", 0), (S, "Q", 10, "LTERM", 0, 0.5)],
+    "renew": [(S, 1, 30), (S, 1, 0.25)],
     "browse": [(S, None, None, 100, None), (S, "Q", None, 5, [1, "Q", 7]),
                (S, "Q", "TRAN_SUSPEND", 1, None)],
     "delete": [(S, 1), (S, 1, True)],
@@ -59,6 +62,8 @@ BUILDS = {
 COMMIT_OPS = [
     ops.put_op("Q", b"x", "TRAN", True, None),
     ops.put_op("Q", bytearray(b"y"), 5, False, 10),
+    ops.put_op("Q", b"z", "TRAN", True, None, 1.5),
+    ops.put_op("Q", b"z", "TRAN", True, None, None, 1.7e9),
     ops.delete_op(1),
     ops.move_op(1, "Q2", "LTERM"),
     ops.unlock_op(1, False, None, None),
@@ -149,7 +154,8 @@ def drive_every_op(d) -> None:
         s = c.structure(S)
         eid = s.put("CQ", b"one")
         s.put_batch("CQ", [b"two", b"three"])
-        m = s.read("CQ")
+        m = s.read("CQ", lease=60)
+        s.renew(m.entry_id, 60)
         batch = s.read_batch("CQ", 2)
         assert s.unlock(m.entry_id, failed=True).queue == "CQ"  # max_deliveries 1: suspended
         assert [x.home for x in s.browse("CQ", qtype="TRAN_SUSPEND")] == [("TRAN", "CQ")]

@@ -55,3 +55,17 @@ def test_unreachable_daemon_exits_3(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cqsclient.ctl", "--address", f"unix://{tmp_path}/none",
                         "display", "structures"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and "none" in r.stderr
+
+
+def test_put_with_a_delay_is_counted_as_delayed_and_refused_nonsense_names_it(daemon):
+    """put --delay holds the message back: display queues shows it under DELAYED (the
+    JSON key delayed), read finds nothing; an infinite delay is INVALID_REQUEST."""
+    put = ctl(daemon, "put", "MSGQ01", "LATER", "tomorrow", "--delay", "86400")
+    assert put.returncode == 0, put.stderr
+    row = next(r for r in json.loads(ctl(daemon, "--json", "display", "queues").stdout)
+               if r["queue"] == "LATER")
+    assert (row["depth"], row["delayed"]) == (0, 1)
+    assert "DELAYED" in ctl(daemon, "display", "queues").stdout
+    assert ctl(daemon, "read", "MSGQ01", "LATER").returncode == 1
+    bad = ctl(daemon, "put", "MSGQ01", "LATER", "never", "--delay", "inf")
+    assert bad.returncode != 0 and "INVALID_REQUEST" in bad.stderr and "delay" in bad.stderr

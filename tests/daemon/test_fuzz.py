@@ -49,6 +49,7 @@ from .fuzz_draws import (
     CAPACITY,
     CLIENTS,
     KINDS,
+    LONG_LEASE,
     MAX_PEERS,
     MAX_WAIT,
     SHAPES,
@@ -56,9 +57,13 @@ from .fuzz_draws import (
     MiB,
     commit_ops,
     counts,
+    delay_valid,
+    delays,
     eids,
     good_keys,
     keys,
+    lease_valid,
+    leases,
     next_reads,
     operator_structures,
     picks,
@@ -67,6 +72,7 @@ from .fuzz_draws import (
     sizes,
     structures,
     waits,
+    with_timing,
 )
 from .fuzz_model import Model, digest, qtype_name, valid_queue
 from .fuzz_peers import ANSWER_TIMEOUT, RawPeer, sdk_request
@@ -258,11 +264,11 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
 
     @precondition(lambda self: self.live())
     @rule(i=picks, structure=structures, key=keys, size=sizes, recoverable=st.booleans(),
-          brief=st.booleans())
-    def put(self, i, structure, key, size, recoverable, brief):
-        self.put_on(self.pick(i), structure, key, size, recoverable, brief)
+          brief=st.booleans(), timing=delays)
+    def put(self, i, structure, key, size, recoverable, brief, timing):
+        self.put_on(self.pick(i), structure, key, size, recoverable, brief, timing)
 
-    def put_on(self, peer, structure, key, size, recoverable, brief):
+    def put_on(self, peer, structure, key, size, recoverable, brief, timing=(None, None)):
         n = self.size(size, structure)
         if recoverable and self.moves_too_much(n, structure):
             Checks.stats["skipped known crash"] += 1
@@ -271,10 +277,13 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
         fields = {"structure": structure, "queue": key[1], "qtype": key[0], "data": data,
                   "recoverable": recoverable}
         fields = terse("put", fields) if brief and peer.kind == "raw" else fields
+        fields = with_timing(fields, delay=timing[0], not_before=timing[1])
         if peer.client is None:
             return self.unregistered(peer, "put", fields)
         must, may = self.size_faults([n], n if recoverable else 0)
         faults = self.structure_faults(structure) | self.key_faults(*key) | must
+        if not delay_valid(*timing):
+            faults.add("INVALID_REQUEST")
         if peer.kind == "raw" and self.too_big(peer, "put", fields):
             return self.frame_refused(peer, "put", fields)
 
@@ -303,15 +312,17 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
         self.read(i, structure, key, n, None, False)
 
     @precondition(lambda self: self.live())
-    @rule(i=picks, structure=structures, key=keys, n=counts, wait=waits, brief=st.booleans())
-    def read(self, i, structure, key, n, wait, brief):
+    @rule(i=picks, structure=structures, key=keys, n=counts, wait=waits, brief=st.booleans(),
+          lease=leases)
+    def read(self, i, structure, key, n, wait, brief, lease="absent"):
         peer = self.pick(i)
         fields = {"structure": structure, "queue": key[1], "qtype": key[0], "n": n, "wait": wait}
         fields = terse("read", fields) if brief and peer.kind == "raw" else fields
+        fields = with_timing(fields, lease=lease)
         if peer.client is None:
             return self.unregistered(peer, "read", fields)
         faults = self.structure_faults(structure) | self.key_faults(*key)
-        if not 1 <= n <= MAX_BATCH:
+        if not 1 <= n <= MAX_BATCH or not lease_valid(lease):
             faults.add("INVALID_REQUEST")
         got = [] if faults else self.readable(structure, (qtype_name(key[0]), key[1]), n)
         if not faults and not got:
@@ -652,6 +663,25 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
             assert (result["qtype"], result["queue"]) == m.key, (
                 f"unlock says entry {m.eid} went to {result}, the model says {m.key}")
         self.judge(self.send(peer, "unlock", fields), faults, on_ok=unlocked)
+
+    @precondition(lambda self: self.live())
+    @rule(i=picks, structure=structures, eid=eids, lease=leases)
+    def renew(self, i, structure, eid, lease):
+        """A renew changes no place: the model only checks who may, and the lease's value
+        (one the model accepts never ends within a run)."""
+        peer = self.pick(i)
+        eid = self.entry(eid, structure)
+        fields = {"structure": structure, "entry_id": eid,
+                  "lease": LONG_LEASE if lease in ("absent", None) else lease}
+        if peer.client is None:
+            return self.unregistered(peer, "renew", fields)
+        m = self.model.find(structure, eid)
+        faults = self.structure_faults(structure) or self.entry_faults(m)
+        if m is not None and (m.where != "locked" or m.owner != peer.client):
+            faults.add("LOCK_NOT_HELD")
+        if not lease_valid(fields["lease"]):
+            faults = {"INVALID_REQUEST"}  # checked before anything else
+        self.judge(self.send(peer, "renew", fields), faults)
 
     def unlock_faults(self, m, client, qtype, queue):
         faults = set()

@@ -7,6 +7,10 @@ structure and a primary/overflow pair answer the same requests with the same
 outcomes, so one model and one set of rules serve both: a machine adds only what
 its engine decides differently (where a put goes and whether it fits, how its log
 and its capacity add up).
+
+Time is the machine's: a wall clock (``wall``, the ids' and not_before's, in
+ticks) and a monotonic one (``mono``, the leases'), which only ``tick`` moves;
+``tick`` then expires leases and ripens delayed puts, as the daemon's timer does.
 """
 
 import math
@@ -67,13 +71,19 @@ def machines_own(name):
 clients, keys = machines_own("clients"), machines_own("keys")
 
 
+DELAYS = st.sampled_from([0, 0, 0, 1, 3])  # wall ticks a put is delayed by (0: not)
+LEASES = st.sampled_from([None, 0.5, 1.0, 2.5])  # a read's lease, monotonic seconds
+
+
 class Msg:
-    def __init__(self, eid, key, data):
+    def __init__(self, eid, key, data, not_before=None):
         self.eid, self.key, self.data = eid, key, data
-        self.place = "ready"  # or "locked", "cold"
+        self.place = "ready" if not_before is None else "delayed"  # or "locked", "cold"
         self.owner = None
         self.count = 0
         self.home = None  # where a suspended message goes back to on requeue
+        self.deadline = None  # a leased lock's, monotonic
+        self.not_before = not_before
 
 
 class ModelMachine(RuleBasedStateMachine):
@@ -87,6 +97,23 @@ class ModelMachine(RuleBasedStateMachine):
         self.s = s
         self.msgs: dict[int, Msg] = {}
         self.serial = 0
+
+    # the clocks the subclasses give their structures (``wall`` is set first)
+    wall = 1
+    mono = 0.0
+
+    def wall_clock(self):
+        return self.wall
+
+    def mono_clock(self):
+        return self.mono
+
+    def later(self, delay):
+        """The put arguments of a delay (none: not delayed)."""
+        return {"not_before": self.wall + delay} if delay else {}
+
+    def admit(self, e, key, data, delay):
+        self.msgs[e.entry_id] = Msg(e.entry_id, key, data, self.wall + delay if delay else None)
 
     # -- model helpers --
 
@@ -118,7 +145,7 @@ class ModelMachine(RuleBasedStateMachine):
         return data.draw(st.sampled_from(sorted(self.msgs) + [10**9]))
 
     def give_back(self, m, target, failed):
-        m.place, m.owner = "ready", None
+        m.place, m.owner, m.deadline = "ready", None, None
         if failed and m.count >= MAX_DELIVERIES:
             m.home = m.home or m.key
             m.key = (SUSPEND, m.key[1])
@@ -178,15 +205,57 @@ class ModelMachine(RuleBasedStateMachine):
 
     # -- rules --
 
-    @rule(client=clients, key=keys)
-    def read(self, client, key):
+    @rule(client=clients, key=keys, lease=LEASES)
+    def read(self, client, key, lease):
         want = self.readable(key)
-        e = self.expect(None if want else "NO_MESSAGE", lambda: self.s.read(client, *key))
+        e = self.expect(None if want else "NO_MESSAGE", lambda: self.s.read(client, *key, lease))
         if e is not None:
             assert e.entry_id == want.eid and bytes(e.data) == want.data
             want.place, want.owner = "locked", client
+            want.deadline = None if lease is None else self.mono + lease
             want.count += 1
             assert e.delivery_count == want.count
+
+    @precondition(lambda self: any(m.place == "ready" for m in self.msgs.values()))
+    @rule(client=clients, lease=LEASES, data=st.data())
+    def read_some(self, client, lease, data):
+        """A read of a queue that has a message, so that locks (and leases) are common."""
+        key = data.draw(st.sampled_from(sorted({m.key for m in self.msgs.values()
+                                                if m.place == "ready"})))
+        self.read(client, key, lease)
+
+    @rule(client=clients, lease=st.sampled_from([0.5, 3.0]), data=st.data())
+    def renew(self, client, lease, data):
+        """A renew by the lock's holder restarts its lease; anyone else's is refused."""
+        eid = self.any_eid(data)
+        m = self.msgs.get(eid)
+        reason = self.entry_reason(Unlock, client, m)
+        self.expect(reason, lambda: self.s.renew(client, eid, lease))
+        if reason is None:
+            m.deadline = self.mono + lease
+
+    expired = ripened = 0  # over a run, so a test can insist that both happen
+
+    @rule(mono=st.sampled_from([0.0, 0.5, 1.0, 3.0]), wall=st.integers(0, 2),
+          spared=st.sampled_from([(), (), ("IMS1",)]))
+    def tick(self, mono, wall, spared):
+        """Time passes: leases that ran out are failed deliveries (but for a spared
+        owner's), delayed puts that are due are ready at their place by id."""
+        self.mono += mono
+        self.wall += wall
+        expired = self.s.expire(self.mono, spared)
+        ripe = self.s.ripen(self.wall)
+        due = [m for m in self.msgs.values() if m.deadline is not None and m.deadline <= self.mono]
+        assert sorted(e.entry_id for e in expired) == sorted(m.eid for m in due)
+        for m in due:
+            self.give_back(m, None, failed=m.owner not in spared)
+        now = [m for m in self.msgs.values()
+               if m.place == "delayed" and m.not_before <= self.wall]
+        assert sorted(e.entry_id for e in ripe) == sorted(m.eid for m in now)
+        for m in now:
+            m.place = "ready"
+        type(self).expired += len(expired)
+        type(self).ripened += len(ripe)
 
     @rule(client=st.one_of(st.none(), clients), data=st.data())
     def delete(self, client, data):
@@ -202,8 +271,9 @@ class ModelMachine(RuleBasedStateMachine):
         m = self.msgs.get(eid)
         reason = self.entry_reason(Move, client, m)
         self.expect(reason, lambda: self.s.move(client, eid, *key))
-        if reason is None:
-            m.place, m.owner, m.key, m.home = "ready", None, key, None
+        if reason is None:  # a delayed message stays delayed
+            m.owner, m.key, m.home, m.deadline = None, key, None, None
+            m.place = "delayed" if m.place == "delayed" else "ready"
 
     @rule(client=clients, failed=st.booleans(), dest=st.one_of(st.none(), keys), data=st.data())
     def unlock(self, client, failed, dest, data):
@@ -223,7 +293,8 @@ class ModelMachine(RuleBasedStateMachine):
         for _ in range(data.draw(st.integers(1, 4))):
             kind = data.draw(st.sampled_from(["put", "delete", "move", "unlock"]))
             if kind == "put":
-                ops.append(Put(*data.draw(self.keys), self.payload(data.draw(self.sizes))))
+                ops.append(Put(*data.draw(self.keys), self.payload(data.draw(self.sizes)),
+                               **self.later(data.draw(DELAYS))))
             elif kind == "delete":
                 ops.append(Delete(self.any_eid(data)))
             elif kind == "move":
@@ -240,12 +311,13 @@ class ModelMachine(RuleBasedStateMachine):
             if type(op) is Put:
                 key = (op.qtype, op.name)
                 assert self.in_overflow(e.entry_id) == (key in status)
-                self.msgs[e.entry_id] = Msg(e.entry_id, key, op.data)
+                self.msgs[e.entry_id] = Msg(e.entry_id, key, op.data, op.not_before)
             elif type(op) is Delete:
                 del self.msgs[op.entry_id]
             elif type(op) is Move:
                 m = self.msgs[op.entry_id]
-                m.place, m.owner, m.key, m.home = "ready", None, (op.qtype, op.name), None
+                m.owner, m.key, m.home, m.deadline = None, (op.qtype, op.name), None, None
+                m.place = "delayed" if m.place == "delayed" else "ready"
             else:
                 self.give_back(self.msgs[op.entry_id], None, op.failed)
 
@@ -263,9 +335,10 @@ class ModelMachine(RuleBasedStateMachine):
         self.s.cold_client(client)
         for m in self.msgs.values():
             if m.place == "locked" and m.owner == client:
-                m.place = "cold"
+                m.place, m.deadline = "cold", None
 
-    @precondition(lambda self: any(m.place == "cold" or m.home for m in self.msgs.values()))
+    @precondition(lambda self: any(m.place == "cold" or (m.home and m.place == "ready")
+                                   for m in self.msgs.values()))
     @rule(data=st.data())
     def requeue(self, data):
         eid = data.draw(st.sampled_from(sorted(
@@ -302,6 +375,8 @@ class ModelMachine(RuleBasedStateMachine):
             assert (e.qtype, e.name) == m.key
             assert e.delivery_count == m.count
             assert (e.home is None) == (m.home is None)
+            assert (e.lease[2] if e.lease else None) == m.deadline
+            assert e.not_before == m.not_before
 
     @invariant()
     def serial_rule(self):

@@ -608,7 +608,8 @@ def test_a_structure_restored_over_full_grows_to_hold_its_content():
     relief counts it as 100% used and grows it to hold the content at 80%."""
     assert grown_size(1258, 1000, 10_000 * EL) == 1573 * EL
     pair = make(size=1000, initsize=100)
-    rows = [[i, int(TRAN), "Q", b"x", True, 0, 0, "ready", None, None, None] for i in range(1, 301)]
+    rows = [[i, int(TRAN), "Q", b"x", True, 0, 0, "ready", None, None, None, None, None]
+            for i in range(1, 301)]
     pair.primary.load(rows)
     pair.derive_status()
     assert pair.pressure

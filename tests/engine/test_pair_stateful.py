@@ -9,8 +9,6 @@ log records taken from the pair, folded per structure, must equal each
 structure's recoverable rows after every step.
 """
 
-import itertools
-
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
@@ -20,11 +18,11 @@ from cqsd.engine.structure import position
 from cqsd.recovery.fold import fold
 
 from .model import (
+    DELAYS,
     ENTRY_MAX,
     MAX_DELIVERIES,
     TYPES,
     ModelMachine,
-    Msg,
     as_logged,
     cost,
     recoverable_rows,
@@ -49,12 +47,11 @@ class PairVersusModel(ModelMachine):
     sizes = st.one_of(st.integers(0, 440), st.integers(0, 1000), st.integers(ENTRY_MAX + 1, 1600))
 
     def __init__(self):
-        ticks = itertools.count(1)
-        clock = lambda: next(ticks)  # noqa: E731
+        clocks = {"clock": self.wall_clock, "ticks": self.mono_clock}
         primary = Structure("P", 24 * EL, initsize=8 * EL, entry_max=ENTRY_MAX, max_entries=22,
-                            max_deliveries=MAX_DELIVERIES, clock=clock)
+                            max_deliveries=MAX_DELIVERIES, **clocks)
         overflow = Structure("OV", 10 * EL, initsize=4 * EL, entry_max=ENTRY_MAX, max_entries=8,
-                             max_deliveries=MAX_DELIVERIES, clock=clock)
+                             max_deliveries=MAX_DELIVERIES, **clocks)
         super().__init__(StructurePair(primary, overflow, threshold=50, overflow_exit=no_c_lterm))
         self.images = {"P": {}, "OV": {}}
 
@@ -101,22 +98,22 @@ class PairVersusModel(ModelMachine):
         for _ in range(n):
             self.put(key, 100, recoverable)
 
-    @rule(key=keys, size=sizes, recoverable=st.booleans())
-    def put(self, key, size, recoverable):
+    @rule(key=keys, size=sizes, recoverable=st.booleans(), delay=DELAYS)
+    def put(self, key, size, recoverable, delay=0):
         data = self.payload(size)
         over = key in self.status()
         target = self.s.overflow if over else self.s.primary
         want = None if self.fits(target, [size]) else (
             "OVERFLOW_REJECTED" if over else "STRUCTURE_FULL")
         before = target.current_size
-        e = self.expect(want, lambda: self.s.put(*key, data, recoverable))
+        e = self.expect(want, lambda: self.s.put(*key, data, recoverable, **self.later(delay)))
         if e is None:
             assert target.current_size == before, "a refused put grew the structure"
         elif target.current_size != before:
             type(self).grew += 1
         if e is not None:
             assert self.in_overflow(e.entry_id) == over
-            self.msgs[e.entry_id] = Msg(e.entry_id, key, data)
+            self.admit(e, key, data, delay)
         if self.s.pressure:  # as the daemon does after the request
             self.relieve()
 

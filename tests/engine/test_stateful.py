@@ -5,8 +5,6 @@ small enough to fill often, whose fit is judged from the model's own count of
 elements and entries rather than from what the engine reports.
 """
 
-import itertools
-
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
@@ -14,11 +12,11 @@ from cqsd.engine import Put, Structure
 from cqsd.recovery.fold import fold
 
 from .model import (
+    DELAYS,
     ENTRY_MAX,
     MAX_DELIVERIES,
     TYPES,
     ModelMachine,
-    Msg,
     as_logged,
     cost,
     recoverable_rows,
@@ -38,10 +36,9 @@ class EngineVersusModel(ModelMachine):
     sizes = st.one_of(st.integers(0, 600), st.integers(ENTRY_MAX + 1, 3 * ENTRY_MAX + 50))
 
     def __init__(self):
-        ticks = itertools.count(1)
         super().__init__(Structure(
             "SQ", SIZE, initsize=INITSIZE, entry_max=ENTRY_MAX, max_entries=MAX_ENTRIES,
-            max_deliveries=MAX_DELIVERIES, clock=lambda: next(ticks),
+            max_deliveries=MAX_DELIVERIES, clock=self.wall_clock, ticks=self.mono_clock,
         ))
         self.replayed: dict[int, list] = {}  # the fold of every effect logged so far
         self.grown_to = INITSIZE // 512  # data elements of the current size
@@ -65,15 +62,14 @@ class EngineVersusModel(ModelMachine):
             return "STRUCTURE_FULL"
         return reason
 
-    @rule(key=keys, size=sizes, recoverable=st.booleans())
-    def put(self, key, size, recoverable):
+    @rule(key=keys, size=sizes, recoverable=st.booleans(), delay=DELAYS)
+    def put(self, key, size, recoverable, delay):
         data = self.payload(size)
         fits = self.fits([size])
-        e = self.expect(
-            None if fits else "STRUCTURE_FULL", lambda: self.s.put(*key, data, recoverable)
-        )
+        e = self.expect(None if fits else "STRUCTURE_FULL",
+                        lambda: self.s.put(*key, data, recoverable, **self.later(delay)))
         if e is not None:
-            self.msgs[e.entry_id] = Msg(e.entry_id, key, data)
+            self.admit(e, key, data, delay)
 
     @invariant()
     def fifo_and_no_entry_in_two_places(self):
@@ -118,6 +114,9 @@ class EngineVersusModel(ModelMachine):
 
 
 def test_engine_agrees_with_model_over_random_histories():
-    """At least 2,000 random steps across clients, types, long messages and a full structure."""
+    """At least 2,000 random steps across clients, types, long messages and a full
+    structure, leases expiring and delayed puts ripening among them."""
+    EngineVersusModel.expired = EngineVersusModel.ripened = 0
     steps = run(EngineVersusModel, 80)
     assert steps >= 2000, f"only {steps} steps ran"
+    assert EngineVersusModel.expired >= 5 and EngineVersusModel.ripened >= 5

@@ -27,7 +27,7 @@ def put(eid: int) -> list:
 
 
 def row(eid: int, data: bytes) -> list:
-    return [eid, 1, "Q", data, True, eid, 0, "ready", None, None, MAPS[eid].encode()]
+    return [eid, 1, "Q", data, True, eid, 0, "ready", None, None, MAPS[eid].encode(), None, None]
 
 
 def write_log(log_dir, bodies: list[dict]) -> None:

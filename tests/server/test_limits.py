@@ -31,7 +31,8 @@ def test_the_bound_is_never_below_the_packed_size():
 def test_a_dequeue_of_a_million_messages_is_split_into_records_the_log_takes():
     """Independent effects over the budget become several records, each writable,
     that fold to what the whole record would."""
-    image = {i: [i, 1, "Q", b"", True, 0, 0, "ready", None, None] for i in range(1, 1_000_001)}
+    image = {i: [i, 1, "Q", b"", True, 0, 0, "ready", None, None, None, None, None]
+             for i in range(1, 1_000_001)}
     record = {"s": "S", "e": [("D", i) for i in range(1, 1_000_001)]}
     parts = split(record, budget=4 * MiB)
     assert len(parts) > 1

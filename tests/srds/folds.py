@@ -43,14 +43,16 @@ def spark_fold(spark, images: dict, records: list, structures: list[str]) -> dic
     for r in table.to_pylist():
         home = [r["home_qtype"], r["home_name"]] if r["home_qtype"] is not None else None
         datamap = msgpack.unpackb(r["map"]) if r["map"] is not None else None
+        lease = [r["lease"], r["deadline"]] if r["lease"] is not None else None
         folded[r["structure"]][r["id"]] = [r["id"], r["qtype"], r["name"], r["data"], True,
                                            r["put_time"], r["count"], r["where"], r["owner"],
-                                           home, datamap]
+                                           home, datamap, lease, r["not_before"]]
     return folded
 
 
 def _base_row(structure: str, row: list) -> tuple:
-    eid, qtype, name, data, _, put_time, count, where, owner, home, datamap = row
+    eid, qtype, name, data, _, put_time, count, where, owner, home, datamap, lease, later = row
     return (structure, eid, -1, "", 0, 0, 0, effects.BASE, qtype, name, data, put_time, count,
             where, owner, *(home or (None, None)), None,
-            msgpack.packb(datamap) if datamap is not None else None, None)
+            msgpack.packb(datamap) if datamap is not None else None,
+            *(lease or (None, None)), later, None)

@@ -16,6 +16,11 @@ or in records of their own just before it, of the same writer. Some puts are
 abandoned after their blocks (a crash before the entry was logged): their
 ``B`` effects have no ``M`` and every fold drops them. A cut between a put's
 block records and its entry record is one the daemon never makes (``safe``).
+
+Leases and delays: some reads take a lease, some locks are renewed, some puts
+are delayed (a ``not_before`` a few ticks of the id clock ahead), and a tick
+of the monotonic clock expires leases and ripens what is due, as the daemon's
+timer does; expiries are logged as the unlocks they are.
 """
 
 import itertools
@@ -70,9 +75,15 @@ class History:
 
     def __init__(self, name: str, choices: Drawn | Seeded) -> None:
         ticks = itertools.count(1)
+        self.now = 0.0  # the monotonic clock leases run on
+
+        def monotonic() -> float:
+            return self.now
+
         self.primary = Structure(name, 1 << 22, entry_max=ENTRY_MAX, max_deliveries=2,
-                                 clock=lambda: next(ticks))
-        self.overflow = Structure(name + "X", 1 << 22, entry_max=ENTRY_MAX, max_deliveries=2)
+                                 clock=lambda: next(ticks), ticks=monotonic)
+        self.overflow = Structure(name + "X", 1 << 22, entry_max=ENTRY_MAX, max_deliveries=2,
+                                  ticks=monotonic)
         self.primary.pair_with(self.overflow)  # one id clock, as for any overflow pair
         self.choices = choices
         self.records: list[tuple[str, int, int, dict]] = []  # (writer, lsn, timestamp, body)
@@ -121,6 +132,30 @@ class History:
     def put(self, s: Structure) -> None:
         key, size = self._key(), self._size()
         s.put(*key, self._payload(size), self.choices.pick([True, True, False]))
+
+    def put_later(self, s: Structure) -> None:
+        """A delayed put: not readable until the id clock has moved on a little."""
+        s.put(*self._key(), self._payload(self._size()), self.choices.pick([True, False]),
+              not_before=s.ids.clock() + self.choices.number(0, 30))
+
+    def read_leased(self, s: Structure) -> None:
+        ready = sorted({(int(e.qtype), e.name) for e in s if e.where == "ready"})
+        s.read(self.choices.pick(CLIENTS), *self.choices.pick([*ready, self._key()]),
+               lease=self.choices.number(1, 6) / 2)
+
+    def renew(self, s: Structure) -> None:
+        locked = [e.entry_id for e in s if e.where == "locked"]
+        s.renew(self.choices.pick(CLIENTS), self.choices.pick([*locked, *locked, 10**9]),
+                self.choices.number(1, 6) / 2)
+
+    def tick(self, s: Structure) -> None:
+        """Time passes: leases expire (a client spared now and then, as after a
+        restart), delayed messages ripen."""
+        self.now += self.choices.number(0, 3)
+        spared = self.choices.pick([(), (), CLIENTS[:1]])
+        for structure in (self.primary, self.overflow):
+            structure.expire(spared=spared)
+            structure.ripen()
 
     def put_offloaded(self, s: Structure) -> None:
         """A put whose payload is offloaded to a data set; logged, if recoverable, as
@@ -275,4 +310,6 @@ class History:
 STEPS = [History.put, History.put, History.put, History.read, History.read, History.delete,
          History.move, History.unlock, History.unlock, History.commit, History.requeue,
          History.dequeue, History.release, History.cold, History.cold, History.move_to_overflow,
-         History.put_offloaded, History.put_offloaded, History.abandon]
+         History.put_offloaded, History.put_offloaded, History.abandon, History.put_later,
+         History.put_later, History.read_leased, History.read_leased, History.renew, History.tick,
+         History.tick]

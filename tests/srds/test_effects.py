@@ -24,12 +24,14 @@ def test_each_kind_carries_what_the_fold_needs():
     body = {"s": "S", "e": [["I", 5, 3, "Q", b"d", 9, 2, [1, "H"]], ["R", 5, 1, "Q", None, 0],
                             ["C", 5, "IMS1"], ["O", 5], ["B", 6, 64, b"x"], ["M", 6, datamap]]}
     i, r, c, o, b, m = (row[8:] for row in effects.rows_of(body, {"S"}, 0, "w", 1))
-    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H", None, None, None)
-    assert r == (1, "Q", None, None, 0, "ready", None, None, None, None, None, None)
-    assert c == (None, None, None, None, None, "cold", "IMS1", None, None, None, None, None)
-    assert o == (None,) * 12
-    assert b == (None, None, b"x", *(None,) * 6, 64, None, None)
-    assert m == (*(None,) * 10, msgpack.packb(datamap), None)
+    untimed = (None, None, None)  # lease, deadline, not_before
+    assert i == (3, "Q", b"d", 9, 2, "ready", None, 1, "H", None, None, *untimed, None)
+    assert r == (1, "Q", None, None, 0, "ready", None, None, None, None, None, *untimed, None)
+    assert c == (None, None, None, None, None, "cold", "IMS1", None, None, None, None, *untimed,
+                 None)
+    assert o == (None,) * 15
+    assert b == (None, None, b"x", *(None,) * 6, 64, None, *untimed, None)
+    assert m == (*(None,) * 10, msgpack.packb(datamap), *untimed, None)
 
 
 def test_read_from_a_segment_p_and_i_carry_where_their_record_is_not_their_data():
@@ -40,6 +42,17 @@ def test_read_from_a_segment_p_and_i_carry_where_their_record_is_not_their_data(
     assert (p[effects.DATA_COLUMN], p[-1]) == (None, 77)
     assert (i[effects.DATA_COLUMN], i[-1]) == (None, 77)
     assert (b[effects.DATA_COLUMN], b[-1]) == (b"x", None)
+
+
+def test_a_lease_and_a_delay_carry_their_times_and_nothing_else():
+    """T carries its lease and deadline, N its not_before, in the three columns before ``at``."""
+    body = {"s": "S", "e": [["T", 5, 30 * 10**9, 7 * 10**18], ["N", 6, 8 * 10**18],
+                            ["D", 5]]}
+    t, n, d = effects.rows_of(body, {"S"}, 0, "w", 1)
+    assert (t[8:-4], t[-4:]) == ((None,) * 11, (30 * 10**9, 7 * 10**18, None, None))
+    assert (n[8:-4], n[-4:]) == ((None,) * 11, (None, None, 8 * 10**18, None))
+    assert d[-4:] == (None, None, None, None)
+    assert effects.batch([t, n, d]).num_rows == 3
 
 
 def test_records_of_other_structures_and_bodies_that_are_not_maps_give_nothing():

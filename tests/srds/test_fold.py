@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cqsd.records import MAP, FoldError
+from cqsd.records import LEASE, MAP, NOT_BEFORE, FoldError
 from cqsd.recovery.fold import fold as reference_fold
 from cqsd.smds import DataMap, Range
 from cqsd.smds.pages import room
@@ -32,8 +32,9 @@ def fold(request):
 
 
 def row(eid, qtype=1, name="Q", data=b"m", put_time=5, count=0, where="ready", owner=None,
-        home=None, datamap=None):
-    return [eid, qtype, name, data, True, put_time, count, where, owner, home, datamap]
+        home=None, datamap=None, lease=None, not_before=None):
+    return [eid, qtype, name, data, True, put_time, count, where, owner, home, datamap, lease,
+            not_before]
 
 
 # An offloaded payload in two ranges, the second at a lower page than the first,
@@ -214,6 +215,35 @@ def test_blocks_that_do_not_make_their_payload_are_a_fold_error(fold, effects, e
         fold({}, records, ["S"])
 
 
+def test_a_lease_lasts_until_its_lock_ends_and_a_delay_stays_with_its_message(fold):
+    """T gives a lock its lease, a later T renews it, L (a lock without one), R and
+    C clear it; N gives a put its not_before, which stays after reads and unlocks."""
+    records = [
+        ("a", 1, 10, {"s": "S", "e": [["P", 7, 1, "Q", b"hi", 3], ["N", 7, 99],
+                                      ["P", 8, 1, "Q", b"ho", 4]]}),
+        ("a", 2, 11, {"s": "S", "e": [["L", 7, "IMS1"], ["T", 7, 5, 40], ["L", 8, "IMS2"],
+                                      ["T", 8, 5, 41]]}),
+        ("a", 3, 12, {"s": "S", "e": [["T", 7, 9, 60], ["R", 8, 1, "Q", None, 1]]}),
+    ]
+    got = fold({}, records, ["S"])
+    assert got == {"S": {7: row(7, data=b"hi", put_time=3, count=1, where="locked",
+                                owner="IMS1", lease=[9, 60], not_before=99),
+                         8: row(8, data=b"ho", put_time=4, count=1)}}
+    records.append(("a", 4, 13, {"s": "S", "e": [["C", 7, "IMS1"], ["L", 8, "IMS1"]]}))
+    got = fold({}, records, ["S"])
+    assert got["S"][7] == row(7, data=b"hi", put_time=3, count=1, where="cold", owner="IMS1",
+                              not_before=99)
+    assert got["S"][8][LEASE] is None
+
+
+def test_a_start_image_s_lease_and_delay_carry_on_until_an_effect_changes_them(fold):
+    """Base rows keep their lease and not_before; an R clears the lease only."""
+    images = {"S": {7: row(7, count=1, where="locked", owner="IMS1", lease=[5, 40],
+                           not_before=2), 8: row(8, not_before=50)}}
+    got = fold(images, [("a", 1, 10, {"s": "S", "e": [["R", 7, 1, "Q", None, 1]]})], ["S"])
+    assert got == {"S": {7: row(7, count=1, not_before=2), 8: row(8, not_before=50)}}
+
+
 def test_the_maps_only_fold_skips_blocks_and_keeps_maps_without_data():
     """The restart's fold: B effects are not even looked at (the bytes are in the data
     set), M sets the map, an offloaded row's data stays empty; a bad map is still
@@ -264,7 +294,10 @@ def test_spark_folds_generated_engine_histories_exactly_like_the_engine(spark):
             assert folded[s] == rows, (s, sorted(rest, key=log_order))
     kinds = {e[0] for h, _, _ in cases for *_, body in h.records
              for e in [*body["e"], *itertools.chain(*body.get("x", {}).values())]}
-    assert kinds == set("PLDRCOIBM"), "the histories no longer exercise every effect"
+    assert kinds == set("PLDRCOIBMTN"), "the histories no longer exercise every effect"
+    rows = [r for h, _, _ in cases for by_id in h.expected().values() for r in by_id.values()]
+    assert any(r[LEASE] for r in rows), "no leased lock is left to fold"
+    assert any(r[NOT_BEFORE] for r in rows), "no delayed put is left to fold"
     assert any(h.unsafe for h, _, _ in cases), "no blocks in records of their own"
     assert any(r[MAP] for h, _, _ in cases for rows in h.expected().values()
                for r in rows.values()), "no offloaded message is left to materialise"

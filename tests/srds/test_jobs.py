@@ -75,7 +75,10 @@ def test_checkpoints_alternate_slots_and_recovery_equals_the_reference_fold(spar
     assert rows == reference(tmp_path, S) == history.expected()[S]
     assert header["lsn"] == logstream.tail_positions(tmp_path / "logstream")
     assert header["last_id"] == reference_with_last_id(tmp_path, S)[1]
-    rebuilt = Structure(S, 1 << 22, entry_max=300)
+    # both at one time of the history's clock: a load ripens what is due by then
+    now = history.primary.ids.clock()
+    history.primary.ripen(now)
+    rebuilt = Structure(S, 1 << 22, entry_max=300, clock=lambda: now)
     image.restore(rebuilt, rows)
     assert queues(rebuilt) == queues(history.primary, recoverable_only=True)
 
@@ -237,7 +240,7 @@ def test_structure_names_with_special_characters_work_as_paths(spark, tmp_path):
     assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
     assert jobs.checkpoint(spark, tmp_path, name)["rows"] == 1
     assert image.read_rows(Path(jobs.recover(spark, tmp_path, name)["image"]), name)[1] == {
-        1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None, None]}
+        1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None, None, None, None]}
 
 
 def test_a_slot_written_before_data_maps_is_the_base_of_the_next_checkpoint(spark, tmp_path):
@@ -259,9 +262,22 @@ def test_a_slot_written_before_data_maps_is_the_base_of_the_next_checkpoint(spar
                          ("cqsd", 4, 4, {"s": S, "e": offloaded})])
     jobs.checkpoint(spark, tmp_path, S)
     assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == {
-        1: [1, 1, "A", b"x", True, 1, 1, "locked", "IMS1", None, None],
-        2: [2, 1, "A", b"y", True, 2, 0, "ready", None, None, None],
-        3: [3, 1, "A", b"big", True, 4, 0, "ready", None, None, datamap]}
+        1: [1, 1, "A", b"x", True, 1, 1, "locked", "IMS1", None, None, None, None],
+        2: [2, 1, "A", b"y", True, 2, 0, "ready", None, None, None, None, None],
+        3: [3, 1, "A", b"big", True, 4, 0, "ready", None, None, datamap, None, None]}
+
+
+def test_a_lease_and_a_delay_go_through_a_checkpoint_and_a_recovery(spark, tmp_path):
+    """A leased lock's lease and a delayed put's not_before are in the slot a
+    checkpoint writes and in the image a recovery writes from it."""
+    write_log(tmp_path, [("cqsd", 1, 1, {"s": S, "e": [["P", 1, 1, "A", b"x", 1], ["N", 1, 99],
+                                                       ["P", 2, 1, "A", b"y", 2]]}),
+                         ("cqsd", 2, 2, {"s": S, "e": [["L", 2, "IMS1"], ["T", 2, 5, 70]]})])
+    jobs.checkpoint(spark, tmp_path, S)
+    want = {1: [1, 1, "A", b"x", True, 1, 0, "ready", None, None, None, None, 99],
+            2: [2, 1, "A", b"y", True, 2, 1, "locked", "IMS1", None, None, [5, 70], None]}
+    assert slots.read_rows(slots.valid_slots(tmp_path / "srds", S)[0]) == want
+    assert image.read_rows(Path(jobs.recover(spark, tmp_path, S)["image"]), S)[1] == want
 
 
 def test_the_report_shows_slots_and_the_tail_per_writer(spark, tmp_path, history):

@@ -171,6 +171,16 @@ def test_payloads_do_not_travel_only_their_length():
                     strict=True)) == [("P", 0), ("M", 300), ("P", 3)]
 
 
+def test_a_leased_reads_lock_ends_at_its_delete_not_at_its_lease():
+    """Leases (T, a leased read's and a renew's) and delays (N) are dropped, so the row
+    after a read's L is what ended its lock."""
+    body = {"s": "S", "e": [["P", 7, 1, "Q", b"abc", 5], ["N", 7, 9 * 10**18],
+                            ["L", 7, "APP"], ["T", 7, 30 * 10**9, 9 * 10**18],
+                            ["T", 7, 60 * 10**9, 9 * 10**18], ["D", 7]]}
+    slim = report.slim(effects.batch(effects.rows_of(body, {"S"}, 1, "cqsd", 1)))
+    assert slim.column("kind").to_pylist() == ["P", "L", "D"]
+
+
 def test_a_data_dir_without_a_log_gets_a_page_saying_so(tmp_path):
     """No traceback, no Spark: exit 0, a warning naming the missing log, and a page."""
     done = srds("report", "--data-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "r"),

@@ -13,8 +13,10 @@ from cqsd.srds import manifest, slots
 S = "MSGQ01"
 
 
-def row(eid, where="ready", owner=None, home=None, count=0, datamap=None):
-    return [eid, 1, "Q", b"m%d" % eid, True, eid * 10, count, where, owner, home, datamap]
+def row(eid, where="ready", owner=None, home=None, count=0, datamap=None, lease=None,
+        not_before=None):
+    return [eid, 1, "Q", b"m%d" % eid, True, eid * 10, count, where, owner, home, datamap,
+            lease, not_before]
 
 
 def stage(srds, rows, name="part-00000.parquet"):
@@ -204,7 +206,8 @@ def test_an_offloaded_row_keeps_its_payload_and_its_map_unless_asked_not_to(tmp_
     slot = checkpoint(tmp_path, [row(1), row(2, datamap=datamap)], {"cqsd": 3}, 2)
     assert slots.read_rows(slot) == {1: row(1), 2: row(2, datamap=datamap)}
     without = slots.read_rows(slot, offloaded_data=False)
-    assert without == {1: row(1), 2: [*row(2, datamap=datamap)[:3], b"", *row(2)[4:10], datamap]}
+    assert without == {1: row(1), 2: [*row(2, datamap=datamap)[:3], b"", *row(2)[4:10], datamap,
+                                      None, None]}
 
 
 def test_a_slot_file_written_before_data_maps_is_read_with_no_maps(tmp_path):
@@ -215,7 +218,25 @@ def test_a_slot_file_written_before_data_maps_is_read_with_no_maps(tmp_path):
     assert list(slots.iter_rows([path])) == [row(1), row(2)]
 
 
+def test_a_lease_and_a_delay_round_trip_and_older_slots_have_neither(tmp_path):
+    """A leased lock's [lease, deadline] and a delayed put's not_before are columns of
+    their own; slot files written before them load with none."""
+    rows = [row(1, "locked", "IMS1", count=1, lease=[30 * 10**9, 7 * 10**18]),
+            row(2, not_before=8 * 10**18)]
+    path = tmp_path / "new.parquet"
+    pq.write_table(slots.table_of(rows), path)
+    assert list(slots.iter_rows([path])) == rows
+    pq.write_table(before_leases(slots.table_of(rows)), path)
+    assert list(slots.iter_rows([path])) == [[*r[:11], None, None] for r in rows]
+
+
+def before_leases(table: pa.Table) -> pa.Table:
+    """A slot table as cqsd wrote it before leases and delayed puts."""
+    return table.drop_columns(["lease", "deadline", "not_before"])
+
+
 def before_maps(table: pa.Table) -> pa.Table:
     """A slot table as cqsd wrote it before SMDS: ``ref``, a null string, for ``map``."""
+    table = before_leases(table)
     return table.set_column(table.schema.get_field_index("map"), "ref",
                             pa.nulls(table.num_rows, pa.string()))

@@ -8,8 +8,9 @@ DATAMAP = ["IMS1", 70_000, 12345, [64, 16, 128, 2]]
 
 
 def rows():
-    return [[1, 1, "Q", b"a", True, 5, 0, "ready", None, None, None],
-            [2, 3, "S", b"b" * 70_000, True, 6, 2, "locked", "IMS1", [1, "Q"], DATAMAP]]
+    return [[1, 1, "Q", b"a", True, 5, 0, "ready", None, None, None, None, 9 * 10**18],
+            [2, 3, "S", b"b" * 70_000, True, 6, 2, "locked", "IMS1", [1, "Q"], DATAMAP,
+             [30 * 10**9, 7 * 10**18], None]]
 
 
 def test_streamed_rows_read_back_with_their_header(tmp_path):
@@ -31,18 +32,22 @@ def test_a_count_that_does_not_match_the_rows_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_image_of_the_version_before_data_maps_loads_with_no_maps(tmp_path, monkeypatch):
-    """A version-2 image (ten fields a row, written before SMDS) still loads, every
-    row with a nil map; an image of another version is refused by name."""
+@pytest.mark.parametrize(("version", "fields"), [(3, 11), (2, 10)])
+def test_an_image_of_an_earlier_version_loads_with_nil_for_what_it_lacks(
+        tmp_path, monkeypatch, version, fields):
+    """A version-3 image (eleven fields a row, before leases and delayed puts) and a
+    version-2 one (ten, before SMDS) still load, their rows given nil for the fields
+    they lack; an image of another version is refused by name."""
     path = tmp_path / "S.img"
-    monkeypatch.setattr(image, "VERSION", 2)
-    image.write_rows(path, "S", iter(r[:-1] for r in rows()), 2, {}, 0)
+    monkeypatch.setattr(image, "VERSION", version)
+    image.write_rows(path, "S", iter(r[:fields] for r in rows()), 2, {}, 0)
     monkeypatch.undo()
-    assert image.read_rows(path, "S")[1] == {1: rows()[0], 2: [*rows()[1][:-1], None]}
+    assert image.read_rows(path, "S")[1] == {
+        r[0]: [*r[:fields], *[None] * (13 - fields)] for r in rows()}
     monkeypatch.setattr(image, "VERSION", 1)
     image.write_rows(path, "S", iter(rows()), 2, {}, 0)
     monkeypatch.undo()
-    with pytest.raises(image.ImageError, match="S.img: image version 1 is not 3"):
+    with pytest.raises(image.ImageError, match="S.img: image version 1 is not 4"):
         image.read_rows(path, "S")
 
 

@@ -119,4 +119,8 @@ def test_engine_agrees_with_model_over_random_histories():
     EngineVersusModel.expired = EngineVersusModel.ripened = 0
     steps = run(EngineVersusModel, 80)
     assert steps >= 2000, f"only {steps} steps ran"
+    for _ in range(3):  # expiries and ripening need lucky ticks: some runs see few
+        if EngineVersusModel.expired >= 5 and EngineVersusModel.ripened >= 5:
+            break
+        run(EngineVersusModel, 80)
     assert EngineVersusModel.expired >= 5 and EngineVersusModel.ripened >= 5

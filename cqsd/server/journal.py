@@ -12,12 +12,13 @@ each fsync the flusher itself sends the replies it made durable (sessions
 whose fsync is fast, handing it to a worker thread costs more than the fsync
 itself (~100 µs of thread and loop wake-ups measured on a 2-core VM against a
 ~200 µs fsync), so the flusher runs it inline while the moving average stays
-under ``INLINE_FSYNC``, and in a thread when the disk is slow. Records that
-only lock start no fsync: nobody waits for them, so they are written with the
-next pass and the next fsync covers them. A write or fsync error is final (the
-fsyncgate lesson): nothing more is acknowledged, every waiting reply becomes an
-error, and the daemon stops so that a restart recovers from what is really on
-disk.
+under ``INLINE_FSYNC``, and in a thread when the disk is slow. A record
+that only locks is written at once (with the records taken before it), since
+its reply goes at once and a daemon killed after it must still find it, but
+starts no fsync: nobody waits for it, and the next fsync covers it. A write or
+fsync error is final (the fsyncgate lesson): nothing more is acknowledged,
+every waiting reply becomes an error, and the daemon stops so that a restart
+recovers from what is really on disk.
 
 A record that names message blocks of a data set (an offloaded recoverable put)
 must not reach the log before those blocks are on disk. Such a record, and
@@ -89,10 +90,14 @@ class Journal:
         if after_data or self._held_back:
             self._held_back.append((body, after_data))
             self._fsync_due = True
-        else:
+            self._work.set()
+        elif urgent:
             self._pending.append(body)
-            self._fsync_due = self._fsync_due or urgent
-        self._work.set()
+            self._fsync_due = True
+            self._work.set()
+        else:  # its reply goes now: the file holds it first (a daemon killed then keeps it)
+            self._pending.append(body)
+            self._write_pending()
         return self._position
 
     def _write_pending(self) -> None:

@@ -65,7 +65,6 @@ class Journal:
         # records waiting for sync_data, in order, each with whether it names blocks
         self._held_back: list[tuple[dict, bool]] = []
         self._pending: list[dict] = []  # records taken, written at the flusher's next pass
-        self._fsync_due = False  # a reply or a waiter needs what is pending made durable
         self.sync_data: Callable[[], Awaitable[None]] | None = None  # fsyncs the data sets
         self.on_durable: Callable[[int], None] | None = None  # after each flush
         self.on_failure = None  # called once with the error
@@ -89,16 +88,14 @@ class Journal:
         self._position += 1
         if after_data or self._held_back:
             self._held_back.append((body, after_data))
-            self._fsync_due = True
             self._work.set()
         elif urgent:
             self._pending.append(body)
-            self._fsync_due = True
             self._work.set()
         else:  # its reply goes now: the file holds it first (a daemon killed then keeps it)
             self._pending.append(body)
             self._write_pending()
-        return self._position
+        return self._position if self.failed is None else 0
 
     def _write_pending(self) -> None:
         """The records taken since the last pass, in one write."""
@@ -120,7 +117,6 @@ class Journal:
         while self.durable < lsn:
             if self.failed is not None:
                 return False
-            self._fsync_due = True
             self._work.set()
             await self._flushed.wait()
         return True
@@ -134,9 +130,6 @@ class Journal:
                 self._write_pending()
                 if self.failed is not None:
                     break
-            if not self._fsync_due:
-                continue  # records that only lock: the next fsync covers them
-            self._fsync_due = False
             held = len(self._held_back)  # those whose blocks the sync_data below covers
             if held:
                 assert self.sync_data is not None  # set wherever records are held back

@@ -112,36 +112,22 @@ def record_backup(path: Path, *, structure: str, slot: str | None, lsn_from: dic
                   lsn_to: dict[str, int], started: float, finished: float, rows: int | None,
                   records: int | None, status: str, error: str | None = None) -> int:
     """Record one checkpoint job, done or failed; returns its id."""
-    db = connect(path)
-    try:
-        cursor = db.execute(
-            "INSERT INTO backups (structure, slot, lsn_from, lsn_to, started, finished, rows,"
-            " records, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (structure, slot, json.dumps(lsn_from, sort_keys=True),
-             json.dumps(lsn_to, sort_keys=True), started, finished, rows, records, status, error),
-        )
-        return cursor.lastrowid
-    except sqlite3.Error as err:
-        raise RepositoryError(f"{path}: {err}") from err
-    finally:
-        db.close()
+    return _write(
+        path,
+        "INSERT INTO backups (structure, slot, lsn_from, lsn_to, started, finished, rows,"
+        " records, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (structure, slot, json.dumps(lsn_from, sort_keys=True),
+         json.dumps(lsn_to, sort_keys=True), started, finished, rows, records, status, error),
+    )
 
 
 def backups(path: Path, structure: str | None = None) -> list[dict]:
     """Recorded checkpoint jobs, newest first, of one structure or all."""
-    if not Path(path).exists():
-        return []
-    db = connect(path)
-    try:
-        query = "SELECT * FROM backups"
-        args: tuple = ()
-        if structure is not None:
-            query, args = query + " WHERE structure = ?", (structure,)
-        rows = db.execute(query + " ORDER BY finished DESC, id DESC", args).fetchall()
-    except sqlite3.Error as err:
-        raise RepositoryError(f"{path}: {err}") from err
-    finally:
-        db.close()
+    query = "SELECT * FROM backups"
+    args: tuple = ()
+    if structure is not None:
+        query, args = query + " WHERE structure = ?", (structure,)
+    rows = _read(path, query + " ORDER BY finished DESC, id DESC", args)
     return [{**dict(r), "lsn_from": json.loads(r["lsn_from"]), "lsn_to": json.loads(r["lsn_to"])}
             for r in rows]
 
@@ -161,59 +147,28 @@ def update_smds(path: Path, structure: str, owner: str, **fields: object) -> Non
     names = ["created", *[f for f in fields if f != "created"]]
     values = [fields.get("created", 0), *[fields[f] for f in names[1:]]]
     updates = ", ".join(f"{f} = excluded.{f}" for f in fields) or "created = created"
-    db = connect(path)
-    try:
-        db.execute(f"INSERT INTO smds (structure, owner, {', '.join(names)})"
-                   f" VALUES (?, ?, {', '.join('?' * len(names))})"
-                   f" ON CONFLICT (structure, owner) DO UPDATE SET {updates}",
-                   (structure, owner, *values))
-    except sqlite3.Error as err:
-        raise RepositoryError(f"{path}: {err}") from err
-    finally:
-        db.close()
+    _write(path, f"INSERT INTO smds (structure, owner, {', '.join(names)})"
+                 f" VALUES (?, ?, {', '.join('?' * len(names))})"
+                 f" ON CONFLICT (structure, owner) DO UPDATE SET {updates}",
+           (structure, owner, *values))
 
 
 def smds_datasets(path: Path) -> list[dict]:
     """Every data set the repository knows, with its states and overrides."""
-    if not Path(path).exists():
-        return []
-    db = connect(path)
-    try:
-        rows = db.execute("SELECT * FROM smds ORDER BY structure, owner").fetchall()
-    except sqlite3.Error as err:
-        raise RepositoryError(f"{path}: {err}") from err
-    finally:
-        db.close()
-    return [dict(r) for r in rows]
+    return [dict(r) for r in _read(path, "SELECT * FROM smds ORDER BY structure, owner")]
 
 
 def smds_dataset(path: Path, structure: str, owner: str) -> dict | None:
     """What the repository holds of a data set (its row of smds_datasets), or None."""
-    if not Path(path).exists():
-        return None
-    db = connect(path)
-    try:
-        row = db.execute("SELECT * FROM smds WHERE structure = ? AND owner = ?",
-                         (structure, owner)).fetchone()
-    except sqlite3.Error as err:
-        raise RepositoryError(f"{path}: {err}") from err
-    finally:
-        db.close()
-    return dict(row) if row is not None else None
+    rows = _read(path, "SELECT * FROM smds WHERE structure = ? AND owner = ?",
+                 (structure, owner))
+    return dict(rows[0]) if rows else None
 
 
 def structures(path: Path) -> dict[str, dict]:
     """What the repository holds of each structure, by name: {size, initsize,
     current_size, changed_by, changed, failed}."""
-    if not Path(path).exists():
-        return {}
-    db = connect(path)
-    try:
-        rows = db.execute("SELECT * FROM structures").fetchall()
-    except sqlite3.Error as err:
-        raise RepositoryError(f"{path}: {err}") from err
-    finally:
-        db.close()
+    rows = _read(path, "SELECT * FROM structures")
     return {r["name"]: {**dict(r), "failed": bool(r["failed"])} for r in rows}
 
 
@@ -239,10 +194,25 @@ def record_failed(path: Path, name: str, failed: bool) -> None:
     _write(path, "UPDATE structures SET failed = ? WHERE name = ?", (int(failed), name))
 
 
-def _write(path: Path, statement: str, args: tuple) -> None:
+def _write(path: Path, statement: str, args: tuple) -> int:
+    """Run one statement that changes the repository; the row id it inserted."""
     db = connect(path)
     try:
-        db.execute(statement, args)
+        return db.execute(statement, args).lastrowid or 0
+    except sqlite3.Error as err:
+        raise RepositoryError(f"{path}: {err}") from err
+    finally:
+        db.close()
+
+
+def _read(path: Path, query: str, args: tuple = ()) -> list[sqlite3.Row]:
+    """The rows of one query; none from a repository not created yet (reading
+    does not create it)."""
+    if not Path(path).exists():
+        return []
+    db = connect(path)
+    try:
+        return db.execute(query, args).fetchall()
     except sqlite3.Error as err:
         raise RepositoryError(f"{path}: {err}") from err
     finally:

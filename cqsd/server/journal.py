@@ -170,20 +170,17 @@ class Journal:
         return durable, time.perf_counter() - started
 
     def finish_held_back(self, sync_now: Callable[[], None]) -> None:
-        """At a clean stop: whatever is still held back, appended after ``sync_now``."""
+        """At a clean stop: what is still taken or held back, written (the held-back
+        records after ``sync_now``) and made durable."""
         if self._pending and self.failed is None:
             self._write_pending()
-            self.durable = self.writer.flush()
-        if self._held_back and self.failed is None:
+        if self.failed is not None:
+            return
+        held, self._held_back = self._held_back, []
+        if held:
             sync_now()
-            self._write_held_back(len(self._held_back))
-            self.durable = self.writer.flush()
-
-    def _write_held_back(self, count: int) -> None:
-        held, self._held_back = self._held_back[:count], self._held_back[count:]
         try:
-            for body, blocks in held:
-                self.writer.append(body, large=blocks)
+            self.durable, _ = self._append_and_flush(held, self.writer.appended_lsn + len(held))
         except (logstream.LogstreamError, ValueError) as err:
             self.fail(err)
 

@@ -611,11 +611,12 @@ class StructureHandle:
         n: int = 1,
         qtype: QType = "TRAN",
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Delete a locked message and read up to *n* of *queue* in one round trip
         (see the blocking client); [] if there is none readable."""
-        call = ops.delete_and_read(self.name, entry_id, queue, n, qtype)
+        call = ops.delete_and_read(self.name, entry_id, queue, n, qtype, lease)
         messages: list[Message] = await self._do(call, timeout)
         return messages
 

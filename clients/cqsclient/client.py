@@ -664,14 +664,15 @@ class StructureHandle:
         n: int = 1,
         qtype: QType = "TRAN",
         *,
+        lease: float | None = None,
         timeout: Timeout = CLIENT_TIMEOUT,
     ) -> list[Message]:
         """Delete a message this client holds locked, then read and lock up to *n*
-        messages of *queue*, in one round trip (AMQP's ack and next delivery); []
-        if the queue has none readable (it does not wait: ``read`` with *wait*
-        then). Returns once the delete is durable; if it fails (LOCK_NOT_HELD,
-        say) nothing is read."""
-        call = ops.delete_and_read(self.name, entry_id, queue, n, qtype)
+        messages of *queue* (on *lease*, as ``read``'s), in one round trip (AMQP's
+        ack and next delivery); [] if the queue has none readable (it does not
+        wait: ``read`` with *wait* then). Returns once the delete is durable; if it
+        fails (LOCK_NOT_HELD, say) nothing is read."""
+        call = ops.delete_and_read(self.name, entry_id, queue, n, qtype, lease)
         messages: list[Message] = self._do(call, timeout)
         return messages
 

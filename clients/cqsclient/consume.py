@@ -37,8 +37,8 @@ worker that dies or hangs without its connection dropping loses the message
 after that many seconds, as a failed delivery. The lease runs from the read,
 so a message read ahead (``prefetch``) spends part of it waiting in the
 buffer; a handler that takes longer renews it (``s.renew(m.entry_id, s)``).
-Settling a message whose lease has expired raises LOCK_NOT_HELD. A leased
-consumer's acks are plain deletes: a ``next`` read takes no lease.
+Settling a message whose lease has expired raises LOCK_NOT_HELD. The read an
+ack carries takes the same lease.
 
 With ``reconnect`` the loop carries on through a lost connection or a daemon
 restart: the read is sent again on the new connection, messages read ahead
@@ -158,9 +158,10 @@ class ConsumerBase:
     def _settle_call(self, structure: str, entry_id: int, failed: bool | None) -> ops.Call:
         if failed is not None:
             return ops.unlock(structure, entry_id, failed)
-        if self._ahead or self._stopping or self.lease is not None:
-            return ops.delete(structure, entry_id)  # a next read carries no lease
-        return ops.delete_and_read(structure, entry_id, self.queue, self.prefetch, self.qtype)
+        if self._ahead or self._stopping:
+            return ops.delete(structure, entry_id)
+        return ops.delete_and_read(structure, entry_id, self.queue, self.prefetch, self.qtype,
+                                   self.lease)
 
     def _refill(self, call: ops.Call, got: Any) -> list[Message]:
         """Buffer what an ack read (see the design note); returns what to give back,

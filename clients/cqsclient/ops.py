@@ -384,14 +384,16 @@ def delete(structure: str, entry_id: int, operator: bool = False) -> Call:
     return Call(request, _nothing, releases=() if operator else (entry_id,))
 
 
-def delete_and_read(structure: str, entry_id: int, queue: str, n: int, qtype: QType) -> Call:
+def delete_and_read(structure: str, entry_id: int, queue: str, n: int, qtype: QType,
+                    lease: float | None = None) -> Call:
     """``delete`` with ``next``: the entry deleted, then up to *n* messages of the queue
-    read and locked in the same request; a list of Messages, [] when there is none."""
+    read and locked (on *lease*, if given) in the same request; a list of Messages,
+    [] when there is none."""
     request = {
         "op": "delete",
         "structure": structure,
         "entry_id": entry_id,
-        "next": {"queue": queue, "qtype": qtype, "n": n},
+        "next": _timed({"queue": queue, "qtype": qtype, "n": n}, lease=lease),
     }
     return Call(request, _messages(structure), locks=True, releases=(entry_id,))
 

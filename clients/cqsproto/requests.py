@@ -116,7 +116,8 @@ COMMIT_OPS: dict[str, Spec] = {
 }
 # A delete's ``next``: the read that follows it in the same request (no ``wait``:
 # a waiting read's reply could not be sent before the delete's log record is durable).
-NEXT_READ: Spec = {"queue": ((str,), REQUIRED), "qtype": _QTYPE, "n": ((int,), 1)}
+NEXT_READ: Spec = {"queue": ((str,), REQUIRED), "qtype": _QTYPE, "n": ((int,), 1),
+                   "lease": _SECONDS}
 MAX_COMMIT_OPS = 100_000  # a bound on one atomic batch, so one request cannot stall the daemon
 
 

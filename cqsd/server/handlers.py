@@ -160,27 +160,28 @@ def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: st
 
 def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
               operator: bool, next: dict[str, Any] | None) -> Result:
-    """delete {structure, entry_id, operator?, next?: {queue, qtype?, n?}}
+    """delete {structure, entry_id, operator?, next?: {queue, qtype?, n?, lease?}}
     -> {}, or with next {messages}: the delete, then a read of up to n, in one request"""
     s = d.registry.structure(structure)
     if next is None:
         s.delete(session.client, entry_id, operator)
         return {}
-    key, n = _next_read(next)  # a bad next refuses the request before the delete
+    key, n, lease = _next_read(next)  # a bad next refuses the request before the delete
     s.delete(session.client, entry_id, operator)
-    return wire.messages(_read_after_delete(d, s, _client(session), key, n))
+    return wire.messages(_read_after_delete(d, s, _client(session), key, n, lease))
 
 
-def _next_read(value: dict[str, Any]) -> tuple[Key, int]:
+def _next_read(value: dict[str, Any]) -> tuple[Key, int, float | None]:
     f = requests.next_read(value)
     key = (parse_qtype(f["qtype"]), check_name(f["queue"]))
     if not 1 <= f["n"] <= MAX_READ_BATCH:
         raise _bad(f"delete next: n must be 1 to {MAX_READ_BATCH}, got {f['n']}")
-    return key, f["n"]
+    lease = f["lease"]
+    return key, f["n"], None if lease is None else timing.lease_seconds("delete next", lease)
 
 
 def _read_after_delete(d: "Daemon", s: StructurePair, client: str, key: Key,
-                       n: int) -> list[Result]:
+                       n: int, lease: float | None) -> list[Result]:
     """The read of a delete's ``next``, as a read sent right after the delete would
     find the queue: readers already waiting on it are served first (a delete on a
     SERIAL queue makes its next message readable, and theirs). A payload that
@@ -188,7 +189,7 @@ def _read_after_delete(d: "Daemon", s: StructurePair, client: str, key: Key,
     and a plain read surfaces the error."""
     if s.readable:
         d.waiters.serve(s)
-    got = read_up_to(s, client, key, n, d.limits.reply_bytes)
+    got = read_up_to(s, client, key, n, d.limits.reply_bytes, lease)
     try:
         return _payloads(d, s, client, got)
     except CQSError as err:

@@ -426,7 +426,9 @@ class FakeServer:
         self._settle(afters)  # parked reads first, as the daemon serves them
         for after in afters:
             after()
-        got = read_up_to(pair, conn.client, key, read["n"], self.max_message)
+        lease = read["lease"]
+        lease = None if lease is None else timing.lease_seconds("delete next", lease)
+        got = read_up_to(pair, conn.client, key, read["n"], self.max_message, lease)
         return {"messages": [wire.message(e, e.data) for e in got]}
 
     def op_move(self, conn, rid, structure, entry_id, queue, qtype):

@@ -128,7 +128,8 @@ next_reads = st.one_of(
     st.tuples(st.just("queue"), st.sampled_from(good_queues)),
     st.tuples(st.just("bad"), st.sampled_from([
         "A", 1, [], {}, {"queue": "A", "wait": 1}, {"queue": 5}, {"queue": "A", "n": "1"},
-        {"queue": "A", "n": True}, {"queue": "A", "qtype": None}])),
+        {"queue": "A", "n": True}, {"queue": "A", "qtype": None},
+        {"queue": "A", "lease": -1}, {"queue": "A", "lease": float("nan")}])),
 )
 commit_ops = st.lists(st.one_of(
     st.tuples(st.just("put"), keys, sizes, st.booleans()),

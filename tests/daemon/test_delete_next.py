@@ -54,6 +54,8 @@ def test_n_messages_come_back_oldest_first_and_an_empty_queue_gives_none(daemon)
     ({"queue": "Q", "n": 10_001}, "n must be 1 to 10000"),
     ({"queue": "Q", "qtype": "TRAN_STAGING"}, "TRAN_STAGING"),
     ({"queue": "Q", "qtype": "BOGUS"}, "BOGUS"),
+    ({"queue": "Q", "lease": 0}, "delete next: lease must be more than 0"),
+    ({"queue": "Q", "lease": "30"}, "field 'lease' must be"),
     ({"queue": "Q23456789ABCDEFG"}, "Q23456789ABCDEFG"),
     ("Q", "field 'next' must be dict or nil"),
 ])
@@ -71,6 +73,20 @@ def test_a_bad_next_is_refused_and_the_message_stays_undeleted(daemon, bad, word
     assert [r["entry_id"] for r in locks] == [held]
     assert raw.request("delete", structure=S, entry_id=held)["ok"]
     raw.close()
+
+
+def test_a_next_read_on_a_lease_is_given_back_when_it_expires(daemon):
+    """``next`` with a lease locks as ``read(lease=)`` does: unrenewed, the message goes
+    back as a failed delivery, and its old holder's delete is LOCK_NOT_HELD."""
+    with cqsclient.connect(daemon.address, client="A") as a, \
+            cqsclient.connect(daemon.address, client="B") as b:
+        sa = a.structure(S)
+        sa.put_batch("Q", [b"1", b"2"])
+        [m] = sa.delete_and_read(sa.read("Q").entry_id, "Q", lease=0.2)
+        again = b.structure(S).read("Q", wait=10)
+        assert (again.entry_id, again.delivery_count) == (m.entry_id, 2)
+        with pytest.raises(LockNotHeld):
+            sa.delete(m.entry_id)
 
 
 def test_a_failed_delete_reads_nothing(daemon):

@@ -55,6 +55,24 @@ def test_expiries_are_failed_deliveries_that_end_on_the_suspend_queue(make_daemo
         assert (suspended.entry_id, suspended.queue) == (eid, "Q")
 
 
+def test_a_leased_consumer_s_ack_brings_the_next_message_on_the_same_lease(daemon):
+    """consume(lease=): the read an ack carries (delete with next) takes the lease too,
+    so the message it brought, left unacked, expires as a failed delivery."""
+    with cqsclient.connect(daemon.address, client="A") as a, \
+            cqsclient.connect(daemon.address, client="B") as b:
+        s = a.structure(S)
+        s.put_batch("Q", [b"1", b"2"])
+        consumer = s.consume("Q", lease=0.3)
+        first = next(iter(consumer))
+        first.ack()
+        [held] = [r["entry_id"] for r in a.query("locks", S)]  # the ack brought it
+        brought = next(iter(consumer))
+        assert brought.entry_id == held
+        again = b.structure(S).read("Q", wait=10)
+        assert (again.entry_id, again.delivery_count) == (brought.entry_id, 2)
+        consumer.stop()
+
+
 def test_a_lease_survives_sigkill_and_restart_and_still_expires(make_daemon):
     """The lease is logged: after SIGKILL and restart its holder gets the lock back at
     resync, but does not renew it, and it expires as a failed delivery."""

@@ -103,17 +103,16 @@ def _walk(obj: Any, packer: msgpack.Packer, parts: Parts) -> None:
     """`pack_parts`' walk. A function of its own, not a closure: a recursive closure
     is a reference cycle, which would keep the parts, and the payloads they view,
     alive until the garbage collector's next pass (2 GiB after 1,024 reads of 1 MiB)."""
-    kind = type(obj)
-    if kind is dict:
+    if isinstance(obj, dict):  # subclasses too (a reply's result), as msgpack packs them
         packer.pack_map_header(len(obj))
         for key, value in obj.items():
             _walk(key, packer, parts)
             _walk(value, packer, parts)
-    elif kind is list or kind is tuple:
+    elif isinstance(obj, (list, tuple)):
         packer.pack_array_header(len(obj))
         for item in obj:
             _walk(item, packer, parts)
-    elif kind in _BINARY and len(obj) >= LARGE and memoryview(obj).c_contiguous:
+    elif type(obj) in _BINARY and len(obj) >= LARGE and memoryview(obj).c_contiguous:
         view = memoryview(obj).cast("B")
         if view.nbytes >= 2**32:
             raise ValueError(f"a binary of {view.nbytes} bytes cannot be packed")

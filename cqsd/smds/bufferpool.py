@@ -1,7 +1,12 @@
 """The buffer pool of one structure: ``dsbufs`` buffers of ``dsblock`` bytes, LRU.
 
-Seed 001 ("DSBUFS"): each data set read goes through a buffer, and a buffer
-left holding a message block serves the next read of that block from memory.
+Seed 000 ("Optimising buffer pool sizes"): buffers holding message data after
+a write or a read are kept, LRU, so that a message read back soon after it was
+written or read costs no I/O. A read fills a buffer's own memory. A write
+leaves its block *held*: the buffer refers to the slice of the (immutable)
+payload the block was written from, rather than a copy of it, and a read that
+finds it skips the checks a block from disk needs, as its bytes never left
+memory.
 This module is the bookkeeping only (no I/O, no trio): which buffer holds which
 block, which are in use by a read, which to reuse next, and the figures
 ``display usage --type smds`` shows. ``dataset.DataSet.read`` does the reads.
@@ -22,22 +27,34 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .pages import PAGE, Range
 
 Key = tuple[str, int]  # (owner, data-set page where the message block starts)
 
 
-class Buffer:
-    """``dsblock`` bytes of memory and what they hold: ``nbytes`` of block ``key``."""
+class Held(NamedTuple):
+    """A block as written: ``data``, the slice of entry ``entry_id``'s payload from
+    byte ``offset`` (a view of the payload's bytes, not a copy)."""
 
-    __slots__ = ("memory", "key", "nbytes", "pins")
+    entry_id: int
+    offset: int
+    data: memoryview
+
+
+class Buffer:
+    """``dsblock`` bytes of memory and what they hold: ``nbytes`` of block ``key``,
+    read into ``memory``, or ``held`` as written (prefix counted in ``nbytes``)."""
+
+    __slots__ = ("memory", "key", "nbytes", "pins", "held")
 
     def __init__(self, size: int) -> None:
         self.memory = bytearray(size)
         self.key: Key | None = None
         self.nbytes = 0
         self.pins = 0
+        self.held: Held | None = None
 
     def view(self) -> memoryview:
         return memoryview(self.memory)[:self.nbytes]
@@ -137,13 +154,33 @@ class BufferPool:
             elif self._lru:
                 key, buffer = self._lru.popitem(last=False)
                 self._forget(key)
-                buffer.key, buffer.nbytes = None, 0
+                buffer.key, buffer.nbytes, buffer.held = None, 0, None
             else:
                 self.waits += 1
                 return None
             buffer.pins = 1
             self._note_free()
             return buffer
+
+    def hold(self, key: Key, nbytes: int, held: Held) -> bool:
+        """Keep block ``key`` (``nbytes`` with its prefix) as just written, ``held``,
+        in a free buffer, most recently used; False when every buffer is in use (a
+        write never waits for a buffer: its bytes are already in memory)."""
+        with self._lock:
+            if key in self._cached:
+                self._drop(self._cached[key])
+            if self._empty:
+                buffer = self._empty.pop()
+            elif self._lru:
+                old, buffer = self._lru.popitem(last=False)
+                self._forget(old)
+            else:
+                return False
+            buffer.key, buffer.nbytes, buffer.held = key, nbytes, held
+            self._cached[key] = buffer
+            self._by_block.setdefault(self._block_of(key), set()).add(key)
+            self._lru[key] = buffer
+            return True
 
     def fill(self, buffer: Buffer, key: Key, nbytes: int) -> None:
         """Record that ``buffer`` (taken, pinned) now holds ``nbytes`` of block ``key``."""
@@ -215,7 +252,7 @@ class BufferPool:
         if not buffer.pins:
             del self._lru[buffer.key]
             self._empty.append(buffer)
-        buffer.key, buffer.nbytes = None, 0
+        buffer.key, buffer.nbytes, buffer.held = None, 0, None
 
     def _note_free(self) -> None:
         self.lowest_free = min(self.lowest_free, self.free)

@@ -21,6 +21,7 @@ from crc32c import crc32c
 
 from cqsproto.names import CLIENT_NAME
 
+from .bufferpool import Held
 from .errors import BadDataMap, BadPrefix, DownLevel, OutsideDataSet
 from .header import Prefix, check_block, check_prefix, pack_prefix
 from .pages import PAGE, PREFIX, Piece, Range, pieces
@@ -127,9 +128,12 @@ class DataMap:
         """(byte position, bytes) to read for each message block, prefix included."""
         return [(r.page * PAGE, PREFIX + nbytes) for r, _, nbytes in self.pieces()]
 
-    def assemble(self, entry_id: int, reads: Sequence[bytes | memoryview]) -> bytes:
+    def assemble(self, entry_id: int, reads: Sequence[bytes | memoryview | Held]) -> bytes:
         """The payload from the bytes read at each of ``read_sizes``, once every prefix
         names this entry and every block and the whole payload pass their CRCs.
+        A read may instead be the piece as written (``Held``, never from the disk,
+        so unchecked); when every piece is, and they are the one payload they
+        were cut from, that payload is returned as it is, without a copy.
 
         Raises BadPrefix (header.check_block's reasons, or ``bad-crc`` for the
         whole payload) and ValueError for a wrong number of reads.
@@ -137,10 +141,18 @@ class DataMap:
         parts = self.pieces()
         if len(reads) != len(parts):
             raise ValueError(f"{len(reads)} blocks read for a map of {len(parts)}")
+        held = [read for read in reads if isinstance(read, Held)]
+        if len(held) == len(reads):
+            whole = held[0].data.obj
+            if type(whole) is bytes and len(whole) == self.length and all(
+                    piece.data.obj is whole for piece in held):
+                return whole
+            return b"".join(piece.data for piece in held)
         payload = b"".join(
-            check_block(raw, entry_id=entry_id, owner=self.owner, length=self.length,
+            read.data if isinstance(read, Held) else
+            check_block(read, entry_id=entry_id, owner=self.owner, length=self.length,
                         offset=offset, nbytes=nbytes)
-            for raw, (_, offset, nbytes) in zip(reads, parts, strict=True))
+            for read, (_, offset, nbytes) in zip(reads, parts, strict=True))
         if crc32c(payload) != self.crc:
             raise BadPrefix("bad-crc", f"the payload of entry {entry_id} fails the map's CRC")
         return payload

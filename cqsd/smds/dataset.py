@@ -37,7 +37,7 @@ from typing import TypeVar
 
 from logstream.durable import TEMP_SUFFIX, fsync_dir, make_dirs
 
-from .bufferpool import Buffer, BufferPool
+from .bufferpool import Buffer, BufferPool, Held
 from .datamap import Block, DataMap
 from .errors import (
     BadPrefix,
@@ -48,7 +48,7 @@ from .errors import (
     WriteFailed,
 )
 from .header import OPEN, PARTIAL_RECOVERY, Header, pack_header, read_header, validate
-from .pages import PAGE, Range
+from .pages import PAGE, PREFIX, Range
 from .spacemap import SpaceMap, expanded_size, whole_blocks
 
 SUFFIX = ".smds"
@@ -205,8 +205,15 @@ class DataSet:
             self._guard("write", functools.partial(_pwrite_all, self.fd, [prefix, data], position))
 
     def write_message(self, datamap: DataMap, entry_id: int, payload: bytes | memoryview) -> None:
-        """Write every block of ``payload`` stored by ``datamap`` for entry ``entry_id``."""
-        self.write(datamap.blocks(entry_id, payload))
+        """Write every block of ``payload`` stored by ``datamap`` for entry ``entry_id``;
+        the pool holds the blocks of a ``bytes`` payload (one that cannot change)."""
+        blocks = datamap.blocks(entry_id, payload)
+        self.write(blocks)
+        if self.pool is not None and type(payload) is bytes:
+            for (position, prefix, data), (_, offset, _) in zip(blocks, datamap.pieces(),
+                                                                 strict=True):
+                self.pool.hold((self.owner, position // PAGE), len(prefix) + len(data),
+                               Held(entry_id, offset, data))
 
     def sync(self) -> None:
         """fdatasync: every write so far is on disk. Raises WriteFailed (sticky)."""
@@ -218,12 +225,14 @@ class DataSet:
     def read(self, datamap: DataMap, entry_id: int) -> bytes:
         """The payload of entry ``entry_id``, once every block's prefix and CRC and the
         whole payload's CRC are right. Blocks come from the pool when it holds
-        them. Raises BadPrefix (nothing returned), ReadFailed."""
+        them; blocks it holds as written need no checks. Raises BadPrefix (nothing
+        returned), ReadFailed."""
         leases: list[Buffer] = []
-        reads: list[memoryview] = []
+        reads: list[memoryview | Held] = []
         try:
-            for position, nbytes in datamap.read_sizes():
-                reads.append(self._read_block(position, nbytes, leases))
+            for (page, _), offset, nbytes in datamap.pieces():
+                reads.append(self._read_block(page * PAGE, PREFIX + nbytes, leases,
+                                              (entry_id, offset)))
             try:
                 return datamap.assemble(entry_id, reads)
             except BadPrefix:
@@ -241,7 +250,10 @@ class DataSet:
         check reads a first block this way). Raises ReadFailed."""
         return bytes(self._read_into(bytearray(nbytes), position))
 
-    def _read_block(self, position: int, nbytes: int, leases: list[Buffer]) -> memoryview:
+    def _read_block(self, position: int, nbytes: int, leases: list[Buffer],
+                    piece: tuple[int, int]) -> memoryview | Held:
+        """The block at ``position`` (``nbytes`` with its prefix), from the pool if it
+        is there: as read, or as written for ``piece`` (entry id, payload offset)."""
         pool = self.pool
         if pool is None:
             return self._read_into(bytearray(nbytes), position)
@@ -249,7 +261,13 @@ class DataSet:
         buffer = pool.lookup(key, nbytes)
         if buffer is not None:
             leases.append(buffer)
-            return buffer.view()[:nbytes]
+            held = buffer.held
+            if held is None:
+                return buffer.view()[:nbytes]
+            if held[:2] == piece and len(held.data) + PREFIX == nbytes:
+                return held
+            leases.pop()  # not this piece as written: the disk and its checks decide
+            self._release(buffer, keep=False)
         buffer = pool.take()
         if buffer is None:  # every buffer in use (a wait): read into memory of our own
             return self._read_into(bytearray(nbytes), position)

@@ -138,7 +138,7 @@ def test_a_damaged_block_deletes_a_non_recoverable_message_and_fails_for_a_recov
     gets SMDS_UNAVAILABLE, the message is deleted with an event and the data set stays
     ACTIVE; the read of a recoverable one makes the data set FAILED. Once the block is
     repaired, reset-smds --status recovered brings every message back."""
-    d = make_daemon(structures=SMALL_DATA_SETS).start()
+    d = make_daemon(structures=SMALL_DATA_SETS + "dsbufs = 2\n").start()
     (lost,) = put(d, "A", {"NONREC": (50_000, 1)}, recoverable=False)
     kept = put(d, "A", {"REC": (300_000, 2)})
     (rec,) = kept
@@ -147,6 +147,9 @@ def test_a_damaged_block_deletes_a_non_recoverable_message_and_fails_for_a_recov
         with open(path(d, "A"), "r+b") as f:
             f.seek(at + 100)
             f.write(b"\xff" * 64)  # its data: the block's CRC no longer holds
+    # the pool's two buffers hold the blocks just written; these take them, so the
+    # reads below go to the disk
+    put(d, "B", {"FILL1": (100_000, 3), "FILL2": (100_000, 4)})
     seen = len(d.lines)
     assert "has been deleted" in refused(d, "NONREC")
     (gone,) = d.events("smds_message_lost", seen)

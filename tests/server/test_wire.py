@@ -4,7 +4,7 @@ import pytest
 
 from cqsd.server import wire
 from cqsproto import MESSAGE_TOO_LARGE, ProtocolError, encode_frame
-from logstream.record import LARGE
+from logstream.record import LARGE, pack_parts
 
 
 def reply(*sizes: int) -> dict:
@@ -29,3 +29,12 @@ def test_a_large_reply_over_the_frame_limit_is_too_large() -> None:
     with pytest.raises(ProtocolError) as raised:
         wire.encode_large(reply(LARGE), LARGE)
     assert raised.value.reason == MESSAGE_TOO_LARGE
+
+
+def test_a_large_reply_leaves_its_payloads_where_they_are() -> None:
+    """The packed parts view each large payload rather than copy it: the walk goes
+    inside the result, a dict subclass, as msgpack would."""
+    frame = reply(5, LARGE, 2 * LARGE)
+    payloads = [m["data"] for m in frame["result"]["messages"]]
+    views = [part.obj for part in pack_parts(frame) if isinstance(part, memoryview)]
+    assert len(views) == 2 and views[0] is payloads[1] and views[1] is payloads[2]

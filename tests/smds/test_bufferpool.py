@@ -2,7 +2,7 @@
 
 import pytest
 
-from cqsd.smds.bufferpool import BufferPool
+from cqsd.smds.bufferpool import BufferPool, Held
 from cqsd.smds.pages import PAGE, Range
 
 BLOCK = 4 * PAGE  # four pages a block
@@ -162,3 +162,27 @@ def test_a_buffer_pinned_when_the_pool_shrank_is_dropped_at_release():
     assert (pool.free, pool.statistics().in_use) == (0, 1)
     pool.release(held[1])
     assert (pool.free, pool.statistics().in_use) == (1, 0)
+
+
+def test_a_written_block_is_held_as_the_most_recently_used_and_never_waits():
+    """hold() takes an empty buffer, else the least recently used, replaces an older
+    copy of the same block, and gives up (False) rather than wait when every buffer
+    is pinned."""
+    pool = BufferPool(2, BLOCK)
+    cache(pool, ("C1", 4))
+    held = Held(7, 0, memoryview(b"abc"))
+    assert pool.hold(("C1", 8), 3 + 64, held)
+    hit = pool.lookup(("C1", 8), 3 + 64)
+    assert hit is not None and hit.held is held
+    pool.release(hit)
+    assert pool.hold(("C1", 4), 3 + 64, Held(8, 0, memoryview(b"new")))  # replaces a's block
+    hit = pool.lookup(("C1", 4), 3 + 64)
+    assert hit is not None and hit.held is not None and hit.held.entry_id == 8
+    pool.release(hit)
+    assert pool.statistics().cached == 2
+    assert pool.hold(("C1", 12), 67, held)  # the least recently used goes: block 8
+    assert pool.lookup(("C1", 8), 67) is None
+    first, second = pool.take(), pool.take()
+    assert first is not None and second is not None and first.held is None
+    assert not pool.hold(("C1", 16), 67, held)
+    assert pool.statistics().waits == 0

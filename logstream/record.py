@@ -28,12 +28,6 @@ MAX_BODY = 16 * 1024 * 1024
 MAX_U64 = 2**64 - 1
 
 _CRC_FROM = 8  # the CRC covers everything after itself
-# Binaries from this size on are written from where they lie (`pack_parts`): a
-# copy costs more than an iovec from about here, and msgpack packs every one of
-# them as bin 32 (type 0xc6, a 4-byte big-endian length), the one header to make.
-LARGE = 64 * 1024
-_BIN32 = struct.Struct(">BI")
-_BINARY = (bytes, bytearray, memoryview)
 Parts = list[bytes | memoryview]  # a record, or its body, as buffers for one vectored write
 _TAIL = struct.Struct("<IQQ")  # the CRC-covered part of the header
 
@@ -74,55 +68,6 @@ def pack_body(body: Any) -> bytes:
     return packed
 
 
-def pack_parts(body: Any, limit: int = MAX_BODY) -> Parts:
-    """Pack a body as `pack_body` does, leaving every binary of `LARGE` bytes or more
-    where it is: the packed bytes around them, and views of them, in order. Joined,
-    the parts are exactly `pack_body(body)`, so readers see the same records; a
-    writer hands them to one `pwritev` instead of copying a 1 MiB block of message
-    data into a new buffer twice (msgpack's, then the bytes it returns).
-
-    Walks dicts, lists and tuples in Python, so it is for bodies of a few large
-    binaries (a put of offloaded message blocks), not for bodies of many small
-    objects. Raises TypeError or ValueError as `pack_body` does (above `limit`
-    bytes, rather than MAX_BODY, for a caller whose frames have their own limit).
-    """
-    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
-    parts: Parts = []
-    try:
-        _walk(body, packer, parts)
-    except OverflowError as error:  # an int beyond 64 bits
-        raise ValueError(str(error)) from error
-    parts.append(packer.bytes())
-    size = sum(len(part) for part in parts)
-    if size > limit:
-        raise ValueError(f"record body of {size} bytes exceeds {limit}")
-    return parts
-
-
-def _walk(obj: Any, packer: msgpack.Packer, parts: Parts) -> None:
-    """`pack_parts`' walk. A function of its own, not a closure: a recursive closure
-    is a reference cycle, which would keep the parts, and the payloads they view,
-    alive until the garbage collector's next pass (2 GiB after 1,024 reads of 1 MiB)."""
-    if isinstance(obj, dict):  # subclasses too (a reply's result), as msgpack packs them
-        packer.pack_map_header(len(obj))
-        for key, value in obj.items():
-            _walk(key, packer, parts)
-            _walk(value, packer, parts)
-    elif isinstance(obj, (list, tuple)):
-        packer.pack_array_header(len(obj))
-        for item in obj:
-            _walk(item, packer, parts)
-    elif type(obj) in _BINARY and len(obj) >= LARGE and memoryview(obj).c_contiguous:
-        view = memoryview(obj).cast("B")
-        if view.nbytes >= 2**32:
-            raise ValueError(f"a binary of {view.nbytes} bytes cannot be packed")
-        parts.append(packer.bytes() + _BIN32.pack(0xC6, view.nbytes))
-        packer.reset()
-        parts.append(view)
-    else:
-        packer.pack(obj)
-
-
 def unpack_body(packed: bytes) -> Any:
     """Unpack a body; raises ValueError (or a msgpack error) if it is not one object."""
     return msgpack.unpackb(packed, raw=False, strict_map_key=False)
@@ -136,8 +81,8 @@ def encode_packed(lsn: int, timestamp: int, packed: bytes | memoryview) -> bytes
 
 
 def encode_parts(lsn: int, timestamp: int, parts: Parts) -> Parts:
-    """Frame a body packed by `pack_parts`: the same bytes as `encode_packed` of the
-    parts joined, as buffers for one vectored write (the CRC chained over them)."""
+    """Frame a body packed as buffers: the same bytes as `encode_packed` of the parts
+    joined, as buffers for one vectored write (the CRC chained over them)."""
     tail = _TAIL.pack(sum(len(part) for part in parts), lsn, timestamp)
     crc = crc32c.crc32c(tail)
     for part in parts:

@@ -213,17 +213,23 @@ class Writer:
 
     # -- appending --------------------------------------------------------
 
-    def append(self, body: Any, timestamp: int | None = None, *, large: bool = False) -> int:
+    def append(self, body: Any, timestamp: int | None = None) -> int:
         """Write one record (not yet durable) and return its LSN.
 
         `timestamp` defaults to now; it must not be below the previous one.
-        `large`: the body holds binaries of `record.LARGE` bytes or more, which
-        are then written from where they are rather than copied into the record
-        (`record.pack_parts`: the same bytes on disk).
         Raises TypeError/ValueError for a bad body or timestamp (nothing is
         written), LogWriteFailed if the writer has failed or fails now.
         """
-        parts: record.Parts = record.pack_parts(body) if large else [record.pack_body(body)]
+        return self.append_packed([record.pack_body(body)], timestamp)
+
+    def append_packed(self, parts: record.Parts, timestamp: int | None = None) -> int:
+        """`append` of a body the caller packed with msgpack, as buffers that joined
+        are the packed body: one written from where its parts are (a block of
+        message data and the bytes around it, with one `pwritev`) rather than
+        copied into the record. Raises ValueError above MAX_BODY bytes."""
+        if sum(len(part) for part in parts) > record.MAX_BODY:
+            raise ValueError(f"record body of {sum(len(part) for part in parts)} bytes "
+                             f"exceeds {record.MAX_BODY}")
         if timestamp is not None and (
             type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
         ):

@@ -109,7 +109,7 @@ class AsyncConnection:
         request = call.request
         request["id"] = rid
         try:
-            frame = encode_frame(request, self.max_frame)
+            frame = encode_frame(request, self.max_frame, large=call.large)
         except ProtocolError as error:
             raise MessageTooLarge(f"request refused before sending: {error.message}") from None
         waiter = _Waiter(call)

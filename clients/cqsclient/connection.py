@@ -280,7 +280,7 @@ class Connection:
         request = call.request
         request["id"] = rid
         try:
-            frame = encode_frame(request, self.max_frame)
+            frame = encode_frame(request, self.max_frame, large=call.large)
         except ProtocolError as error:
             raise MessageTooLarge(f"request refused before sending: {error.message}") from None
         deadline = None if timeout is None else time.monotonic() + timeout + call.wait

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from cqsproto import PROTOCOL_VERSION
+from cqsproto import LARGE, PROTOCOL_VERSION
 
 from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
 from .model import (
@@ -94,7 +94,7 @@ RAISE: Final = _Raise()
 class Call:
     """One request: the map to send, how to read its reply, and what it does to locks."""
 
-    __slots__ = ("empty", "job", "locks", "parse", "releases", "request", "retry")
+    __slots__ = ("empty", "job", "large", "locks", "parse", "releases", "request", "retry")
 
     def __init__(
         self,
@@ -106,6 +106,7 @@ class Call:
         retry: bool = False,
         releases: tuple[int, ...] = (),
         job: bool = False,
+        large: bool = False,
     ) -> None:
         self.request = request
         self.parse = parse
@@ -117,6 +118,9 @@ class Call:
         self.retry = retry
         self.releases = releases
         self.job = job
+        # True if the request carries a payload of LARGE bytes or more: it is
+        # encoded around it (cqsproto.encode_frame), one copy rather than three.
+        self.large = large
 
     @property
     def wait(self) -> float:
@@ -209,6 +213,10 @@ def _page(structure: str) -> Callable[[dict[str, Any]], BrowsePage]:
     return parse
 
 
+def _large(data: bytes | bytearray | memoryview) -> bool:
+    return (data.nbytes if isinstance(data, memoryview) else len(data)) >= LARGE
+
+
 def check_payload(data: Payload, max_message: int | None) -> bytes | bytearray | memoryview:
     """*data* if it may be put; raises TypeError for str, MessageTooLarge past *max_message*."""
     if isinstance(data, str):
@@ -296,16 +304,17 @@ def put(
     not_before: float | None = None,
 ) -> Call:
     """``put``: the result is the new entry id."""
+    payload = check_payload(data, max_message)
     request = {
         "op": "put",
         "structure": structure,
         "queue": queue,
         "qtype": qtype,
-        "data": check_payload(data, max_message),
+        "data": payload,
         "recoverable": recoverable,
     }
     return Call(_timed(request, delay=delay, not_before=not_before),
-                lambda result: int(result["entry_id"]))
+                lambda result: int(result["entry_id"]), large=_large(payload))
 
 
 def read(structure: str, queue: str, qtype: QType, wait: float | None,
@@ -433,7 +442,8 @@ def commit(structure: str, ops: list[dict[str, Any]]) -> Call:
     """``commit``: apply *ops* atomically; the result is the entry ids of its puts."""
     request = {"op": "commit", "structure": structure, "ops": ops}
     released = tuple(op["entry_id"] for op in ops if op["op"] in ("delete", "move", "unlock"))
-    return Call(request, lambda result: [int(e) for e in result["entry_ids"]], releases=released)
+    return Call(request, lambda result: [int(e) for e in result["entry_ids"]], releases=released,
+                large=any(op["op"] == "put" and _large(op["data"]) for op in ops))
 
 
 def put_batch(

@@ -41,6 +41,8 @@ import trio
 import trio.lowlevel
 
 import logstream
+from cqsproto.codec import pack_parts
+from logstream.record import MAX_BODY
 
 log = structlog.get_logger()
 WRITER = "cqsd"  # one daemon per data directory (the lock file sees to it)
@@ -163,8 +165,10 @@ class Journal:
         """In a worker thread: append the records held back (their blocks are on
         disk), then fsync up to ``target``; the durable LSN and the fsync's seconds."""
         for body, blocks in held:
-            # a record naming blocks holds their data: written from where it is
-            self.writer.append(body, large=blocks)
+            if blocks:  # a record naming blocks holds their data: written from where it is
+                self.writer.append_packed(pack_parts(body, MAX_BODY))
+            else:
+                self.writer.append(body)
         started = time.perf_counter()
         durable = self.writer.flush(target)
         return durable, time.perf_counter() - started

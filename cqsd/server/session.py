@@ -35,7 +35,7 @@ import trio
 from cqsproto import ProtocolError, encode_frame
 
 from ..engine import Reason
-from .wire import Large, encode_large
+from .wire import Large
 
 log = structlog.get_logger()
 _ids = itertools.count(1)
@@ -111,9 +111,9 @@ class Session:
         elif self.queue[0][0] <= durable:
             self._work.set()
 
-    def send(self, frame: dict, lsn: int = 0, encode=encode_frame) -> None:
+    def send(self, frame: dict, lsn: int = 0, large: bool = False) -> None:
         try:
-            data = encode(frame, self.max_frame)
+            data = encode_frame(frame, self.max_frame, large=large)
         except ProtocolError as err:  # a reply larger than a frame may be: its request fails
             log.warning("reply_too_large", client=self.client, message=err.message)
             data = encode_frame({"id": frame.get("id"), "ok": False, "reason": str(err.reason),
@@ -121,8 +121,7 @@ class Session:
         self.send_bytes(data, lsn, frame.get("id"))
 
     def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
-        self.send({"id": request_id, "ok": True, "result": result}, lsn,
-                  encode_large if type(result) is Large else encode_frame)
+        self.send({"id": request_id, "ok": True, "result": result}, lsn, type(result) is Large)
 
     def fail(self, request_id: int | None, reason: str, message: str) -> None:
         self.send({"id": request_id, "ok": False, "reason": str(reason), "message": message})

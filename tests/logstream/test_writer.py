@@ -7,10 +7,11 @@ import shutil
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
 
 import logstream
-from logstream import CorruptLog, Damage, LogstreamError, Writer, WriterBusy, read
+from logstream import CorruptLog, Damage, LogstreamError, Writer, WriterBusy, read, record
 from logstream.segment import HEADER_SIZE, segment_name
 
 from .ondisk import T0, segments, write_series
@@ -218,14 +219,22 @@ def test_a_record_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path
     assert [r.lsn for r in read(tmp_path)] == [1, 2, 3]
 
 
-def test_a_large_append_writes_the_bytes_an_ordinary_one_does(tmp_path: Path) -> None:
-    """Appended with large=True (written around its binaries), a series has the same bytes."""
+def test_a_packed_append_writes_the_bytes_an_ordinary_one_does(tmp_path: Path) -> None:
+    """Appended packed as parts (written around its binaries), a series has the same
+    bytes; a packed body over MAX_BODY is refused."""
     block = bytes(range(256)) * 1024
     bodies = [{"e": [["B", n, 8 * n, memoryview(block)[n:]], ["P", n]]} for n in range(6)]
     for large in (False, True):
         with Writer.open(tmp_path / str(large), "alpha", segment_size=600_000) as w:
             for n, body in enumerate(bodies):
-                assert w.append(body, timestamp=T0 + n, large=large) == n + 1
+                if large:
+                    packed = msgpack.packb(body, use_bin_type=True)
+                    parts = [packed[:20], memoryview(packed)[20:-5], packed[-5:]]
+                    assert w.append_packed(parts, timestamp=T0 + n) == n + 1
+                else:
+                    assert w.append(body, timestamp=T0 + n) == n + 1
+            with pytest.raises(ValueError):
+                w.append_packed([bytes(record.MAX_BODY), b"x"])
     files = {large: [p.read_bytes() for p in segments(tmp_path / str(large), "alpha")]
              for large in (False, True)}
     assert len(files[True]) == 3 and files[True] == files[False]

@@ -1,10 +1,11 @@
 """Replies carrying large payloads are encoded with one copy of each, to the same bytes."""
 
+import msgpack
 import pytest
 
 from cqsd.server import wire
-from cqsproto import MESSAGE_TOO_LARGE, ProtocolError, encode_frame
-from logstream.record import LARGE, pack_parts
+from cqsproto import LARGE, MESSAGE_TOO_LARGE, ProtocolError, encode_frame
+from cqsproto.codec import pack_parts
 
 
 def reply(*sizes: int) -> dict:
@@ -18,17 +19,20 @@ def test_a_result_with_a_large_payload_is_large_and_small_ones_are_not() -> None
     assert type(reply(3, LARGE)["result"]) is wire.Large
 
 
-def test_a_large_reply_encodes_to_the_bytes_of_encode_frame() -> None:
-    """encode_large makes exactly the frame encode_frame makes."""
+def test_a_large_reply_encodes_to_the_bytes_of_a_plain_one() -> None:
+    """Packed around its payloads, a reply is exactly the frame packb makes."""
     frame = reply(5, LARGE, 3 * LARGE)
-    assert wire.encode_large(frame, 1 << 20) == encode_frame(frame, 1 << 20)
+    assert encode_frame(frame, 1 << 20, large=True) == encode_frame(frame, 1 << 20)
+    body = msgpack.packb(frame, use_bin_type=True)
+    assert encode_frame(frame, 1 << 20, large=True) == len(body).to_bytes(4, "big") + body
 
 
 def test_a_large_reply_over_the_frame_limit_is_too_large() -> None:
-    """Past max_frame, encode_large refuses as encode_frame does."""
-    with pytest.raises(ProtocolError) as raised:
-        wire.encode_large(reply(LARGE), LARGE)
-    assert raised.value.reason == MESSAGE_TOO_LARGE
+    """Past max_frame, a large frame is refused as a plain one is."""
+    for large in (False, True):
+        with pytest.raises(ProtocolError) as raised:
+            encode_frame(reply(LARGE), LARGE, large=large)
+        assert raised.value.reason == MESSAGE_TOO_LARGE
 
 
 def test_a_large_reply_leaves_its_payloads_where_they_are() -> None:
@@ -36,5 +40,5 @@ def test_a_large_reply_leaves_its_payloads_where_they_are() -> None:
     inside the result, a dict subclass, as msgpack would."""
     frame = reply(5, LARGE, 2 * LARGE)
     payloads = [m["data"] for m in frame["result"]["messages"]]
-    views = [part.obj for part in pack_parts(frame) if isinstance(part, memoryview)]
+    views = [part.obj for part in pack_parts(frame, 1 << 30) if isinstance(part, memoryview)]
     assert len(views) == 2 and views[0] is payloads[1] and views[1] is payloads[2]

@@ -53,7 +53,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from cqsproto import (
     CLOSED,
@@ -71,6 +71,8 @@ from .model import Notification
 from .ops import Call
 
 __all__ = ["CHUNK", "Abandoned", "Connection"]
+
+T = TypeVar("T")
 
 # Bytes asked of the socket per read: big enough that a 100 MiB reply takes
 # some 400 reads, small enough not to hold megabytes for small replies.
@@ -95,13 +97,20 @@ class _PlainChannel:
 
     def recv(self, timeout: float | None) -> bytes | None:
         """Up to CHUNK bytes, b"" at EOF, None if *timeout* passed or poke() woke us."""
+        return self.sock.recv(CHUNK) if self._ready(timeout) else None
+
+    def recv_into(self, room: memoryview, timeout: float | None) -> int | None:
+        """``recv`` into *room*: the bytes written there, 0 at EOF, or None."""
+        return self.sock.recv_into(room) if self._ready(timeout) else None
+
+    def _ready(self, timeout: float | None) -> bool:
         ready = self._poll.poll(_millis(timeout))
         if not ready:
-            return None
+            return False
         if any(fd == self._wakeup for fd, _ in ready):
             _drain(self._wakeup)
-            return None
-        return self.sock.recv(CHUNK)
+            return False
+        return True
 
     def send_now(self, data: bytes) -> int:
         """Send what the socket takes without waiting; the bytes sent."""
@@ -142,11 +151,17 @@ class _TLSChannel:
         self._wakeup = wakeup
 
     def recv(self, timeout: float | None) -> bytes | None:
+        return self._read(lambda: self.sock.recv(CHUNK), timeout)
+
+    def recv_into(self, room: memoryview, timeout: float | None) -> int | None:
+        return self._read(lambda: self.sock.recv_into(room), timeout)
+
+    def _read(self, read: Callable[[], T], timeout: float | None) -> T | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._ssl_lock:
                 try:
-                    return self.sock.recv(CHUNK)
+                    return read()
                 except ssl.SSLWantReadError:
                     event = select.POLLIN
                 except ssl.SSLWantWriteError:
@@ -436,11 +451,11 @@ class Connection:
         lost: str | None = None
         try:
             try:
-                data = self._channel.recv(None if timeout is None else max(timeout, 0.0))
+                received = self._receive(None if timeout is None else max(timeout, 0.0))
             except OSError as error:
-                data, lost = b"", f"receive failed: {error}"
-            if data is not None and lost is None:
-                lost = self._decode(data, frames)
+                received, lost = False, f"receive failed: {error}"
+            if received:
+                lost = self._decode(frames)
         finally:
             with self._cond:
                 self._reading = False
@@ -472,10 +487,30 @@ class Connection:
         finally:
             self._send_lock.release()
 
-    def _decode(self, data: bytes, frames: list[dict[str, Any]]) -> str | None:
-        """Decode every whole frame of *data* into *frames*; the loss detail, if any."""
+    def _receive(self, timeout: float | None) -> bool:
+        """One read into the decoder: straight into its room for the rest of a large
+        frame, one copy fewer; False if *timeout* passed or poke() woke us."""
         decoder = self._decoder
-        decoder.receive_data(data)
+        room = decoder.room()
+        if room is None:
+            data = self._channel.recv(timeout)
+            if data is None:
+                return False
+            decoder.receive_data(data)
+            return True
+        with room:
+            got = self._channel.recv_into(room, timeout)
+        if got is None:
+            return False
+        if got:
+            decoder.received(got)
+        else:
+            decoder.receive_data(b"")
+        return True
+
+    def _decode(self, frames: list[dict[str, Any]]) -> str | None:
+        """Decode every whole frame received into *frames*; the loss detail, if any."""
+        decoder = self._decoder
         while True:
             try:
                 frame = decoder.next_frame()

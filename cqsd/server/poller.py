@@ -137,7 +137,7 @@ class Poller:
                     self._stop(fd, connection)
                     continue
                 try:
-                    data = connection.session.raw.recv(RECEIVE_SIZE)
+                    data = self._receive(connection)
                 except BlockingIOError:
                     continue
                 except OSError:
@@ -147,6 +147,20 @@ class Poller:
             if not self._backlog or rounds >= PASS_ROUNDS:
                 rounds = 0
                 await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
+
+    @staticmethod
+    def _receive(connection: _Connection) -> bytes | None:
+        """One ``recv``: its bytes, or None when they went straight into the room the
+        decoder keeps for the rest of a large frame (b"" at the end)."""
+        room = connection.decoder.room()
+        if room is None:
+            return connection.session.raw.recv(RECEIVE_SIZE)
+        with room:
+            got = connection.session.raw.recv_into(room)
+        if not got:
+            return b""
+        connection.decoder.received(got)
+        return None
 
     def _turn(self, fd: int, connection: _Connection, data: bytes | None) -> None:
         turn = self._handle(connection.session, connection.decoder, data)

@@ -19,6 +19,7 @@ from cqsproto import (
     CLOSED,
     DEFAULT_MAX_FRAME,
     INVALID_REQUEST,
+    LARGE,
     MESSAGE_TOO_LARGE,
     NEED_DATA,
     PROTOCOL_VERSION,
@@ -198,6 +199,79 @@ def test_frames_fed_in_random_chunks_come_back_unchanged(
     stream = b"".join(encode_frame(obj) for obj in objs)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=12), label="cuts")
     assert_same(feed(FrameDecoder(), stream, cuts), objs)
+
+
+def feed_into_room(decoder: FrameDecoder, stream: bytes, reads: list[int],
+                   direct: list[bool]) -> list[dict[str, Any]]:
+    """Feed *stream* as a socket would give it: reads of at most each of *reads*
+    bytes (then the rest), straight into the decoder's room when it offers one and
+    the matching *direct* says to take it, else through receive_data; then EOF."""
+    got, at, turn = [], 0, 0
+    while at < len(stream):
+        want = reads[turn % len(reads)] if reads else len(stream)
+        room = decoder.room()
+        if room is not None and not (direct[turn % len(direct)] if direct else True):
+            room.release()
+            room = None
+        if room is not None:
+            with room:
+                n = min(want, len(room), len(stream) - at)
+                room[:n] = stream[at:at + n]
+            decoder.received(n)
+        else:
+            n = min(want, len(stream) - at)
+            decoder.receive_data(stream[at:at + n])
+        at, turn = at + n, turn + 1
+        more, stop = drain(decoder)
+        assert stop is NEED_DATA
+        got += more
+    decoder.receive_data(b"")
+    more, stop = drain(decoder)
+    assert stop is CLOSED
+    return got + more
+
+
+large_frames = st.builds(
+    lambda rid, size: {"id": rid, "data": bytes([rid % 256]) * size},
+    st.integers(0, 1000), st.integers(LARGE - 10, 3 * LARGE))
+
+
+@fast
+@given(st.lists(frames | large_frames, min_size=1, max_size=4),
+       st.lists(st.integers(1, 2 * LARGE), max_size=8), st.lists(st.booleans(), max_size=8))
+def test_large_frames_received_into_the_room_come_back_unchanged(
+    objs: list[dict[str, Any]], reads: list[int], direct: list[bool]
+) -> None:
+    """However reads go into the room a large frame's rest is given (or not), the same
+    frames come out, and the decoder holds nothing after them."""
+    stream = b"".join(encode_frame(obj) for obj in objs)
+    decoder = FrameDecoder()
+    assert_same(feed_into_room(decoder, stream, reads, direct), objs)
+    assert decoder.buffered == 0
+
+
+def test_the_room_is_the_rest_of_a_large_frame_only() -> None:
+    """No room before a header, for a small frame, past max_frame, after an error or
+    EOF; for a large one, exactly its missing bytes, and received() refuses more."""
+    big = encode_frame({"id": 1, "data": b"z" * (2 * LARGE)})
+    decoder = FrameDecoder()
+    assert decoder.room() is None
+    decoder.receive_data(encode_frame({"id": 0, "data": b"s" * 100}) + big[:10])
+    assert decoder.next_frame() == {"id": 0, "data": b"s" * 100}
+    room = decoder.room()
+    assert room is not None and len(room) == len(big) - 10
+    room.release()
+    with pytest.raises(ValueError):
+        decoder.received(len(big))
+    decoder.received(5)  # within the room
+    small = FrameDecoder()
+    small.receive_data(encode_frame({"data": b"x" * (LARGE - 100)})[:10])
+    assert small.room() is None
+    tight = FrameDecoder(LARGE)
+    tight.receive_data(big[:10])
+    assert tight.room() is None
+    with pytest.raises(ProtocolError):
+        tight.next_frame()
 
 
 def test_receive_data_accepts_bytearray_and_memoryview() -> None:

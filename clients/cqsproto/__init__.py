@@ -23,6 +23,7 @@ from .codec import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    encode_frame_parts,
     max_frame_for,
 )
 from .names import CLIENT_NAME, CLIENT_NAME_RULE
@@ -45,5 +46,6 @@ __all__ = [
     "ProtocolError",
     "Reason",
     "encode_frame",
+    "encode_frame_parts",
     "max_frame_for",
 ]

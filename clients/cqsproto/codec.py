@@ -65,6 +65,7 @@ __all__ = [
     "FrameDecoder",
     "ProtocolError",
     "encode_frame",
+    "encode_frame_parts",
     "max_frame_for",
     "pack_parts",
 ]
@@ -160,22 +161,33 @@ def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME, *,
     msgpack cannot pack raise msgpack's own error (TypeError, OverflowError or
     ValueError): those are bugs in the caller, not in the peer.
     """
+    if large:
+        return b"".join(encode_frame_parts(obj, max_frame))
+    _check_frame(obj, max_frame)
+    body: bytes = msgpack.packb(obj, use_bin_type=True)
+    if len(body) > max_frame:
+        raise _too_large(len(body), max_frame)
+    return _HEADER.pack(len(body)) + body
+
+
+def encode_frame_parts(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> Parts:
+    """The frame ``encode_frame(obj, large=True)`` makes, as buffers for one vectored
+    send (``sendmsg``): its large binaries are then not copied at all."""
+    _check_frame(obj, max_frame)
+    parts = pack_parts(obj, 2**32)
+    size = sum(len(part) for part in parts)
+    if size > max_frame:
+        raise _too_large(size, max_frame)
+    return [_HEADER.pack(size) + parts[0], *parts[1:]]
+
+
+def _check_frame(obj: dict[str, Any], max_frame: int) -> None:
     _check_max_frame(max_frame)
     if not isinstance(obj, dict):
         raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
     for key in obj:
         if not isinstance(key, str):
             raise TypeError(f"frame map key {quote(key)} is not a string")
-    if large:
-        parts = pack_parts(obj, 2**32)
-        size = sum(len(part) for part in parts)
-        if size > max_frame:
-            raise _too_large(size, max_frame)
-        return b"".join([_HEADER.pack(size), *parts])
-    body: bytes = msgpack.packb(obj, use_bin_type=True)
-    if len(body) > max_frame:
-        raise _too_large(len(body), max_frame)
-    return _HEADER.pack(len(body)) + body
 
 
 # Binaries from this size on are sent (and logged) from where they lie

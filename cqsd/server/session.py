@@ -32,7 +32,8 @@ from collections import deque
 import structlog
 import trio
 
-from cqsproto import ProtocolError, encode_frame
+from cqsproto import ProtocolError, encode_frame, encode_frame_parts
+from cqsproto.codec import Parts
 
 from ..engine import Reason
 from .wire import Large
@@ -43,6 +44,7 @@ SEND_BATCH = 256 * 1024  # bytes of small frames joined into one send
 PAUSE_SHARE = 4  # reading pauses at a quarter of either send queue limit, resumes at an eighth
 
 Frame = bytes | memoryview
+IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
 
 
 class Session:
@@ -84,9 +86,10 @@ class Session:
         self.reader_scope: trio.CancelScope | None = None
         self.waits: trio.Nursery | None = None  # waiting reads of this connection
 
-    def send_bytes(self, frame: Frame, lsn: int = 0, request_id: int | None = None) -> None:
-        """Send an encoded frame once log position ``lsn`` is durable; a client whose
-        queue is full is cut off."""
+    def send_bytes(self, frame: Frame | Parts, lsn: int = 0,
+                   request_id: int | None = None) -> None:
+        """Send an encoded frame (or its parts) once log position ``lsn`` is durable;
+        a client whose queue is full is cut off."""
         if self.cut_off:
             return
         durable = self.journal.durable
@@ -97,6 +100,8 @@ class Session:
             if rest is None:
                 return
             frame, lsn = rest, 0
+        if type(frame) is list:  # parts to queue: joined once, here
+            frame = b"".join(frame)
         if len(self.queue) >= self.send_queue or self.unsent >= self.send_queue_bytes:
             self.cut("too many replies and notifications waiting to be sent")
             return
@@ -113,7 +118,10 @@ class Session:
 
     def send(self, frame: dict, lsn: int = 0, large: bool = False) -> None:
         try:
-            data = encode_frame(frame, self.max_frame, large=large)
+            data: Frame | Parts = (encode_frame_parts(frame, self.max_frame) if large
+                                   else encode_frame(frame, self.max_frame))
+            if type(data) is list and len(data) > IOV_MAX:  # more than one sendmsg takes
+                data = b"".join(data)
         except ProtocolError as err:  # a reply larger than a frame may be: its request fails
             log.warning("reply_too_large", client=self.client, message=err.message)
             data = encode_frame({"id": frame.get("id"), "ok": False, "reason": str(err.reason),
@@ -240,14 +248,19 @@ class Session:
         self.closing = True
         self._work.set()
 
-    def _send_now(self, frame: Frame) -> Frame | None:
-        """A non-blocking send; what it could not take, or None."""
+    def _send_now(self, frame: Frame | Parts) -> Frame | None:
+        """A non-blocking send (of parts: one ``sendmsg``); what it could not take, or
+        None."""
         try:
-            sent = self.raw.send(frame)
+            sent = self.raw.sendmsg(frame) if type(frame) is list else self.raw.send(frame)
         except BlockingIOError:
             sent = 0
         except OSError:
             return None  # the peer is gone; the reader sees it and ends the session
+        if type(frame) is list:
+            if sent == sum(len(part) for part in frame):
+                return None
+            frame = b"".join(frame)
         return None if sent == len(frame) else memoryview(frame)[sent:]
 
     def _unacknowledged(self, request_id: int | None) -> bytes:

@@ -110,6 +110,20 @@ def test_a_batch_read_stops_at_the_reply_budget_and_leaves_the_rest(make_daemon)
     assert d.proc.poll() is None
 
 
+def test_a_reply_of_more_large_messages_than_one_sendmsg_takes_arrives_whole(make_daemon):
+    """A read of 600 messages of 64 KiB: a reply of 1,201 parts, more buffers than one
+    sendmsg takes (IOV_MAX), goes out joined, every payload intact."""
+    d = make_daemon(BIG).start()
+    with cqsclient.connect(d.address, client="IOV") as c:
+        s = c.structure("MSGQ01")
+        sent = {s.put("IOV", bytes([i % 251]) * (64 * 1024), recoverable=False): i % 251
+                for i in range(600)}
+        got = s.read_batch("IOV", 600)
+        assert len(got) == 600
+        assert all(m.data == bytes([sent[m.entry_id]]) * (64 * 1024) for m in got)
+    assert d.proc.poll() is None
+
+
 def test_the_record_budget_leaves_room_for_a_recoverable_max_message_of_the_default():
     """The embedded default's max_message fits one log record, as the README says."""
     from cqsd.config import load

@@ -25,10 +25,14 @@ That is why the same code serves the Trio daemon, the AnyIO SDK and the
 blocking socket client, and why it must never import any of them (a test
 checks).
 
-Two shapes of traffic have to be cheap. A 100 MiB message arrives as some
-1,600 reads of 64 KiB: each read is appended to one ``bytearray`` (amortised
-O(1) a byte) and the frame is decoded once, through a ``memoryview``, when its
-last byte is in. A pipelining client sends thousands of 100-byte frames in one
+Two shapes of traffic have to be cheap. A 100 MiB message arrives in many
+reads: once its header is in, the decoder offers the rest of the frame as
+room to receive into (:meth:`FrameDecoder.room`, for ``recv_into``), so the
+bytes are copied once, by the kernel; reads fed with ``receive_data`` are
+appended to one ``bytearray`` (amortised O(1) a byte). The frame is decoded
+once, through a ``memoryview``, when its last byte is in. On the way out, a
+frame carrying large binaries is packed around them (``pack_parts``), for one
+copy or a vectored send of none. A pipelining client sends thousands of 100-byte frames in one
 read: they are decoded in place by advancing a read offset, and the consumed
 prefix is only dropped once it is at least as large as what remains, so every
 byte is moved at most a constant number of times.

@@ -227,9 +227,9 @@ class Writer:
         are the packed body: one written from where its parts are (a block of
         message data and the bytes around it, with one `pwritev`) rather than
         copied into the record. Raises ValueError above MAX_BODY bytes."""
-        if sum(len(part) for part in parts) > record.MAX_BODY:
-            raise ValueError(f"record body of {sum(len(part) for part in parts)} bytes "
-                             f"exceeds {record.MAX_BODY}")
+        body = sum(len(part) for part in parts)
+        if body > record.MAX_BODY:
+            raise ValueError(f"record body of {body} bytes exceeds {record.MAX_BODY}")
         if timestamp is not None and (
             type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
         ):

@@ -149,13 +149,8 @@ class BufferPool:
         recently used (whose block is forgotten). None when every buffer is pinned:
         counted as a wait."""
         with self._lock:
-            if self._empty:
-                buffer = self._empty.pop()
-            elif self._lru:
-                key, buffer = self._lru.popitem(last=False)
-                self._forget(key)
-                buffer.key, buffer.nbytes, buffer.held = None, 0, None
-            else:
+            buffer = self._free()
+            if buffer is None:
                 self.waits += 1
                 return None
             buffer.pins = 1
@@ -167,18 +162,13 @@ class BufferPool:
         in a free buffer, most recently used; False when every buffer is in use (a
         write never waits for a buffer: its bytes are already in memory)."""
         with self._lock:
-            if key in self._cached:
+            if key in self._cached:  # an older copy: its buffer is the one to reuse
                 self._drop(self._cached[key])
-            if self._empty:
-                buffer = self._empty.pop()
-            elif self._lru:
-                old, buffer = self._lru.popitem(last=False)
-                self._forget(old)
-            else:
+            buffer = self._free()
+            if buffer is None:
                 return False
-            buffer.key, buffer.nbytes, buffer.held = key, nbytes, held
-            self._cached[key] = buffer
-            self._by_block.setdefault(self._block_of(key), set()).add(key)
+            self._keep(buffer, key, nbytes)
+            buffer.held = held
             self._lru[key] = buffer
             return True
 
@@ -187,12 +177,7 @@ class BufferPool:
         with self._lock:
             if buffer.key is not None or not buffer.pins or nbytes > self.size:
                 raise ValueError("fill a buffer that was taken and is empty, with at most its size")
-            old = self._cached.get(key)
-            if old is not None:  # two reads of one block missed together: keep the newer
-                self._drop(old)
-            buffer.key, buffer.nbytes = key, nbytes
-            self._cached[key] = buffer
-            self._by_block.setdefault(self._block_of(key), set()).add(key)
+            self._keep(buffer, key, nbytes)
 
     def release(self, buffer: Buffer, *, keep: bool = True) -> None:
         """A read is done with ``buffer``; it stays cached (most recently used) unless
@@ -235,6 +220,28 @@ class BufferPool:
 
     def _block_of(self, key: Key) -> tuple[str, int]:
         return key[0], key[1] // self._ppb
+
+    def _free(self) -> Buffer | None:
+        """An unpinned buffer to reuse, holding nothing: an empty one, else the least
+        recently used, its block forgotten; None when every buffer is pinned."""
+        if self._empty:
+            return self._empty.pop()
+        if not self._lru:
+            return None
+        key, buffer = self._lru.popitem(last=False)
+        self._forget(key)
+        buffer.key, buffer.nbytes, buffer.held = None, 0, None
+        return buffer
+
+    def _keep(self, buffer: Buffer, key: Key, nbytes: int) -> None:
+        """``buffer`` now holds ``nbytes`` of block ``key``: indexed, replacing any
+        other buffer's copy (two reads of one block that missed together)."""
+        old = self._cached.get(key)
+        if old is not None:
+            self._drop(old)
+        buffer.key, buffer.nbytes = key, nbytes
+        self._cached[key] = buffer
+        self._by_block.setdefault(self._block_of(key), set()).add(key)
 
     def _forget(self, key: Key) -> None:
         """Remove ``key`` from the indexes (its buffer is handled by the caller)."""

@@ -210,10 +210,11 @@ class DataSet:
         blocks = datamap.blocks(entry_id, payload)
         self.write(blocks)
         if self.pool is not None and type(payload) is bytes:
-            for (position, prefix, data), (_, offset, _) in zip(blocks, datamap.pieces(),
-                                                                 strict=True):
+            offset = 0  # the blocks cut the payload in order
+            for position, prefix, data in blocks:
                 self.pool.hold((self.owner, position // PAGE), len(prefix) + len(data),
                                Held(entry_id, offset, data))
+                offset += len(data)
 
     def sync(self) -> None:
         """fdatasync: every write so far is on disk. Raises WriteFailed (sticky)."""

@@ -10,16 +10,8 @@ from hypothesis import strategies as st
 
 from logstream import Damage, record
 from logstream.record import HEADER_SIZE, MAX_BODY, Frame, NeedData
+from tests.msgpack_values import keys, scalars
 
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text()
-    | st.binary()
-)
-keys = st.text() | st.binary() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
 bodies = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(keys, inner, max_size=5),

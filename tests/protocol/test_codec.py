@@ -84,13 +84,23 @@ def feed(decoder: FrameDecoder, stream: bytes, cuts: list[int]) -> list[dict[str
     for lo, hi in zip(bounds, bounds[1:], strict=False):
         if hi > lo:
             decoder.receive_data(stream[lo:hi])
-            more, stop = drain(decoder)
-            assert stop is NEED_DATA
-            got += more
+            got += more_frames(decoder)
+    return got + last_frames(decoder)
+
+
+def more_frames(decoder: FrameDecoder) -> list[dict[str, Any]]:
+    """The frames the bytes so far complete; the decoder then needs more."""
+    got, stop = drain(decoder)
+    assert stop is NEED_DATA
+    return got
+
+
+def last_frames(decoder: FrameDecoder) -> list[dict[str, Any]]:
+    """The frames left at EOF, which must end cleanly."""
     decoder.receive_data(b"")
-    more, stop = drain(decoder)
+    got, stop = drain(decoder)
     assert stop is CLOSED
-    return got + more
+    return got
 
 
 def assert_same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
@@ -222,13 +232,8 @@ def feed_into_room(decoder: FrameDecoder, stream: bytes, reads: list[int],
             n = min(want, len(stream) - at)
             decoder.receive_data(stream[at:at + n])
         at, turn = at + n, turn + 1
-        more, stop = drain(decoder)
-        assert stop is NEED_DATA
-        got += more
-    decoder.receive_data(b"")
-    more, stop = drain(decoder)
-    assert stop is CLOSED
-    return got + more
+        got += more_frames(decoder)
+    return got + last_frames(decoder)
 
 
 large_frames = st.builds(

@@ -13,17 +13,9 @@ from hypothesis import strategies as st
 
 from cqsproto import LARGE
 from cqsproto.codec import pack_parts
+from tests.msgpack_values import keys, scalars
 
 MAX = 1 << 30
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text()
-    | st.binary()
-)
-keys = st.text() | st.binary() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
 large_binaries = st.builds(
     lambda size, kind: kind(bytes(range(256)) * (size // 256) + b"x" * (size % 256)),
     st.integers(min_value=LARGE - 2, max_value=LARGE + 300),

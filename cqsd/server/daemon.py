@@ -305,9 +305,7 @@ class Daemon:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    notify.reloading()
-                    reload.apply(self)
-                    notify.ready("reloaded")
+                    reload.signalled(self)
                     continue
                 self.stop(signal.Signals(signum).name)
                 return

@@ -11,7 +11,11 @@ named in a ``restart_needed`` event and left as it runs; a file that does not
 load is named in ``reload_failed`` and nothing changes.
 
 ``changes`` is pure: what differs, split into what reloads and what needs a
-restart; ``apply`` is the daemon's side.
+restart; ``apply`` is the daemon's side, and ``signalled`` is a SIGHUP as
+systemd hears it: the file is read first, and only a file that loads is
+announced with ``RELOADING=1`` … ``READY=1``; one that does not is told as a
+``STATUS`` naming the failure, with no ``READY=1`` and no "reloaded", since
+nothing was reloaded (docs/operations.md, "Reload").
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import structlog
 
 from .. import logs
 from ..config import Config, ConfigError, load
+from . import notify
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -61,18 +66,43 @@ def merged(old: Config, new: Config, reload: list[str]) -> Config:
                                clients=new.clients)
 
 
-def apply(d: Daemon) -> dict:
-    """Reload ``d``'s config file; returns what was reloaded and what needs a restart."""
+def signalled(d: Daemon) -> dict:
+    """A SIGHUP: reopen the log, read the file, and tell systemd the truth of it."""
+    new = _read(d)
+    if isinstance(new, dict):
+        notify.status(f"reload failed: {new['problems'][0]}; running the previous "
+                      "configuration (see the reload_failed event)")
+        return new
+    notify.reloading()
+    result = apply(d, new)
+    said = "reloaded"
+    if "tls_error" in result:
+        said += "; the TLS certificates did not load and stay as they were"
+    if result["restart_needed"]:
+        said += f"; {len(result['restart_needed'])} change(s) wait for a restart"
+    notify.ready(said)
+    return result
+
+
+def _read(d: Daemon) -> Config | dict:
+    """Reopen the log and load the file; a reload_failed result if it does not load."""
     if d.log_sink is not None:
         d.log_sink.reopen()
     log.info("logs_reopened")
     try:
-        new = load(d.config_path)
+        return load(d.config_path)
     except ConfigError as err:
         log.error("reload_failed", problems=err.problems, action="nothing changed")
-        return {"reloaded": [], "restart_needed": [], "error": str(err)}
+        return {"reloaded": [], "restart_needed": [], "error": str(err),
+                "problems": err.problems}
+
+
+def apply(d: Daemon, new: Config) -> dict:
+    """Apply ``new`` (the config file, read again); returns what was reloaded and what
+    needs a restart."""
     reload, restart = changes(d.config, new)
     config = merged(d.config, new, reload)
+    tls_error = None
     if config.daemon.tls_cert and "daemon.tls_cert" not in restart:
         try:  # re-read even when the paths are the same: certificates renewed in place
             d.connections.reload_tls(config.daemon)
@@ -82,6 +112,7 @@ def apply(d: Daemon) -> dict:
                       action="the TLS certificates stay as they were")
             reload = [k for k in reload if k.removeprefix("daemon.") not in TLS]
             config = merged(d.config, new, reload)
+            tls_error = str(err)
     _install(d, config)
     if restart:
         log.warning("restart_needed", keys=restart,
@@ -89,7 +120,8 @@ def apply(d: Daemon) -> dict:
                            "size and initsize are the repository's until cqsctl rebuild "
                            "applies the config's")
     log.info("reloaded", reloaded=reload, restart_needed=restart)  # the last word of a reload
-    return {"reloaded": reload, "restart_needed": restart}
+    result = {"reloaded": reload, "restart_needed": restart}
+    return result if tls_error is None else {**result, "tls_error": tls_error}
 
 
 def _install(d: Daemon, config: Config) -> None:

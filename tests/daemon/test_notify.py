@@ -112,3 +112,31 @@ def test_watchdog_for_another_pid_is_not_ours(make_daemon, systemd):
     assert d.stop() == 0
     systemd.wait_for("STOPPING")
     assert not any("WATCHDOG" in f for f, _ in systemd.heard)
+
+
+def test_a_reload_that_fails_is_not_told_as_ready(make_daemon, systemd):
+    """A config that does not load: systemd hears a STATUS naming the failure, and no
+    RELOADING=1, READY=1 or "reloaded"; the next good reload is RELOADING … READY=1."""
+    d = make_daemon(env={"NOTIFY_SOCKET": systemd.path})
+    systemd.daemon = d
+    d.start()
+    systemd.wait_for("READY")
+    good = d.config.read_text()
+    d.config.write_text(good + "\ngarbage [[[\n")
+    start = len(systemd.heard)
+    d.proc.send_signal(signal.SIGHUP)
+    said = systemd.wait_for("STATUS", after=start)
+    fields = systemd.heard[said][0]
+    assert fields["STATUS"].startswith("reload failed:"), fields
+    assert "previous configuration" in fields["STATUS"]
+    assert "READY" not in fields and "RELOADING" not in fields
+    d.wait_for("reload_failed")
+    d.config.write_text(good)
+    d.proc.send_signal(signal.SIGHUP)
+    reloading = systemd.wait_for("RELOADING", after=said + 1)
+    ready = systemd.wait_for("READY", after=reloading)
+    assert systemd.heard[ready][0]["STATUS"] == "reloaded"
+    # between the failure and the good reload, nothing else was said
+    assert all("READY" not in f and "RELOADING" not in f
+               for f, _ in systemd.heard[start:reloading])
+    assert d.stop() == 0

@@ -1,13 +1,13 @@
 # Two commands for a new user (README): `make run` and `make test`.
 # Each creates the virtualenv, installs what it needs, and installs Java for
-# Spark when it is missing and we are root.
+# Spark (and, for the tests, promtool) when it is missing and we are root.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench java clean
+.PHONY: run test lint bench java java-package promtool clean
 
 # The client (clients/: cqsclient, cqsctl and the wire protocol) is its own
 # distribution, which the server's depends on; both are installed editable.
@@ -17,13 +17,38 @@ $(STAMP): pyproject.toml clients/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ./clients -e '.[test]'
 	touch $@
 
+# The Java runtime for Spark: the release's own openjdk package, newest Spark
+# supports first (Debian 13 and Ubuntu 24.04 offer 21, Debian 12 and Ubuntu
+# 22.04 offer 17; Debian 13 no longer has 17). `make -s java-package` prints
+# the one this release offers (after apt-get update).
+JAVA_PACKAGES := openjdk-21-jre-headless openjdk-17-jre-headless
+
+java-package:
+	@for p in $(JAVA_PACKAGES); do \
+	  if apt-cache policy "$$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then echo "$$p"; exit 0; fi; \
+	done; \
+	echo "this release offers none of $(JAVA_PACKAGES): install Java 17 or 21 for Spark" >&2; exit 1
+
 java:
 	@if ! java -version >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing a Java runtime for Spark"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+	    apt-get update -qq && pkg=$$($(MAKE) -s --no-print-directory java-package) && \
+	    echo "installing $$pkg, a Java runtime for Spark" && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$$pkg"; \
 	  else \
-	    echo "Spark needs Java 17 or later: install a JRE (e.g. openjdk-17-jre-headless)" >&2; exit 1; \
+	    echo "Spark needs Java 17 or 21: install a JRE (make -s java-package names the release's)" >&2; exit 1; \
+	  fi; \
+	fi
+
+# promtool (Debian's prometheus package) checks the metric names and the example
+# alert rules in the tests (tests/test_alerts.py), installed when missing and root.
+promtool:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing prometheus for promtool"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  else \
+	    echo "the tests need promtool: install prometheus (Debian) or put promtool on PATH" >&2; exit 1; \
 	  fi; \
 	fi
 
@@ -32,7 +57,7 @@ run: $(STAMP) java
 
 # The whole suite, with branch coverage of our packages reported at the end
 # ([tool.coverage] in pyproject.toml; the daemons the tests start are not traced).
-test: $(STAMP) java
+test: $(STAMP) java promtool
 	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered
 
 # ruff (with the bugbear, import-order and async rules) over everything, and

@@ -9,7 +9,7 @@ import trio
 from logstream import LogstreamError
 
 from . import __version__, logs
-from .config import ConfigError, load
+from .config import ConfigError, check_host, load
 from .records import FoldError
 from .recovery.restart import LogBehindImage
 from .srds.manifest import ManifestError
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load(args.config)
+        check_host(config, args.config)
     except ConfigError as err:
         print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
         return 2

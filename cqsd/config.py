@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import grp
 import json
 import math
 import os
@@ -790,6 +791,21 @@ def loads(text: str, source: str = "<string>") -> Config:
     if config is None:
         raise ConfigError(r.problems, source)
     return config
+
+
+def check_host(config: Config, source: str | None = None) -> None:
+    """Whether ``config`` fits this host: what ``load`` cannot know about the machine the
+    daemon will run on, checked by ``cqsd run`` before it touches any data, so that a
+    misspelled ``socket_group`` is a refused config (exit 2) and not a failure after
+    recovery that leaves a socket behind. Raises ConfigError."""
+    group = config.daemon.socket_group
+    if group and not group.isdigit():
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            names = (g.gr_name for g in grp.getgrall())
+            raise ConfigError([f"daemon.socket_group: no group named {group!r} on this "
+                               f"host{_did_you_mean(group, names)}"], source) from None
 
 
 def load(path: str | os.PathLike[str] | None) -> Config:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import grp
 import hashlib
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -709,3 +713,24 @@ def test_a_client_names_a_primary_not_its_overflow():
             '[[structure]]\nname = "POV"\nsize = "1MiB"\n' + ONE_CLIENT + 'structures = ["POV"]\n')
     assert problems(text) == ["client[0].structures: POV is the overflow structure of P: "
                               "name P, which covers both"]
+
+
+def test_a_socket_group_this_host_lacks_is_refused_before_start(tmp_path):
+    """check_host names a misspelled socket_group (with the group meant); ``cqsd run``
+    exits 2 on it and leaves no socket and no data directory behind."""
+    real = grp.getgrgid(os.getgid()).gr_name
+    config.check_host(loads(daemon(socket_group=f'"{real}"')))
+    config.check_host(loads(daemon(socket_group='"12345"')))  # a number is taken as is
+    misspelled = real + "x"
+    with pytest.raises(ConfigError, match=f"daemon.socket_group: no group named '{misspelled}'"
+                       f".*did you mean '{real}'"):
+        config.check_host(loads(daemon(socket_group=f'"{misspelled}"')))
+    data, sock = tmp_path / "data", tmp_path / "s"
+    path = tmp_path / "cqsd.toml"
+    path.write_text(f'[daemon]\ndata_dir = "{data}"\nsocket = "{sock}"\n'
+                    f'socket_group = "{misspelled}"\n[[structure]]\nname = "S"\nsize = "1MiB"\n')
+    run = subprocess.run([sys.executable, "-m", "cqsd", "run", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert "socket_group" in run.stderr and str(path) in run.stderr
+    assert not sock.exists() and not data.exists()

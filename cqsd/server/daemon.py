@@ -122,11 +122,15 @@ class Daemon:
                                            self._connection_failed)
             if self.monitor is not None:
                 journal.observe = self.monitor.flushed
+            monitoring = await _monitoring(self.config.daemon.metrics_listen)
             notify.status("recovering the structures", extend=True)
-            held, crashed = self.operations.restart()
+            if monitoring:  # /healthz says "starting" while recovery runs (a thread)
+                held, crashed = await self.monitor.serve_during(monitoring,
+                                                                self.operations.restart)
+            else:
+                held, crashed = self.operations.restart()
             self.datasets.start()
             listeners = await self.connections.listen()
-            monitoring = await _monitoring(self.config.daemon.metrics_listen)
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 self.spawn("flusher", journal.run)

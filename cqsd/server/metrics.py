@@ -15,16 +15,19 @@ most ``MAX_SCRAPERS`` are served at once; others are closed unanswered.
 
 import json
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 import psutil
 import structlog
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import __version__
 from ..engine import QueueType
 from ..engine.entry import ELEMENT
 from . import status
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from .daemon import Daemon
 
 log = structlog.get_logger()
+T = TypeVar("T")
 READ_TIMEOUT = 5.0  # seconds a scraper has to send its request head
 MAX_HEAD = 8192  # bytes of request head read; a longer one is refused
 MAX_SCRAPERS = 8  # connections served at once
@@ -60,6 +64,9 @@ class Monitor:
             "cqsd_fsync_records", "Log records one fsync made durable (acknowledgements "
             "per fsync: group commit)", buckets=RECORD_BUCKETS, registry=self.registry)
         self.registry.register(_Collector(d))
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds …:
+        # the names every Prometheus dashboard for a process expects
+        ProcessCollector(registry=self.registry)
         self._slots = trio.Semaphore(MAX_SCRAPERS)
 
     def flushed(self, seconds: float, records: int) -> None:
@@ -78,6 +85,22 @@ class Monitor:
 
     async def serve(self, listeners: list[trio.SocketListener]) -> None:
         await trio.serve_listeners(self._handle, listeners)
+
+    async def serve_during(self, listeners: list[trio.SocketListener], work: Callable[[], T]) -> T:
+        """Serve ``listeners`` while ``work`` (the start's recovery, which does not await)
+        runs in a thread; its result. Probes get ``503 starting`` and scrapes the
+        daemon-wide families rather than "connection refused" while a long recovery
+        runs; the listeners stay open for ``serve``, which takes over afterwards."""
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accept, listener, nursery)
+            result = await trio.to_thread.run_sync(work)
+            nursery.cancel_scope.cancel()
+        return result
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:  # not trio.serve_listeners: it would close the listener when cancelled
+            nursery.start_soon(self._handle, await listener.accept())
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         try:
@@ -129,12 +152,17 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         d = self.d
-        snap = status.snapshot(d)
-        yield _gauge("cqsd_info", "The daemon's version", {"version": snap["version"]}, 1)
+        yield _gauge("cqsd_info", "The daemon's version", {"version": __version__}, 1)
         yield _gauge("cqsd_uptime_seconds", "Seconds since the daemon started", {},
-                     snap["uptime_seconds"])
+                     round(time.time() - d.started, 3))
         yield _gauge("cqsd_ready", "1 while the daemon serves requests", {},
-                     int(snap["state"] == "ready"))
+                     int(status.state(d) == "ready"))
+        if d.journal is None or d.connections is None or not d.ready:
+            # recovery may be rebuilding the structures in its thread: only what
+            # does not touch them (serve_during)
+            yield from _jobs(self.process)
+            return
+        snap = status.snapshot(d)
         clients = GaugeMetricFamily("cqsd_clients", "Registered sessions", labels=["kind"])
         clients.add_metric(["application"], snap["clients"])
         clients.add_metric(["operator"], snap["operator_sessions"])
@@ -149,7 +177,7 @@ class _Collector(Collector):
         running = GaugeMetricFamily("cqsd_jobs_running", "Spark jobs running", labels=[])
         running.add_metric([], snap["jobs_running"])
         yield running
-        yield from _process(self.process)
+        yield from _jobs(self.process)
 
 
 def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
@@ -260,19 +288,10 @@ def _log(row: dict) -> Iterator[Metric]:
                  int(row["failed"] is not None))
 
 
-def _process(p: psutil.Process) -> Iterator[Metric]:
-    """The daemon's own CPU and memory, and its jobs' (a Spark JVM and its workers)."""
-    cpu = CounterMetricFamily("cqsd_process_cpu_seconds", "CPU time of the daemon process",
-                              labels=["mode"])
-    times = p.cpu_times()
-    cpu.add_metric(["user"], times.user)
-    cpu.add_metric(["system"], times.system)
-    yield cpu
-    with p.oneshot():
-        yield _gauge("cqsd_process_resident_memory_bytes", "Resident memory of the daemon", {},
-                     p.memory_info().rss)
-        yield _gauge("cqsd_process_open_fds", "Open file descriptors", {}, p.num_fds())
-        yield _gauge("cqsd_process_threads", "Threads", {}, p.num_threads())
+def _jobs(p: psutil.Process) -> Iterator[Metric]:
+    """The daemon's threads, and its jobs' memory (a Spark JVM and its workers); the
+    daemon's own CPU, memory and files are the standard ``process_*`` families."""
+    yield _gauge("cqsd_threads", "Threads of the daemon process", {}, p.num_threads())
     rss = 0
     for child in p.children(recursive=True):
         try:

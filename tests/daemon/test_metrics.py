@@ -16,8 +16,8 @@ FAMILIES = {
     "cqsd_queue_depth", "cqsd_queue_locked", "cqsd_locks_in_flight", "cqsd_redeliveries",
     "cqsd_suspends", "cqsd_puts", "cqsd_reads", "cqsd_deletes", "cqsd_fsync_seconds",
     "cqsd_fsync_records", "cqsd_structure_fullness_ratio", "cqsd_overflow_mode",
-    "cqsd_checkpoint_age_seconds", "cqsd_process_cpu_seconds",
-    "cqsd_process_resident_memory_bytes", "cqsd_clients", "cqsd_log_bytes",
+    "cqsd_checkpoint_age_seconds", "process_cpu_seconds",
+    "process_resident_memory_bytes", "cqsd_clients", "cqsd_log_bytes",
 }
 WORKERS, MESSAGES = 4, 300
 
@@ -87,7 +87,7 @@ def test_metrics_under_load(make_daemon):
     assert got[("cqsd_queue_locked", held_q)] == 1
     assert got[("cqsd_fsync_seconds_count", frozenset())] >= 1
     assert got[("cqsd_fsync_records_sum", frozenset())] >= total / 100  # a few batches
-    assert got[("cqsd_process_resident_memory_bytes", frozenset())] > 10_000_000
+    assert got[("process_resident_memory_bytes", frozenset())] > 10_000_000
     assert scrapes >= 1
 
 

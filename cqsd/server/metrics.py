@@ -22,8 +22,13 @@ from typing import TYPE_CHECKING, TypeVar
 import psutil
 import structlog
 import trio
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector,
-                               generate_latest)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 

@@ -123,6 +123,9 @@ class DaemonConfig:
     socket_group: str  # group of the Unix socket ("" = the daemon's own)
     metrics_listen: str  # "host:port" of the Prometheus /metrics and /healthz listener; "" = off
     tls_client_ca: str  # PEM CA certificates TLS clients must present a certificate of; "" = none
+    # users (names or uids) admitted as operators over the Unix socket by their peer
+    # credentials (SO_PEERCRED), with no secret, when [[client]]s are listed
+    operator_users: tuple[str, ...]
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
@@ -418,6 +421,14 @@ def _list(item: Callable[[object], str]) -> Callable[[object], tuple[str, ...]]:
     return check
 
 
+def _user(value: object) -> str:
+    """A user name or a numeric uid (a name this host lacks admits nobody)."""
+    text = _string(value)
+    if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?", text):
+        raise _Bad(f"{_show(value)} is not a user name or uid")
+    return text
+
+
 _QUEUE_PATTERN_RE = re.compile(r"[\x21-\x29\x2b-\x7e]{1,15}\*?|\*")
 
 
@@ -480,6 +491,7 @@ _DAEMON: dict[str, _Key] = {
     "socket_group": _Key(_string, ""),
     "metrics_listen": _Key(_tcp, ""),
     "tls_client_ca": _Key(_string, ""),
+    "operator_users": _Key(_list(_user), ["root", "cqsd"]),
 }
 
 _structure_size = _size_between(DATA_ELEMENT, MAX_STRUCTURE_SIZE)
@@ -864,6 +876,7 @@ socket_mode = 0o600
 socket_group = ""
 metrics_listen = ""
 tls_client_ca = ""
+operator_users = ["root", "cqsd"]
 
 [[structure]]
 name = "MSGQ01"

@@ -32,9 +32,11 @@ from dataclasses import asdict, is_dataclass
 from typing import Any, Final, TextIO
 
 import cqsclient
+from cqsclient import profile as profiles
 from cqsclient import readable
-from cqsclient.errors import ConnectionLost, CQSError
+from cqsclient.errors import CannotConnect, ConnectionLost, CQSError
 from cqsclient.model import Message
+from cqsclient.profile import Candidate, Profile
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
 from cqsproto.sizes import parse_size
 
@@ -257,13 +259,21 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         "--address",
         default=default(None),
         help="daemon address: unix://PATH, tcp://HOST:PORT or tls://HOST:PORT "
-        "(default: $CQSD_ADDRESS, else unix://./cqsd-data/cqsd.sock)",
+        "(default: $CQSD_ADDRESS, else the profile's address, else the socket the daemon's "
+        "config names, else unix:///run/cqsd/cqsd.sock, else unix://./cqsd-data/cqsd.sock)",
+    )
+    parser.add_argument(
+        "--config",
+        default=default(None),
+        help="the daemon's config file, read for its socket (default: $CQSD_CONFIG, else "
+        "the profile's config, else /etc/cqsd/cqsd.toml)",
     )
     parser.add_argument(
         "--client",
         type=_client_name,
         default=default(None),
-        help="client name to register as (default: $CQSD_CLIENT, else CTL + 5 digits of the pid)",
+        help="client name to register as (default: $CQSD_CLIENT, else the profile's client, "
+        "else CTL + 5 digits of the pid)",
     )
     parser.add_argument(
         "--secret",
@@ -274,7 +284,8 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument(
         "--secret-file",
         default=default(None),
-        help="a file whose first line is the secret (default: $CQSD_SECRET_FILE)",
+        help="a file whose first line is the secret (default: $CQSD_SECRET_FILE, else the "
+        "profile's secret_file)",
     )
     parser.add_argument(
         "--cafile", default=default(None), help="CA certificates for a tls:// address"
@@ -683,8 +694,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit:  # argparse's usage errors (2) and --help (0)
         return exit.code if isinstance(exit.code, int) else EXIT_USAGE
     try:
-        address = cqsclient.parse_address(args.address).text
-        name = args.client or _client_name_or_usage(default_client_name())
+        profile = profiles.read_profile(profiles.profile_path())
+        notes: list[str] = []
+        addresses = profiles.candidates(args.address, args.config, profile, notes=notes)
+        for candidate in addresses:
+            cqsclient.parse_address(candidate.address)
+        name = args.client or _client_name_or_usage(*_default_client(profile))
         if args.command == "dequeue" and not _confirm_dequeue(args, sys.stdin):
             _fail("dequeue cancelled")
             return EXIT_FAILED
@@ -698,16 +713,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(str(error))
         return EXIT_USAGE
     try:
-        secret = _secret(args)
+        secret = _secret(args, profile)
         context = _tls_context(args)
     except (UsageError, OSError, ssl.SSLError) as error:
         _fail(str(error))
         return EXIT_USAGE
     try:
-        with cqsclient.connect(
-            address, client=name, secret=secret, timeout=args.timeout, cafile=args.cafile,
-            ssl_context=context, operator=True,
-        ) as client:
+        connected = _connect(addresses, notes, str(profiles.profile_path()), client=name,
+                             secret=secret, timeout=args.timeout,
+                             cafile=args.cafile or profile.cafile, ssl_context=context)
+        if connected is None:
+            return EXIT_UNREACHABLE
+        with connected as client:
             report = COMMANDS[args.command](client, args)
         if report is not None:
             _emit(report, args.json)
@@ -725,12 +742,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def _secret(args: argparse.Namespace) -> str | None:
-    """--secret, else --secret-file, else $CQSD_SECRET, else $CQSD_SECRET_FILE."""
+def _connect(addresses: list[Candidate], notes: list[str], profile: str,
+             **options: Any) -> cqsclient.Client | None:
+    """The first of ``addresses`` that answers, as an operator session; None (and what
+    was tried, said on stderr) if none does. A daemon that answers and refuses the
+    registration is not passed over: its refusal is the answer."""
+    tried: list[tuple[Candidate, str]] = []
+    for candidate in addresses:
+        try:
+            return cqsclient.connect(candidate.address, operator=True, **options)
+        except CannotConnect as error:
+            if isinstance(error.__cause__, CQSError) or len(addresses) == 1:
+                raise  # it answered (then dropped or timed out), or there is no other
+            cause = error.__cause__
+            tried.append((candidate, getattr(cause, "strerror", None) or str(cause)))
+    _fail(profiles.unreachable(tried, notes, profile))
+    return None
+
+
+def _default_client(profile: Profile) -> tuple[str, str]:
+    """(the client name, where it came from) when --client is not given."""
+    if os.environ.get("CQSD_CLIENT"):
+        return os.environ["CQSD_CLIENT"], "$CQSD_CLIENT"
+    if profile.client:
+        return profile.client, f"client in {profile.path}"
+    return default_client_name(), "the default"
+
+
+def _secret(args: argparse.Namespace, profile: Profile) -> str | None:
+    """--secret, else --secret-file, else $CQSD_SECRET, else $CQSD_SECRET_FILE, else the
+    profile's secret_file."""
     if args.secret is not None:
         return str(args.secret)
     path = args.secret_file or (None if "CQSD_SECRET" in os.environ
-                                else os.environ.get("CQSD_SECRET_FILE"))
+                                else os.environ.get("CQSD_SECRET_FILE") or profile.secret_file)
     if path is None:
         return os.environ.get("CQSD_SECRET")
     try:
@@ -749,11 +794,11 @@ def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
-def _client_name_or_usage(name: str) -> str:
+def _client_name_or_usage(name: str, source: str) -> str:
     try:
         return _client_name(name)
     except argparse.ArgumentTypeError as error:
-        raise UsageError(f"$CQSD_CLIENT: {error}") from None
+        raise UsageError(f"{source}: {error}") from None
 
 
 if __name__ == "__main__":

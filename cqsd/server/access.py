@@ -18,8 +18,10 @@ the target; an unlock to another queue puts there; a commit is checked op by op.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import pwd
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -162,33 +164,44 @@ class Access:
         self.reload(config)
 
     def reload(self, config: Config) -> None:
+        self.operator_uids = _uids(config.daemon.operator_users)
         self.clients = {c.name: c for c in config.clients}
         self.rights = {c.name: Rights.of(c) for c in config.clients}
         self.overflow_of = {sc.overflow: sc.name for sc in config.structures if sc.overflow}
         self.client_ca = bool(config.daemon.tls_client_ca)
 
     def authenticate(self, client: str, secret: str | None, over_tcp: bool,
-                     cert_cn: str | None, operator: bool) -> Rights | None:
-        """The rights ``client`` registers with; NOT_AUTHORIZED (logged) says why not."""
+                     cert_cn: str | None, operator: bool, peer_uid: int | None = None,
+                     peer: str = "") -> Rights | None:
+        """The rights ``client`` registers with; NOT_AUTHORIZED (logged with the peer)
+        says why not. An operator session that gives no secret, from a user of
+        ``operator_users`` over the Unix socket, needs none: the kernel vouches for
+        its user (SO_PEERCRED). A secret given says who the client is, and is checked."""
+        if operator and secret is None and self._peer_operator(peer_uid):
+            return None
+        refuse = functools.partial(_refuse, peer=peer)
         if not self.clients:
             if over_tcp:
-                raise _refuse(client, "registration over TCP needs a configured client")
+                raise refuse(client, "registration over TCP needs a configured client")
             return None
         c = self.clients.get(client)
         digest = hashlib.sha256(secret.encode()).hexdigest() if secret is not None else ""
         if c is None or not hmac.compare_digest(digest, c.secret_sha256):
-            raise _refuse(client, f"client {client} is not authorized with that secret")
+            raise refuse(client, f"client {client} is not authorized with that secret")
         if over_tcp and self.client_ca and cert_cn != (c.tls_cn or c.name):
-            raise _refuse(client, f"the client certificate (CN={cert_cn}) is not "
+            raise refuse(client, f"the client certificate (CN={cert_cn}) is not "
                                   f"{client}'s (CN={c.tls_cn or c.name})")
         if operator and not c.operator:
-            raise _refuse(client, f"client {client} may not open an operator session "
+            raise refuse(client, f"client {client} may not open an operator session "
                                   "(operator = false)")
         return self.rights[client]
 
-    def rights_for(self, client: str, operator: bool) -> Rights | None:
+    def rights_for(self, client: str, operator: bool,
+                   peer_uid: int | None = None) -> Rights | None:
         """The rights a registered ``client`` has now (after a reload); NOT_AUTHORIZED
         if it is no longer listed, or its operator session no longer allowed."""
+        if operator and self._peer_operator(peer_uid) and client not in self.clients:
+            return None  # admitted by its peer credentials
         if not self.clients:
             return None
         c = self.clients.get(client)
@@ -199,6 +212,9 @@ class Access:
                                                   "operator sessions")
         return self.rights[client]
 
+    def _peer_operator(self, peer_uid: int | None) -> bool:
+        return peer_uid is not None and peer_uid in self.operator_uids
+
     def check(self, session: Any, op: str, args: Mapping[str, Any], queue_of: QueueOf) -> None:
         """Raise NOT_AUTHORIZED (and log it) if ``session`` may not run this request."""
         rights = session.rights
@@ -206,14 +222,29 @@ class Access:
             return
         why = denied(rights, op, args, queue_of, self.overflow_of)
         if why is not None:
-            log.warning("not_authorized", client=session.client, op=op, object=why)
+            log.warning("not_authorized", client=session.client, peer=session.peer, op=op,
+                        object=why)
             raise CQSError(Reason.NOT_AUTHORIZED, f"{op}: client {session.client} may not "
                                                   f"use {why}")
 
 
-def _refuse(client: str, why: str) -> CQSError:
-    log.warning("not_authorized", client=client, op="register", object=why)
+def _refuse(client: str, why: str, peer: str = "") -> CQSError:
+    log.warning("not_authorized", client=client, peer=peer, op="register", object=why)
     return CQSError(Reason.NOT_AUTHORIZED, why)
+
+
+def _uids(users: tuple[str, ...]) -> frozenset[int]:
+    """The uids of ``users`` (names or numbers); a name this host lacks is left out."""
+    uids = set()
+    for user in users:
+        if user.isdigit():
+            uids.add(int(user))
+            continue
+        try:
+            uids.add(pwd.getpwnam(user).pw_uid)
+        except KeyError:
+            pass
+    return frozenset(uids)
 
 
 def is_operator_session(owner: str) -> bool:

@@ -63,7 +63,8 @@ class Clients:
         if not CLIENT_NAME.fullmatch(client):
             raise _bad(f"client name {client!r} must be {CLIENT_NAME_RULE}")
         session.rights = self.access.authenticate(client, secret, session.over_tcp,
-                                                  session.cert_cn, operator)
+                                                  session.cert_cn, operator, session.peer_uid,
+                                                  session.peer)
         session.name = client
         if operator:
             return self._operator_session(session, client), ""
@@ -110,7 +111,8 @@ class Clients:
         self.access.reload(config)
         for session in list(self.sessions.values()):
             try:
-                session.rights = self.access.rights_for(session.name, session.operator)
+                session.rights = self.access.rights_for(session.name, session.operator,
+                                                        session.peer_uid)
             except CQSError as err:
                 session.cut(err.message)
 

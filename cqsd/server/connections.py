@@ -21,6 +21,7 @@ import grp
 import os
 import resource
 import socket as stdlib_socket
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,6 +134,7 @@ class Connections:
             return
         session = Session(_peer(stream), over_tcp, d.send_queue, self.max_reply, self.journal,
                           d.send_queue_bytes)
+        session.peer_uid = None if over_tcp else _peer_uid(stream)
         try:
             if over_tcp:
                 liveness.keep_alive(stream, d.tcp_keepalive)
@@ -326,6 +328,7 @@ def _gid(group: str) -> int:
 
 
 def _peer(stream) -> str:
+    """Who is at the other end, for the log: ``host:port``, or ``unix:uid=U,pid=P``."""
     sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)
     try:
         name = sock.getpeername() if sock is not None else None
@@ -333,7 +336,26 @@ def _peer(stream) -> str:
         name = None
     if isinstance(name, tuple):
         return f"{name[0]}:{name[1]}"
-    return "unix"
+    credentials = _peer_credentials(sock)
+    return "unix" if credentials is None else f"unix:uid={credentials[1]},pid={credentials[0]}"
+
+
+def _peer_uid(stream) -> int | None:
+    """The user of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    credentials = _peer_credentials(getattr(stream, "socket", None))
+    return None if credentials is None else credentials[1]
+
+
+def _peer_credentials(sock) -> tuple[int, int] | None:
+    """(pid, uid) of a Unix socket's peer, as the kernel recorded them at connect."""
+    if sock is None or getattr(sock, "family", None) != stdlib_socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(
+            stdlib_socket.SOL_SOCKET, stdlib_socket.SO_PEERCRED, struct.calcsize("3i")))
+    except OSError:
+        return None
+    return pid, uid
 
 
 def _unix_listener(path: str, mode: int = 0o600, group: str = "") -> trio.SocketListener:

@@ -1,8 +1,8 @@
 """SIGHUP: reopen the log file, and re-read the config file to apply what can change
 without a restart.
 
-What reloads: the ``[[client]]`` list (names, secrets, rights), ``log_level``,
-``log_file`` and the TLS certificate, key and client CA (re-read on every
+What reloads: the ``[[client]]`` list (names, secrets, rights),
+``operator_users``, ``log_level``, ``log_file`` and the TLS certificate, key and client CA (re-read on every
 SIGHUP, so certificates renewed in place are picked up; for connections made
 from then on). A registered session's rights change at once; a session whose
 client is no longer listed (or lost the operator right its operator session
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .daemon import Daemon
 
 log = structlog.get_logger()
-RELOADABLE = ("log_level", "log_file", "tls_cert", "tls_key", "tls_client_ca")
+RELOADABLE = ("log_level", "log_file", "tls_cert", "tls_key", "tls_client_ca", "operator_users")
 TLS = ("tls_cert", "tls_key", "tls_client_ca")
 
 

@@ -58,6 +58,7 @@ class Session:
         self.operator = False  # an operator session (cqsctl): no client slot
         self.rights = None  # access.Rights, None for unrestricted
         self.cert_cn: str | None = None  # the TLS client certificate's common name
+        self.peer_uid: int | None = None  # the Unix socket peer's user (SO_PEERCRED)
         self.deregistered = False
         self.interests: set[tuple[str, int, str]] = set()
         self.max_frame = max_frame

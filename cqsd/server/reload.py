@@ -2,13 +2,13 @@
 without a restart.
 
 What reloads: the ``[[client]]`` list (names, secrets, rights),
-``operator_users``, ``log_level``, ``log_file`` and the TLS certificate, key and client CA (re-read on every
-SIGHUP, so certificates renewed in place are picked up; for connections made
-from then on). A registered session's rights change at once; a session whose
-client is no longer listed (or lost the operator right its operator session
-needs) is cut off. Everything else that differs from the running config is
-named in a ``restart_needed`` event and left as it runs; a file that does not
-load is named in ``reload_failed`` and nothing changes.
+``operator_users``, ``log_level``, ``log_file`` and the TLS certificate, key
+and client CA (re-read on every SIGHUP, so certificates renewed in place are
+picked up; for connections made from then on). A registered session's rights
+change at once; a session whose client is no longer listed (or lost the
+operator right its operator session needs) is cut off. Everything else that
+differs from the running config is named in a ``restart_needed`` event and
+left as it runs; a file that does not load is named in ``reload_failed`` and nothing changes.
 
 ``changes`` is pure: what differs, split into what reloads and what needs a
 restart; ``apply`` is the daemon's side, and ``signalled`` is a SIGHUP as

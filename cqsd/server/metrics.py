@@ -182,6 +182,9 @@ class _Collector(Collector):
         running = GaugeMetricFamily("cqsd_jobs_running", "Spark jobs running", labels=[])
         running.add_metric([], snap["jobs_running"])
         yield running
+        yield _gauge("cqsd_node_fenced", "1 when this node of a group cannot renew its lease "
+                     "and stops acknowledging; 0 otherwise", {},
+                     0)  # a daemon alone is never fenced; the group feature will set it
         yield from _jobs(self.process)
 
 
@@ -252,36 +255,51 @@ def _queues(d: "Daemon") -> Iterator[Metric]:
                                  "1 while a queue is in overflow status", labels=labels)
     waiting = GaugeMetricFamily("cqsd_queue_waiting_reads", "Reads waiting on a queue",
                                 labels=labels)
+    oldest = GaugeMetricFamily("cqsd_queue_oldest_age_seconds", "Age of a queue's oldest "
+                               "ready message (0 with none ready): the backlog's age",
+                               labels=labels)
+    delayed = GaugeMetricFamily("cqsd_queue_delayed", "Messages of a queue put with a delay "
+                                "that has not ended yet", labels=labels)
+    now_ns = time.time_ns()
     for pair in d.registry.pairs.values():
         for q in pair.queues(also=pair.watched):
             key = [pair.name, q["qtype"], q["queue"]]
+            put = q["oldest_put_time"]
+            oldest.add_metric(key, 0 if put is None else max(0, now_ns - put) / 1e9)
+            delayed.add_metric(key, q["delayed"])
             depth.add_metric(key, q["depth"])
             locked.add_metric(key, q["locked"])
             used.add_metric(key, q["elements"] * ELEMENT)
             overflow.add_metric(key, int(q["overflow"]))
             waiting.add_metric(key, d.waiters.count(pair.name, (QueueType[q["qtype"]], q["queue"])))
-    yield from (depth, locked, used, overflow, waiting)
+    yield from (depth, locked, used, overflow, waiting, oldest, delayed)
 
 
 def _smds(d: "Daemon") -> Iterator[Metric]:
     """Each data set's size and fullness, and its structure's buffer pool (DESIGN §11)."""
     labels = ["structure", "owner"]
-    families = [(GaugeMetricFamily(f"cqsd_smds_{field}", doc, labels=labels), field)
-                for field, doc in (
-                    ("size", "Bytes a shared message data set is formatted to"),
-                    ("used_percent", "Percent of a data set's pages not available to a put"),
-                    ("lru_hit_percent", "Percent of reads served by the structure's buffer pool"),
-                    ("waits", "Reads that found every buffer of the pool in use"),
-                    ("lowest_free", "Fewest free buffers seen in the structure's pool"))]
+    families: list[tuple[Metric, str, float]] = [
+        (kind(name, doc, labels=labels), field, scale)
+        for kind, name, field, scale, doc in (
+            (GaugeMetricFamily, "cqsd_smds_size_bytes", "size", 1,
+             "Bytes a shared message data set is formatted to"),
+            (GaugeMetricFamily, "cqsd_smds_used_ratio", "used_percent", 0.01,
+             "Share of a data set's pages not available to a put (0 to 1)"),
+            (GaugeMetricFamily, "cqsd_smds_lru_hit_ratio", "lru_hit_percent", 0.01,
+             "Share of reads served by the structure's buffer pool (0 to 1)"),
+            (CounterMetricFamily, "cqsd_smds_buffer_waits", "waits", 1,
+             "Reads that found every buffer of the pool in use"),
+            (GaugeMetricFamily, "cqsd_smds_lowest_free_buffers", "lowest_free", 1,
+             "Fewest free buffers seen in the structure's pool"))]
     available = GaugeMetricFamily("cqsd_smds_available", "1 while a data set can be used",
                                   labels=labels)
     for row in d.datasets.rows(None):
         key = [row["structure"], row["owner"]]
-        for family, field in families:
-            family.add_metric(key, row[field])
+        for family, field, scale in families:
+            family.add_metric(key, row[field] * scale)
         available.add_metric(key, int(row["available"]))
     yield available
-    yield from (family for family, _ in families)
+    yield from (family for family, _, _ in families)
 
 
 def _log(row: dict) -> Iterator[Metric]:

@@ -2,7 +2,10 @@
 the families an operator graphs, in valid text format, and /healthz needs no client
 slot."""
 
+import shutil
+import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -10,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import cqsclient
 
-from .harness import free_port
+from .harness import STRUCTURES, free_port
 
 FAMILIES = {
     "cqsd_queue_depth", "cqsd_queue_locked", "cqsd_locks_in_flight", "cqsd_redeliveries",
@@ -104,3 +107,36 @@ def test_healthz_needs_no_client_slot(make_daemon):
         assert err.code == 404
     else:
         raise AssertionError("/nothing answered")
+
+
+def test_names_pass_promtool_and_backlog_age_and_delays_are_there(make_daemon):
+    """A scrape with every family filled in (queues, a delayed put, a data set) passes
+    ``promtool check metrics`` (the Prometheus naming rules: units, _total, _ratio);
+    the oldest ready message's age grows with the clock; delayed puts are counted."""
+    port = free_port()
+    structures = STRUCTURES.replace('overflow = "MSGQ01OV"',
+                                    'overflow = "MSGQ01OV"\noffload = "smds"')
+    d = make_daemon(f'metrics_listen = "127.0.0.1:{port}"', structures=structures).start()
+    with cqsclient.connect(d.address, client="APP") as c:
+        s = c.structure("MSGQ01")
+        before = time.time()
+        s.put("BACKLOG", b"waiting")
+        s.put("BACKLOG", b"x" * 300_000)  # offloaded to APP's data set
+        s.put("LATER", b"not yet", delay=3600)
+        text = scrape(port)[1]
+        elapsed = time.time() - before
+    check = subprocess.run([shutil.which("promtool") or "/usr/bin/promtool", "check",
+                            "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    got = samples(text)
+    backlog = frozenset({("structure", "MSGQ01"), ("qtype", "TRAN"), ("queue", "BACKLOG")})
+    later = frozenset({("structure", "MSGQ01"), ("qtype", "TRAN"), ("queue", "LATER")})
+    assert 0 <= got[("cqsd_queue_oldest_age_seconds", backlog)] <= elapsed + 0.01
+    assert got[("cqsd_queue_delayed", later)] == 1 and got[("cqsd_queue_delayed", backlog)] == 0
+    assert got[("cqsd_queue_oldest_age_seconds", later)] == 0  # nothing ready there
+    mine = frozenset({("structure", "MSGQ01"), ("owner", "APP")})
+    assert 0 < got[("cqsd_smds_used_ratio", mine)] < 1
+    assert got[("cqsd_smds_size_bytes", mine)] > 0
+    assert got[("cqsd_node_fenced", frozenset())] == 0
+    assert not any(name.startswith("cqsd_process_") for name, _ in got)
+    assert got[("process_open_fds", frozenset())] > 0

@@ -238,8 +238,8 @@ def test_data_sets_are_in_the_metrics(make_daemon):
         s.browse("Q")
     got = samples(scrape(port)[1])
     mine = frozenset({("structure", "MSGQ01"), ("owner", "SEEN")})
-    assert got[("cqsd_smds_size", mine)] == 64 * MiB
-    assert 0 < got[("cqsd_smds_used_percent", mine)] < 100
+    assert got[("cqsd_smds_size_bytes", mine)] == 64 * MiB
+    assert 0 < got[("cqsd_smds_used_ratio", mine)] < 1
     assert got[("cqsd_smds_available", mine)] == 1
 
 

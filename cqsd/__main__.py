@@ -1,6 +1,8 @@
 """``cqsd run [--config FILE]``: the daemon in the foreground (DESIGN §7)."""
 
 import argparse
+import os
+import pwd
 import sys
 
 import structlog
@@ -37,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     from .server.daemon import Daemon, LogFailed  # after logging is configured
 
     heap.tune()
+    structlog.get_logger().info(
+        "starting", version=__version__, pid=os.getpid(),
+        config=os.path.abspath(args.config) if args.config else "(the embedded default)",
+        data_dir=os.path.abspath(config.daemon.data_dir), user=_user())
 
     try:
         daemon = Daemon(config, sink)
@@ -55,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cqsd: cannot start: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 if __name__ == "__main__":

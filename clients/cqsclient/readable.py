@@ -133,8 +133,9 @@ def _structure(r: dict[str, Any]) -> dict[str, Any]:
         "full": f"{r['percent_full']}%" if "percent_full" in r else None, "used": used,
         "messages": r.get("messages"), "locked": r.get("locked"),
         "overflow_mode": r.get("overflow_mode"),
-        "last_checkpoint": moment(r["last_checkpoint"]),
-        "age": duration(r["checkpoint_age_seconds"]),
+        "last_checkpoint": ("no checkpoint yet" if r["last_checkpoint"] is None
+                            and r.get("status") != "failed" else moment(r["last_checkpoint"])),
+        "age": duration(r["checkpoint_age_seconds"]) if r["last_checkpoint"] is not None else None,
         "took": duration(r["checkpoint_seconds"]),
         "log_since": size(r["checkpoint_log_bytes"]),
     }

@@ -67,6 +67,8 @@ class Checkpoints:
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
         self.last_seconds: dict[str, float] = {}  # how long its last checkpoint took
+        # structures with no checkpoint at all: their last_time is the log's oldest record
+        self.none_yet: set[str] = set()
         self._folded: dict[str, int] = {}  # log bytes a crash restart now folds for it
         writer = journal.writer
         for name in self.names:
@@ -98,6 +100,7 @@ class Checkpoints:
             log.warning("srds_manifest_unreadable", structure=name, error=str(err))
         if recorded is not None:
             return recorded[0].get(WRITER, 0), recorded[1]
+        self.none_yet.add(name)
         journal = self.journal
         try:
             first = next(logstream.read(journal.directory, cut={WRITER: journal.position}), None)
@@ -206,6 +209,7 @@ class Checkpoints:
             raise
         self._retry.pop(name, None)
         self.last_time[name] = started
+        self.none_yet.discard(name)
         self.last_seconds[name] = round(time.time() - started, 3)
         log.info("checkpoint_taken", structure=name, slot=result.get("slot"),
                  rows=result.get("rows"), records=result.get("records"),

@@ -101,7 +101,8 @@ class Clients:
         session.operator = True
         self.sessions[session.client] = session
         self.operators += 1
-        log.info("register", client=session.client, peer=session.peer, operator=True)
+        # cqsctl comes and goes many times a day: its sessions at debug, not info
+        log.debug("register", client=session.client, peer=session.peer, operator=True)
         return []
 
     def reauthorize(self, config: Config) -> None:
@@ -124,7 +125,7 @@ class Clients:
         self._forget(session)  # before the reply: its name may register again at once
         for s in self.registry.pairs.values():
             s.release_client(client, failed=False)
-        log.info("deregister", client=client)
+        (log.debug if session.operator else log.info)("deregister", client=client)
 
     def connection_lost(self, session: Session, shutting_down: bool) -> None:
         """``session`` has ended; if it held a client that did not deregister, that

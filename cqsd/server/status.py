@@ -64,7 +64,8 @@ def _structure(d: "Daemon", name: str, now: float) -> dict[str, Any]:
         if pair is not None and primary is None:
             row["overflow_mode"] = pair.stats()["overflow_mode"]
     last = checkpoints.last_time.get(name)
-    row["last_checkpoint"] = last
+    # with none yet the age runs from the log's oldest record: what a crash would fold
+    row["last_checkpoint"] = None if name in checkpoints.none_yet else last
     row["checkpoint_age_seconds"] = round(now - last, 3) if last is not None else None
     row["checkpoint_seconds"] = checkpoints.last_seconds.get(name)
     row["checkpoint_log_bytes"] = checkpoints.owed(name)

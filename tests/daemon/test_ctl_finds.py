@@ -29,7 +29,8 @@ def bare_ctl(d, home, *args):
 
 
 def test_the_operators_user_needs_no_flags(make_daemon, tmp_path):
-    d = make_daemon(f'operator_users = ["{os.getuid()}"]', extra=OPS + APP).start()
+    d = make_daemon(f'operator_users = ["{os.getuid()}"]\nlog_level = "debug"',
+                    extra=OPS + APP).start()
     run = bare_ctl(d, tmp_path, "--json", "status")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["state"] == "ready"

@@ -25,7 +25,7 @@ def test_two_cqsctl_at_once_with_every_client_slot_taken(make_daemon):
     """With 32 applications registered (max_clients), two cqsctl runs under the same name
     are served at once, each reading and deleting its own message; a 33rd application
     is still refused."""
-    d = make_daemon("resync_grace = 0").start()
+    d = make_daemon("resync_grace = 0\nlog_level = \"debug\"").start()  # operator sessions: debug
     apps = [Raw(d.socket) for _ in range(32)]
     try:
         for i, app in enumerate(apps):

@@ -44,6 +44,7 @@ from .address import Address, parse_address
 from .aioconnection import AsyncConnection, Progress
 from .aioconsume import Consumer, Delivery
 from .client import DEFAULT_TIMEOUT, TRANSIENT, client_name, tls_context
+from .credentials import secret_from_env
 from .errors import CannotConnect, ConnectionLost, CQSError, RequestTimeout, ShuttingDown
 from .model import (
     BrowsePage,
@@ -86,7 +87,7 @@ def connect(
     return Client(
         parse_address(address),
         client_name(client),
-        secret,
+        secret if secret is not None else secret_from_env(),
         cold,
         timeout,
         ssl_context,

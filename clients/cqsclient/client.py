@@ -25,6 +25,7 @@ from . import ops
 from .address import Address, parse_address
 from .connection import Abandoned, Connection
 from .consume import Consumer, Delivery
+from .credentials import secret_from_env
 from .errors import (
     CannotConnect,
     ClientActive,
@@ -117,9 +118,11 @@ def connect(
     """Connect to the daemon at *address* and register as *client*.
 
     *address* defaults to ``$CQSD_ADDRESS``, else ``unix://./cqsd-data/cqsd.sock``;
-    *client* to ``$CQSD_CLIENT``. ``cold=True`` is a cold start: whatever the
-    client still held from a previous connection goes to the cold queue; a warm
-    start (the default) gets it back, listed in ``Client.resync_locks``.
+    *client* to ``$CQSD_CLIENT``; *secret* to ``$CQSD_SECRET``, else the first line of
+    the file ``$CQSD_SECRET_FILE`` names (:mod:`cqsclient.credentials`).
+    ``cold=True`` is a cold start: whatever the client still held from a previous
+    connection goes to the cold queue; a warm start (the default) gets it back,
+    listed in ``Client.resync_locks``.
     *timeout* bounds connecting and registering, and is every request's default
     timeout (beyond a read's ``wait``; jobs such as checkpoint have none): see
     RequestTimeout for what a timed-out request did. *reconnect* (True, or a
@@ -137,6 +140,7 @@ def connect(
     registration (NotAuthorized, ClientActive, ClientLimit, ShuttingDown, ...).
     """
     parsed = parse_address(address)
+    secret = secret if secret is not None else secret_from_env()
     dialer = Dialer(parsed, client_name(client), secret, timeout, ssl_context, cafile, operator)
     connection, session = dialer.open(cold, None)
     return Client(dialer, connection, session, policy(reconnect))

@@ -34,6 +34,7 @@ from typing import Any, Final, TextIO
 import cqsclient
 from cqsclient import profile as profiles
 from cqsclient import readable
+from cqsclient.credentials import read_secret_file, secret_from_env
 from cqsclient.errors import CannotConnect, ConnectionLost, CQSError
 from cqsclient.model import Message
 from cqsclient.profile import Candidate, Profile
@@ -774,15 +775,15 @@ def _secret(args: argparse.Namespace, profile: Profile) -> str | None:
     profile's secret_file."""
     if args.secret is not None:
         return str(args.secret)
-    path = args.secret_file or (None if "CQSD_SECRET" in os.environ
-                                else os.environ.get("CQSD_SECRET_FILE") or profile.secret_file)
-    if path is None:
-        return os.environ.get("CQSD_SECRET")
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.readline().rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"secret file {path}: {error}") from None
+        if args.secret_file is not None:
+            return read_secret_file(args.secret_file)
+        from_env = secret_from_env()
+        if from_env is not None or profile.secret_file is None:
+            return from_env
+        return read_secret_file(profile.secret_file)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:

@@ -120,7 +120,8 @@ def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
 def _queue(patterns: Patterns | None, verb: str, queue: str) -> str | None:
     if patterns is None or queue in patterns:
         return None
-    return f"{verb} queue {queue} (allowed: {patterns.text})"
+    # patterns match names, never queue types: "LTERM*" allows LTERMX of any type
+    return f"{verb} queue {queue} (allowed queue names: {patterns.text})"
 
 
 def _next(rights: Rights, read: Any) -> str | None:
@@ -135,7 +136,7 @@ def _move(rights: Rights, structure: str, entry_id: int, target: str,
     if read is not None:
         source = queue_of(structure, entry_id)
         if source is not None and source not in read:
-            return f"read queue {source} (entry {entry_id}; allowed: {read.text})"
+            return f"read queue {source} (entry {entry_id}; allowed queue names: {read.text})"
     return _queue(rights.put, "put to", target)
 
 

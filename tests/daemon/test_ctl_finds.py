@@ -62,3 +62,42 @@ def test_an_application_is_not_an_operator_by_its_user(make_daemon):
     d = make_daemon(f'operator_users = ["{os.getuid()}"]', extra=OPS + APP).start()
     with pytest.raises(NotAuthorized):
         cqsclient.connect(d.address, client="APP")
+
+
+SDK_PROGRAM = """
+import cqsclient
+with cqsclient.connect() as c:
+    print(c.structure("MSGQ01").put("PAYROLL", b"from the environment"))
+"""
+
+
+def test_the_sdk_takes_its_name_and_secret_from_the_environment(make_daemon, tmp_path):
+    """An application holding no name and no secret: $CQSD_CLIENT, $CQSD_SECRET_FILE
+    and $CQSD_ADDRESS give them; a wrong secret is refused."""
+    app = (f'[[client]]\nname = "PAYROLL"\n'
+           f'secret_sha256 = "{hashlib.sha256(b"pay-secret").hexdigest()}"\n'
+           'put_queues = ["PAY*"]\n')
+    d = make_daemon("operator_users = []", extra=OPS + app).start()
+    (tmp_path / "secret").write_text("pay-secret\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "CQSD_ADDRESS": d.address,
+           "CQSD_CLIENT": "PAYROLL", "CQSD_SECRET_FILE": str(tmp_path / "secret")}
+    run = subprocess.run([sys.executable, "-c", SDK_PROGRAM], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) > 0
+    run = subprocess.run([sys.executable, "-c", SDK_PROGRAM], env={**env, "CQSD_SECRET": "no"},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "NotAuthorized" in run.stderr
+
+
+def test_queue_patterns_match_names_not_types(make_daemon):
+    """put_queues = ["LTERM*"]: LTERM1 of any type, never REPLY1 of type LTERM, and the
+    refusal says the patterns are of queue names."""
+    front = (f'[[client]]\nname = "FRONT"\nsecret_sha256 = "{hashlib.sha256(b"f").hexdigest()}"'
+             '\nput_queues = ["LTERM*"]\n')
+    d = make_daemon(extra=OPS + front).start()
+    with cqsclient.connect(d.address, client="FRONT", secret="f") as c:
+        s = c.structure("MSGQ01")
+        s.put("LTERM1", b"by name", qtype="TRAN")
+        with pytest.raises(NotAuthorized, match=r"allowed queue names: LTERM\*"):
+            s.put("REPLY1", b"by type", qtype="LTERM")

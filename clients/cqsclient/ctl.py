@@ -568,24 +568,58 @@ def _follow_job(client: cqsclient.Client, args: argparse.Namespace, kind: str,
     outcome: list[Any] = []
     worker = threading.Thread(target=lambda: outcome.append(_outcome(call)), daemon=True)
     worker.start()
-    shown: dict[int, str | None] = {}
+    shown: dict[int, int] = {}  # stages of each job already printed
+    live = sys.stderr.isatty() and not args.json  # a progress line, redrawn in place
     while not outcome:
         for job in client.query("jobs", args.structure):
             if job["id"] in before or job["kind"] != kind:
                 continue
             if args.no_wait:
                 return {"job": job["id"], "kind": kind, "structure": args.structure}
-            if job["stage"] != shown.get(job["id"]):
-                shown[job["id"]] = job["stage"]
-                if job["stage"] is not None and not args.json:
-                    elapsed = readable.duration(time.time() - job["started"])
-                    print(f"{kind} {args.structure}: {job['stage']} done ({elapsed})",
-                          file=sys.stderr, flush=True)
+            if args.json:
+                continue
+            lines = stage_lines(job, shown.get(job["id"], 0))
+            shown[job["id"]] = len(job.get("stages", ()))
+            if lines:
+                print(("\r\033[K" if live else "") + "\n".join(lines), file=sys.stderr)
+            if live and job["state"] == "running":
+                print("\r\033[K" + progress_line(job, time.time()), end="", file=sys.stderr)
+            sys.stderr.flush()
         worker.join(PROGRESS_POLL)
+    if live and shown:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     result: dict[str, Any] = outcome[0]
     return result
+
+
+# The stages of a job in the order it runs them (cqsd/srds/jobs.py), to say which
+# one is under way.
+JOB_STAGES: Final = {"checkpoint": ("session", "plan", "read", "fold", "commit"),
+                     "recover": ("session", "plan", "read", "fold", "image")}
+
+
+def stage_lines(job: dict[str, Any], shown: int) -> list[str]:
+    """One line for each stage of ``job`` finished since the first ``shown``, with the
+    stage's own time: ``checkpoint MSGQ01: read done in 12.3 s``."""
+    return [f"{job['kind']} {job['structure']}: {s['stage']} done"
+            + (f" in {readable.duration(s['seconds'])}" if s.get("seconds") is not None else "")
+            for s in job.get("stages", [])[shown:]]
+
+
+def progress_line(job: dict[str, Any], now: float) -> str:
+    """Where a running job is: the stage under way, how long it has run and the whole
+    job's time, e.g. ``checkpoint MSGQ01: fold… 4.2 s (stage 4 of 5, 21.0 s in all)``."""
+    order = JOB_STAGES.get(job["kind"], ())
+    done = [s["stage"] for s in job.get("stages", [])]
+    since = job["started"] + sum(s.get("seconds") or 0 for s in job.get("stages", []))
+    following = next((s for s in order if s not in done), None)
+    where = (f"{following}… {readable.duration(max(0.0, now - since))} "
+             f"(stage {order.index(following) + 1} of {len(order)}, "
+             if following is not None else "finishing… (")
+    return f"{job['kind']} {job['structure']}: {where}" \
+           f"{readable.duration(now - job['started'])} in all)"
 
 
 def _outcome(call: Callable[[], Any]) -> Any:

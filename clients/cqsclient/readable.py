@@ -91,6 +91,10 @@ def row(values: dict[str, Any]) -> dict[str, Any]:
     """A daemon row with its sizes, times and durations made readable."""
     out = {}
     for column, value in values.items():
+        if column == "stages" and isinstance(value, list):  # a job's: each with its time
+            out[column] = ", ".join(f"{s.get('stage')} {duration(s.get('seconds'))}"
+                                    for s in value if isinstance(s, dict)) or None
+            continue
         rule = _rule(column)
         out[column] = rule(value) if rule is not None and value is not None else value
     return out

@@ -7,8 +7,9 @@ as each stage ends, an ``srds_job_failed`` naming the error if it fails) and
 its result as the last line of stdout. The daemon reads stderr line by line
 while the job runs: every line goes into the daemon's own log as a
 ``job_output`` event (at the job's level), and each stage becomes the job's
-``stage`` in the table ``cqsctl display jobs`` shows, which is also how
-``cqsctl checkpoint`` and ``recover`` report progress while they wait. The
+``stage`` in the table ``cqsctl display jobs`` shows, and joins the job's
+``stages`` with its own seconds, which is how ``cqsctl checkpoint`` and
+``recover`` report progress while they wait. The
 table keeps the last ``KEEP`` jobs.
 """
 
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from subprocess import PIPE
 
 import structlog
@@ -100,6 +101,8 @@ class Job:
     started: float  # epoch seconds
     state: str = "running"  # running, done, failed
     stage: str | None = None  # the last stage the job finished
+    # every stage finished, in order, with its own seconds: what cqsctl shows as it goes
+    stages: list[dict] = field(default_factory=list)
     finished: float | None = None
     seconds: float | None = None
     error: str | None = None
@@ -145,6 +148,7 @@ class Jobs:
             return
         if event.get("event") == "srds_stage":
             job.stage = str(event.get("stage"))
+            job.stages.append({"stage": job.stage, "seconds": event.get("seconds")})
         level = event.pop("level", "info")
         event.pop("timestamp", None)
         getattr(log, level if level in ("debug", "warning", "error") else "info")(

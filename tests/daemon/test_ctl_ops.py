@@ -4,6 +4,7 @@ checkpoint followed stage by stage (or left to run with --no-wait, then display 
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -57,3 +58,21 @@ def test_secret_from_the_environment_and_a_missing_file(make_daemon, tmp_path):
     assert json.loads(ok.stdout)["operator_sessions"] == 1
     missing = ctl(d, "--secret-file", str(tmp_path / "none"), "status")
     assert missing.returncode == 2 and "secret file" in missing.stderr
+
+
+def test_checkpoint_shows_every_stage_with_its_own_time(make_daemon, tmp_path):
+    """Each stage of the job (session, plan, read, fold, commit) on its own line, in
+    order, each with its own time, which add up to no more than the whole job's."""
+    d = make_daemon(extra=OPS).start()
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET + "\n")
+    auth = ("--secret-file", str(secret))
+    assert ctl(d, *auth, "put", "MSGQ01", "TRANX", "to checkpoint").returncode == 0
+    done = ctl(d, *auth, "checkpoint", "MSGQ01")
+    assert done.returncode == 0, done.stderr
+    shown = re.findall(r"checkpoint MSGQ01: (\w+) done in ([\d.]+) (ms|s)\n", done.stderr)
+    assert [stage for stage, _, _ in shown] == ["session", "plan", "read", "fold", "commit"]
+    jobs = json.loads(ctl(d, *auth, "--json", "display", "jobs").stdout)
+    stages = jobs[0]["stages"]
+    assert [s["stage"] for s in stages] == ["session", "plan", "read", "fold", "commit"]
+    assert sum(s["seconds"] for s in stages) <= jobs[0]["seconds"] + 0.01

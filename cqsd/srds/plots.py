@@ -39,6 +39,10 @@ def draw(report: Report, out: Path, *, data_dir: Path, since: float | None) -> P
         ("Puts, reads and deletes per minute", _per_minute(
             t.get("minutes"), ["puts", "reads", "deletes"], out / "traffic.png"),
          "reads are reads with a lock; browses are not logged", None),
+        ("Backlog over time", _backlog(t.get("minutes"), out / "backlog.png"),
+         "messages each queue gained since the period began (puts and moves in, less "
+         "deletes and moves out), minute by minute: a line that keeps rising is a queue "
+         "its readers do not keep up with", None),
         ("Redeliveries and suspends per minute", _per_minute(
             t.get("minutes"), ["redeliveries", "suspends"], out / "redeliveries.png"),
          "a redelivery is a read of a message read before; a suspend counts against the "
@@ -58,7 +62,7 @@ def draw(report: Report, out: Path, *, data_dir: Path, since: float | None) -> P
          t.get("largest")),
     ]
     page = out / "index.html"
-    page.write_text(_page(report, sections, t.get("queues"), data_dir, since))
+    page.write_text(_page(report, sections, t, data_dir, since))
     return page
 
 
@@ -88,6 +92,44 @@ def _per_minute(minutes: pd.DataFrame | None, columns: list[str], path: Path) ->
     return _save(fig, path)
 
 
+def backlog(minutes: pd.DataFrame) -> pd.DataFrame:
+    """Per minute (rows) and queue (columns): the messages the queue gained since the
+    period began. What it held before is not in the log's effects of the period,
+    so this is the backlog's growth, which is what says readers fall behind."""
+    frame = minutes.assign(label=_label(minutes))
+    frame["net"] = (frame["puts"] + frame["moved_in"] - frame["deletes"] - frame["moved_out"])
+    return frame.pivot_table(index="minute", columns="label", values="net", aggfunc="sum",
+                             fill_value=0).sort_index().cumsum()
+
+
+def _backlog(minutes: pd.DataFrame | None, path: Path) -> Path | None:
+    if minutes is None or minutes.empty:
+        return None
+    table = backlog(minutes)
+    top = list(table.abs().max().sort_values(ascending=False).index[:LINES])
+    fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT))
+    for label in top:
+        ax.step(table.index, table[label], where="post", label=label)
+    if len(table.columns) > len(top):
+        ax.step(table.index, table.drop(columns=top).sum(axis=1), where="post", label="others")
+    ax.set_ylabel("messages gained")
+    ax.set_xlabel("minute (UTC)")
+    ax.axhline(0, color="#888", linewidth=0.8)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def spread_scale(values: pd.Series) -> str:
+    """"log" when the largest value is over a hundred times the smallest positive
+    one: then one slow queue would flatten every other bar to nothing on a linear
+    axis; "linear" otherwise."""
+    positive = values[values > 0]
+    if positive.empty or positive.max() <= 100 * positive.min():
+        return "linear"
+    return "log"
+
+
 def _percentiles(stats: pd.DataFrame | None, unit: str, path: Path) -> Path | None:
     if stats is None or stats.empty:
         return None
@@ -98,6 +140,12 @@ def _percentiles(stats: pd.DataFrame | None, unit: str, path: Path) -> Path | No
         ax.barh([y + (i - 1) * height for y in range(len(frame))], frame[name], height,
                 label=name)
     ax.set_yticks(range(len(frame)), frame["label"])
+    scale = spread_scale(pd.concat([frame[p] for p in ("p50", "p90", "p99")]))
+    if scale == "log":  # each queue's bars stay readable beside a slow one
+        positive = frame[["p50", "p90", "p99"]].to_numpy()
+        ax.set_xscale("log")
+        ax.set_xlim(left=positive[positive > 0].min() / 2)
+        unit += " (log scale)"
     ax.set_xlabel(unit)
     ax.legend(fontsize="small")
     ax.grid(axis="x", alpha=0.3)
@@ -145,13 +193,24 @@ def _checkpoints(frame: pd.DataFrame | None, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def largest_bars(frame: pd.DataFrame) -> pd.DataFrame:
+    """One bar per queue and size: messages of the same size on the same queue (a
+    batch of equal payloads) are one bar saying how many, not a row of identical
+    bars. Largest first."""
+    bars = frame.assign(label=_label(frame)).groupby(["label", "bytes"], sort=False).agg(
+        messages=("id", "size"), first=("id", "min")).reset_index()
+    bars["label"] = bars["label"] + bars.apply(
+        lambda r: f" #{r['first']}" if r["messages"] == 1 else f" ×{r['messages']}", axis=1)
+    return bars.sort_values(["bytes", "label"], ascending=[False, True]).reset_index(drop=True)
+
+
 def _largest(frame: pd.DataFrame | None, path: Path) -> Path | None:
     if frame is None or frame.empty:
         return None
-    frame = frame.iloc[::-1]
-    fig, ax = plt.subplots(figsize=(WIDTH, 1 + 0.35 * len(frame)))
-    ax.barh(range(len(frame)), frame["bytes"])
-    ax.set_yticks(range(len(frame)), _label(frame) + " #" + frame["id"].astype(str))
+    bars = largest_bars(frame).iloc[::-1]
+    fig, ax = plt.subplots(figsize=(WIDTH, 1 + 0.35 * len(bars)))
+    ax.barh(range(len(bars)), bars["bytes"])
+    ax.set_yticks(range(len(bars)), bars["label"])
     ax.set_xlabel("bytes")
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
@@ -164,9 +223,52 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _page(report: Report, sections: list, queues: pd.DataFrame | None, data_dir: Path,
+def summary(t: dict[str, pd.DataFrame], report: Report) -> list[str]:
+    """The page's first lines: what an operator asks first of a period."""
+    queues, lines = t.get("queues"), []
+    if queues is None or queues.empty or "puts" not in queues:
+        lines.append("No recoverable traffic was logged in this period.")
+    else:
+        q = queues.assign(label=_label(queues))
+        total = {c: int(q[c].sum()) for c in ("puts", "reads", "deletes", "redeliveries",
+                                               "suspends")}
+        lines.append(f"{total['puts']:,} puts, {total['reads']:,} reads with a lock "
+                     f"({total['redeliveries']:,} of them redeliveries), "
+                     f"{total['deletes']:,} deletes and {total['suspends']:,} suspends "
+                     f"on {len(q)} queues.")
+        busiest = q.loc[q["puts"].idxmax()]
+        lines.append(f"Busiest queue: {busiest['label']}, {int(busiest['puts']):,} puts.")
+        gained = q["puts"] + q["moved_in"] - q["deletes"] - q["moved_out"]
+        if gained.max() > 0:
+            lines.append(f"Backlog: {q.loc[gained.idxmax(), 'label']} gained the most, "
+                         f"{int(gained.max()):,} messages over the period.")
+        else:
+            lines.append("Backlog: no queue gained messages over the period.")
+        if q["largest_bytes"].notna().any():
+            big = q.loc[q["largest_bytes"].idxmax()]
+            lines.append(f"Largest message: {int(big['largest_bytes']):,} bytes, on "
+                         f"{big['label']}.")
+    locks = t.get("locks")
+    if locks is not None and not locks.empty:
+        slow = locks.assign(label=_label(locks)).sort_values("p99").iloc[-1]
+        lines.append(f"Longest lock holds: {slow['label']}, 99% released within "
+                     f"{slow['p99']:.3f} s (longest {slow['max']:.3f} s).")
+    checkpoints = t.get("checkpoints")
+    if checkpoints is not None and not checkpoints.empty:
+        failed = int((checkpoints["status"] != "ok").sum())
+        lines.append(f"Checkpoints: {len(checkpoints)} ({failed} failed), the longest "
+                     f"{checkpoints['seconds'].max():.1f} s.")
+    else:
+        lines.append("Checkpoints: none in this period.")
+    if report.problems:
+        lines.append(f"Problems: {len(report.problems)}, listed above.")
+    return lines
+
+
+def _page(report: Report, sections: list, t: dict[str, pd.DataFrame], data_dir: Path,
           since: float | None) -> str:
     e = html.escape
+    queues = t.get("queues")
     span = ("no logged traffic" if report.span is None else
             f"{_when(report.span[0])} to {_when(report.span[1])}")
     parts = [
@@ -177,6 +279,9 @@ def _page(report: Report, sections: list, queues: pd.DataFrame | None, data_dir:
         f"{e(span)}; {report.records} log records read. Made {_when(time.time())}.</p>",
     ]
     parts += [f"<p class='problem'>{e(p)}</p>" for p in report.problems]
+    parts.append("<h2>Summary</h2>")
+    parts.append("<ul class='summary'>" + "".join(f"<li>{e(line)}</li>"
+                                                  for line in summary(t, report)) + "</ul>")
     parts.append("<h2>Queues</h2>")
     parts.append(_table(queues) if queues is not None and not queues.empty
                  else "<p class='note'>No recoverable traffic was logged.</p>")

@@ -43,6 +43,8 @@ from typing import Any, NamedTuple
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, sizes
 from cqsproto.sizes import GiB, KiB, MiB, format_size
 
+from .engine.qtypes import STAGING_TYPES, QueueType
+
 __all__ = [
     "DEFAULT_TOML",
     "ClientConfig",
@@ -429,13 +431,26 @@ def _user(value: object) -> str:
     return text
 
 
+# the queue types a client names, for TYPE:NAMEPATTERN (not the engine's staging types)
+_QTYPE_NAMES = tuple(t.name for t in QueueType if t not in STAGING_TYPES)
 _QUEUE_PATTERN_RE = re.compile(r"[\x21-\x29\x2b-\x7e]{1,15}\*?|\*")
 
 
 def _queue_pattern(value: object) -> str:
-    """A queue name, or a prefix of one ending in ``*`` ("TRAN*"; "*" is every queue)."""
+    """A queue name, or a prefix of one ending in ``*`` ("TRAN*"; "*" is every queue),
+    matching queues of any type; or either after a queue type and a colon, matching
+    that type's queues alone ("LTERM:REPLY*", "LTERM:*")."""
     text = _string(value)
-    if not _QUEUE_PATTERN_RE.fullmatch(text):
+    qtype, colon, rest = text.partition(":")
+    if colon and qtype in _QTYPE_NAMES:
+        name = rest
+    elif colon and re.fullmatch(r"[A-Z][A-Z0-9_]+", qtype) and _did_you_mean(qtype,
+                                                                           _QTYPE_NAMES):
+        raise _Bad(f"{_show(text)}: unknown queue type {qtype!r}"
+                   f"{_did_you_mean(qtype, _QTYPE_NAMES)}")
+    else:
+        name = text  # a colon is a character of the name, as in any queue name
+    if not _QUEUE_PATTERN_RE.fullmatch(name):
         raise _Bad(f"{_show(text)} is not a queue pattern: a queue name (1 to 15 printable "
                    "ASCII characters, no space) optionally ending in *, or * alone")
     return text

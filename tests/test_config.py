@@ -734,3 +734,12 @@ def test_a_socket_group_this_host_lacks_is_refused_before_start(tmp_path):
     assert run.returncode == 2, run.stderr
     assert "socket_group" in run.stderr and str(path) in run.stderr
     assert not sock.exists() and not data.exists()
+
+
+def test_a_typed_queue_pattern_is_read_and_a_misspelled_type_refused():
+    c = loads(ONE_STRUCTURE + ONE_CLIENT + 'put_queues = ["LTERM:REPLY*", "TRAN*", "A:B"]\n')
+    assert c.clients[0].put_queues == ("LTERM:REPLY*", "TRAN*", "A:B")  # A is no type: a name
+    found = problems(ONE_STRUCTURE + ONE_CLIENT + 'put_queues = ["LTRM:REPLY*"]\n')
+    assert any("unknown queue type 'LTRM' (did you mean 'LTERM'?)" in p for p in found), found
+    found = problems(ONE_STRUCTURE + ONE_CLIENT + 'put_queues = ["LTERM:REPLY*X"]\n')
+    assert any("is not a queue pattern" in p for p in found), found

@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 
 from ..config import ClientConfig, Config
-from ..engine import CQSError, Reason
+from ..engine import CQSError, QueueType, Reason, parse_qtype
 
 log = structlog.get_logger()
 
@@ -47,18 +47,41 @@ OPERATOR_MARK = ":"  # in an operator session's owner name; no client name holds
 
 
 class Patterns:
-    """Queue-name patterns: names, and prefixes written with a trailing ``*``."""
+    """Queue-name patterns: names, and prefixes written with a trailing ``*``, of any
+    queue type; or, written ``TYPE:PATTERN`` ("LTERM:REPLY*"), of that type alone."""
 
-    __slots__ = ("exact", "prefixes", "text")
+    __slots__ = ("exact", "prefixes", "text", "typed")
 
     def __init__(self, patterns: Iterable[str]) -> None:
         patterns = tuple(patterns)
         self.text = ",".join(patterns) or "none"
-        self.exact = frozenset(p for p in patterns if not p.endswith("*"))
-        self.prefixes = tuple(p[:-1] for p in patterns if p.endswith("*"))
+        by_type: dict[int, list[str]] = {}
+        plain = []
+        for p in patterns:
+            qtype, colon, rest = p.partition(":")
+            if colon and qtype in QueueType.__members__:
+                by_type.setdefault(int(QueueType[qtype]), []).append(rest)
+            else:
+                plain.append(p)
+        self.exact = frozenset(p for p in plain if not p.endswith("*"))
+        self.prefixes = tuple(p[:-1] for p in plain if p.endswith("*"))
+        self.typed = {t: Patterns(names) for t, names in by_type.items()}
 
     def __contains__(self, name: str) -> bool:
         return name in self.exact or name.startswith(self.prefixes)
+
+    def allows(self, name: str, qtype: object = None) -> bool:
+        """Whether queue ``name`` of type ``qtype`` (a number or name as a request
+        gives it; None when unknown, which only untyped patterns match) is covered."""
+        if name in self:
+            return True
+        if not self.typed or qtype is None:
+            return False
+        try:
+            typed = self.typed.get(int(parse_qtype(qtype)))
+        except CQSError:  # the handler refuses the type itself
+            return False
+        return typed is not None and name in typed
 
     @property
     def every(self) -> bool:
@@ -84,7 +107,8 @@ class Rights:
                    None if c.read_queues is None else Patterns(c.read_queues), c.operator)
 
 
-QueueOf = Callable[[str, int], "str | None"]  # (structure, entry id) -> its queue, if it exists
+# (structure, entry id) -> its queue, as (type, name) or its name alone, if it exists
+QueueOf = Callable[[str, int], "tuple[int, str] | str | None"]
 
 
 def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
@@ -102,42 +126,47 @@ def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
     if op not in APPLICATION_OPS or (op == "delete" and args.get("operator")):
         return None if rights.operator else "operator requests"
     if op == "put":
-        return _queue(rights.put, "put to", args["queue"])
+        return _queue(rights.put, "put to", args["queue"], args.get("qtype"))
     if op in READS:
         queue = args["queue"]
         if queue is None:  # a browse of the whole structure
             return None if rights.read is None or rights.read.every else "every queue"
-        return _queue(rights.read, "read", queue)
+        return _queue(rights.read, "read", queue, args.get("qtype"))
     if op == "move":
-        return _move(rights, structure, args["entry_id"], args["queue"], queue_of)
+        return _move(rights, structure, args["entry_id"], args["queue"], queue_of,
+                     args.get("qtype"))
     if op == "unlock" and args.get("queue") is not None:
-        return _queue(rights.put, "put to", args["queue"])
+        return _queue(rights.put, "put to", args["queue"], args.get("qtype"))
     if op == "commit":
         return _commit(rights, structure, args["ops"], queue_of)
     return None
 
 
-def _queue(patterns: Patterns | None, verb: str, queue: str) -> str | None:
-    if patterns is None or queue in patterns:
+def _queue(patterns: Patterns | None, verb: str, queue: str,
+           qtype: object = None) -> str | None:
+    if patterns is None or patterns.allows(queue, qtype):
         return None
-    # patterns match names, never queue types: "LTERM*" allows LTERMX of any type
+    # a plain pattern matches names of any type: "LTERM*" allows LTERMX, not REPLY1 of
+    # type LTERM, which "LTERM:REPLY*" allows
     return f"{verb} queue {queue} (allowed queue names: {patterns.text})"
 
 
 def _next(rights: Rights, read: Any) -> str | None:
     """A delete's ``next`` reads its queue (a malformed one: the handler refuses it)."""
     queue = read.get("queue") if isinstance(read, dict) else None
-    return _queue(rights.read, "read", queue) if isinstance(queue, str) else None
+    return (_queue(rights.read, "read", queue, read.get("qtype", "TRAN"))
+            if isinstance(queue, str) else None)
 
 
 def _move(rights: Rights, structure: str, entry_id: int, target: str,
-          queue_of: QueueOf) -> str | None:
+          queue_of: QueueOf, qtype: object = "TRAN") -> str | None:
     read = rights.read
     if read is not None:
-        source = queue_of(structure, entry_id)
-        if source is not None and source not in read:
+        found = queue_of(structure, entry_id)
+        source_type, source = found if isinstance(found, tuple) else (None, found)
+        if source is not None and not read.allows(source, source_type):
             return f"read queue {source} (entry {entry_id}; allowed queue names: {read.text})"
-    return _queue(rights.put, "put to", target)
+    return _queue(rights.put, "put to", target, qtype)
 
 
 def _commit(rights: Rights, structure: str, ops: Any, queue_of: QueueOf) -> str | None:
@@ -146,11 +175,12 @@ def _commit(rights: Rights, structure: str, ops: Any, queue_of: QueueOf) -> str 
             continue  # the handler refuses it
         kind, queue = op.get("op"), op.get("queue")
         if kind == "put" and isinstance(queue, str):
-            why = _queue(rights.put, "put to", queue)
+            why = _queue(rights.put, "put to", queue, op.get("qtype", "TRAN"))
         elif kind == "move" and isinstance(queue, str) and type(op.get("entry_id")) is int:
-            why = _move(rights, structure, op["entry_id"], queue, queue_of)
+            why = _move(rights, structure, op["entry_id"], queue, queue_of,
+                        op.get("qtype", "TRAN"))
         elif kind == "unlock" and isinstance(queue, str):
-            why = _queue(rights.put, "put to", queue)
+            why = _queue(rights.put, "put to", queue, op.get("qtype"))
         else:
             why = None
         if why is not None:

@@ -99,12 +99,14 @@ class Registry:
             return None
         return pair.primary if pair.primary.name == name else pair.overflow
 
-    def queue_of(self, name: str, entry_id: int) -> str | None:
-        """The queue holding message ``entry_id`` of pair ``name``, None if there is none."""
+    def queue_of(self, name: str, entry_id: int) -> tuple[int, str] | None:
+        """The queue holding message ``entry_id`` of pair ``name`` as (type, name), None
+        if there is none."""
         pair = self.pairs.get(name)
         for s in pair.structures() if pair is not None else ():
             if s.holds(entry_id):
-                return s.entry(entry_id).name
+                entry = s.entry(entry_id)
+                return entry.qtype, entry.name
         return None
 
     def structures(self) -> list[Structure]:

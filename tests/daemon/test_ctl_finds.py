@@ -90,14 +90,18 @@ def test_the_sdk_takes_its_name_and_secret_from_the_environment(make_daemon, tmp
     assert run.returncode != 0 and "NotAuthorized" in run.stderr
 
 
-def test_queue_patterns_match_names_not_types(make_daemon):
-    """put_queues = ["LTERM*"]: LTERM1 of any type, never REPLY1 of type LTERM, and the
-    refusal says the patterns are of queue names."""
+def test_queue_patterns_match_names_or_a_type_and_names(make_daemon):
+    """put_queues = ["LTERM*"] is LTERM1 of any type, never REPLY1 of type LTERM, which
+    "LTERM:REPLY*" allows, and only of type LTERM; a refusal names the patterns."""
     front = (f'[[client]]\nname = "FRONT"\nsecret_sha256 = "{hashlib.sha256(b"f").hexdigest()}"'
-             '\nput_queues = ["LTERM*"]\n')
+             '\nput_queues = ["LTERM*", "LTERM:REPLY*"]\nread_queues = ["LTERM:REPLY*"]\n')
     d = make_daemon(extra=OPS + front).start()
     with cqsclient.connect(d.address, client="FRONT", secret="f") as c:
         s = c.structure("MSGQ01")
         s.put("LTERM1", b"by name", qtype="TRAN")
-        with pytest.raises(NotAuthorized, match=r"allowed queue names: LTERM\*"):
-            s.put("REPLY1", b"by type", qtype="LTERM")
+        s.put("REPLY1", b"by type and name", qtype="LTERM")
+        assert s.read("REPLY1", qtype="LTERM").data == b"by type and name"
+        with pytest.raises(NotAuthorized, match=r"allowed queue names: LTERM\*,LTERM:REPLY\*"):
+            s.put("REPLY1", b"another type", qtype="TRAN")
+        with pytest.raises(NotAuthorized):
+            s.read("REPLY1", qtype="TRAN")

@@ -128,3 +128,25 @@ def test_no_clients_listed_means_everything_over_the_unix_socket():
 def test_operator_session_owners_are_marked():
     """An operator session's lock owner carries a mark no client name can."""
     assert is_operator_session("OPS:12") and not is_operator_session("OPS")
+
+
+def test_a_typed_pattern_matches_its_type_alone():
+    """``LTERM:REPLY*`` allows REPLY1 of type LTERM (by number or name), not of TRAN;
+    plain patterns still match every type; a move's source is judged by its type too."""
+    typed = Patterns(["LTERM:REPLY*", "USER1:EXACT", "TRAN*"])
+    assert typed.allows("REPLY1", "LTERM") and typed.allows("REPLY1", 5)
+    assert not typed.allows("REPLY1", "TRAN") and not typed.allows("REPLY1", None)
+    assert typed.allows("EXACT", "USER1") and not typed.allows("EXACTLY", "USER1")
+    assert typed.allows("TRANX", "APPC") and not typed.allows("REPLY1", "NOSUCH")
+    rights = Rights(None, typed, typed, False)
+    assert check("put", rights=rights, queue="REPLY1", qtype="LTERM") is None
+    assert "allowed queue names: LTERM:REPLY*" in check("put", rights=rights, queue="REPLY1",
+                                                        qtype="TRAN")
+    from_lterm, from_tran = (lambda s, e: (5, "REPLY1")), (lambda s, e: (1, "REPLY1"))
+    assert check("move", rights=rights, entry_id=1, queue="TRANB", qtype="TRAN",
+                 queue_of=from_lterm) is None
+    assert check("move", rights=rights, entry_id=1, queue="TRANB", qtype="TRAN",
+                 queue_of=from_tran) is not None
+    commit = [{"op": "put", "queue": "REPLY1", "qtype": "LTERM", "data": b"x"},
+              {"op": "put", "queue": "REPLY2", "data": b"y"}]  # TRAN by default: refused
+    assert "REPLY2" in check("commit", rights=rights, ops=commit)

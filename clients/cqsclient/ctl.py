@@ -570,11 +570,18 @@ def _follow_job(client: cqsclient.Client, args: argparse.Namespace, kind: str,
     worker.start()
     shown: dict[int, int] = {}  # stages of each job already printed
     live = sys.stderr.isatty() and not args.json  # a progress line, redrawn in place
-    while not outcome:
-        for job in client.query("jobs", args.structure):
+    while True:
+        finished = bool(outcome)  # then one last look: the stages that ended meanwhile
+        try:
+            jobs = client.query("jobs", args.structure)
+        except CQSError:
+            if not finished:
+                raise
+            jobs = []  # the call's own outcome says what went wrong
+        for job in jobs:
             if job["id"] in before or job["kind"] != kind:
                 continue
-            if args.no_wait:
+            if args.no_wait and not finished:
                 return {"job": job["id"], "kind": kind, "structure": args.structure}
             if args.json:
                 continue
@@ -585,6 +592,8 @@ def _follow_job(client: cqsclient.Client, args: argparse.Namespace, kind: str,
             if live and job["state"] == "running":
                 print("\r\033[K" + progress_line(job, time.time()), end="", file=sys.stderr)
             sys.stderr.flush()
+        if finished:
+            break
         worker.join(PROGRESS_POLL)
     if live and shown:
         print("\r\033[K", end="", file=sys.stderr, flush=True)

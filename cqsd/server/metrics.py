@@ -96,11 +96,17 @@ class Monitor:
         runs in a thread; its result. Probes get ``503 starting`` and scrapes the
         daemon-wide families rather than "connection refused" while a long recovery
         runs; the listeners stay open for ``serve``, which takes over afterwards."""
+        failed: Exception | None = None
         async with trio.open_nursery() as nursery:
             for listener in listeners:
                 nursery.start_soon(self._accept, listener, nursery)
-            result = await trio.to_thread.run_sync(work)
+            try:
+                result = await trio.to_thread.run_sync(work)
+            except Exception as err:  # raised as it is, not in an exception group
+                failed = err
             nursery.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
         return result
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:

@@ -64,3 +64,24 @@ async def test_health_and_metrics_answer_while_recovery_runs():
         code, body = await get(port, "/healthz")
         assert code == 200 and '"status": "ready"' in body
         nursery.cancel_scope.cancel()
+
+
+class Unreadable(Exception):
+    pass
+
+
+async def test_a_recovery_that_fails_raises_its_own_error():
+    """What the rebuild raises reaches ``cqsd run`` as itself (it names it and exits 1),
+    not wrapped in an exception group."""
+    monitor = Monitor(starting_daemon())
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    def recovery():
+        raise Unreadable("image MSGQ01.img: bad checksum")
+
+    try:
+        await monitor.serve_during(listeners, recovery)
+    except Unreadable as err:
+        assert "bad checksum" in str(err)
+    else:
+        raise AssertionError("the failure was not raised")

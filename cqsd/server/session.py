@@ -92,8 +92,8 @@ class Session:
         a client whose queue is full is cut off."""
         if self.cut_off:
             return
-        durable = self.journal.durable
-        if lsn > durable and self.journal.failed is not None:
+        durable = self.journal.acknowledged
+        if lsn > durable and self.journal.ended() is not None:
             frame, lsn = self._unacknowledged(request_id), 0
         if lsn <= durable and not self.queue and not self.sending and self.raw is not None:
             rest = self._send_now(frame)
@@ -264,7 +264,14 @@ class Session:
         return None if sent == len(frame) else memoryview(frame)[sent:]
 
     def _unacknowledged(self, request_id: int | None) -> bytes:
-        """A reply whose log record will never be durable."""
+        """A reply whose log record will never be durable (or never acknowledged)."""
+        if self.journal.failed is None and self.journal.fenced is not None:
+            return encode_frame({
+                "id": request_id, "ok": False, "reason": str(Reason.STRUCTURE_FAILED),
+                "message": f"not acknowledged: {self.journal.fenced}; this node stopped "
+                           "acknowledging (fenced), the structure's next owner has the "
+                           "request only if it was logged in time",
+            })
         return encode_frame({
             "id": request_id, "ok": False, "reason": str(Reason.SHUTTING_DOWN),
             "message": f"not acknowledged: the log write failed ({self.journal.failed}); "

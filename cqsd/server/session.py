@@ -131,8 +131,12 @@ class Session:
     def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
         self.send({"id": request_id, "ok": True, "result": result}, lsn, type(result) is Large)
 
-    def fail(self, request_id: int | None, reason: str, message: str) -> None:
-        self.send({"id": request_id, "ok": False, "reason": str(reason), "message": message})
+    def fail(self, request_id: int | None, reason: str, message: str,
+             details: dict | None = None) -> None:
+        frame = {"id": request_id, "ok": False, "reason": str(reason), "message": message}
+        if details:
+            frame.update(details)
+        self.send(frame)
 
     def release(self, durable: int, failed: BaseException | None) -> bool:
         """The journal's call after a flush: send what is now durable (or, the log

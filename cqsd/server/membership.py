@@ -58,6 +58,17 @@ class Membership:
     def log_dir(self) -> Path:
         return self.datadir.logstream
 
+    def role(self) -> dict:
+        """This node in ``cqsctl status``: owner of which pairs, standby for which."""
+        node, group = self.node, self.config.group
+        assert group is not None
+        return {"group": group.name, "node": group.node, "writer": self.journal.writer_id,
+                "standby": group.standby, "owns": sorted(node.owned),
+                "stands_by": sorted(self.registry.standby),
+                "lease_left": round(node.lease.left(now()), 3),
+                "fenced": node.fenced_since is not None, "etcd_error": node.etcd_error,
+                "takeovers": node.takeovers}
+
     def refusal(self, name: str) -> CQSError:
         """Why pair ``name`` is not served here, and where it is."""
         node = self.node

@@ -261,6 +261,7 @@ class GroupNode:
                    and (w == previous or w not in before)]
         ends = await trio.to_thread.run_sync(seal, self.host.log_dir, writers)
         cut = {**before, **{w: e.lsn for w, e in ends.items()}}
+        cut.pop(self.host.writer, None)  # this node's own series is never cut for its pair
         timestamp = max([e.timestamp for e in ends.values()]
                         + [s.timestamp for s in seals], default=0)
         await self.etcd.put(key(self.group.name, "seals", name, epoch),

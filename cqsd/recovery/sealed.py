@@ -38,13 +38,13 @@ from logstream.scan import scan_to_end
 from logstream.series import list_series
 
 from ..engine import Structure
-from ..records import OTHERS, OWNER, RECOVERABLE, STRUCTURE, WHERE
+from ..records import EPOCH, OTHERS, OWNER, RECOVERABLE, SEALED, STRUCTURE, WHERE
 from ..srds import slots
 from ..storage import image
 from .fold import fold
 from .restart import Rebuilt
 
-__all__ = ["End", "rebuild_pair", "seal"]
+__all__ = ["End", "cut_of", "rebuild_pair", "seal"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,19 @@ def seal(log_dir: Path, writers: Iterable[str]) -> dict[str, End]:
                 break
         ends[writer] = End(lsn, timestamp)
     return ends
+
+
+def cut_of(log_dir: Path, structure: str) -> dict[str, int]:
+    """The cut a fold of ``structure`` takes from the log alone, without etcd: the
+    seal of its newest epoch (whose first record repeats it), every other series to
+    its end. For offline checkers and jobs; the daemon has the seals from etcd."""
+    newest: tuple[int, dict[str, int]] = (0, {})
+    for record in logstream.read(log_dir):
+        body = record.body
+        if isinstance(body, dict) and EPOCH in body and body.get(STRUCTURE) == structure:
+            if body[EPOCH] > newest[0]:
+                newest = (body[EPOCH], {str(w): int(n) for w, n in body[SEALED].items()})
+    return {**logstream.tail_positions(log_dir), **newest[1]}
 
 
 def rebuild_pair(structures: list[Structure], images: Path, log_dir: Path, srds: Path,

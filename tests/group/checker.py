@@ -185,3 +185,42 @@ def drain(addresses: list[str]) -> list[bytes]:
             follower.call(lambda s, eid=m.entry_id: s.delete(eid), time.monotonic() + 60)
     finally:
         follower.close()
+
+
+def reference_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
+    """What the reference fold of the sealed log makes of ``structure``'s pair: entry
+    id -> payload, from the images, checkpoints and log in ``data_dir`` alone."""
+    from cqsd.config import loads
+    from cqsd.recovery.sealed import cut_of, rebuild_pair
+    from cqsd.server.registry import Registry
+
+    config = loads(f'[[structure]]\nname = "{structure}"\nsize = "64MiB"\n'
+                   f'overflow = "{structure}OV"\n[[structure]]\nname = "{structure}OV"\n'
+                   'size = "16MiB"\n')
+    pair = Registry(config).new_pair(structure)
+    rebuild_pair(pair.structures(), data_dir / "images", data_dir / "logstream",
+                 data_dir / "srds", cut_of(data_dir / "logstream", structure))
+    return {e.entry_id: bytes(e.data) for s in pair.structures() for e in s}
+
+
+def owner_messages(address: str, structure: str = STRUCTURE) -> dict[int, bytes]:
+    with cqsclient.connect(address, client="CHECKER", timeout=10) as c:
+        return {m.entry_id: m.data for m in c.structure(structure).browse_all()}
+
+
+def spark_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
+    """What the Spark checkpoint job folds of ``structure`` from the whole multi-node
+    log, cut as the reference fold is: entry id -> payload of the slot it writes."""
+    import subprocess
+    import sys
+
+    from cqsd.recovery.sealed import cut_of
+    from cqsd.srds import slots
+
+    cut = cut_of(data_dir / "logstream", structure)
+    subprocess.run([sys.executable, "-m", "cqsd.srds", "checkpoint", "--data-dir", str(data_dir),
+                    "--structure", structure, "--master", "local[2]",
+                    *(a for w, n in cut.items() for a in ("--cut", f"{w}={n}"))],
+                   check=True, capture_output=True, timeout=600)
+    slot = slots.newest_valid(data_dir / "srds", structure)
+    return {i: bytes(r[3]) for i, r in slots.read_rows(slot, offloaded_data=True).items()}

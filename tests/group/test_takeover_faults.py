@@ -14,7 +14,16 @@ import uuid
 import cqsclient
 import pytest
 
-from .checker import STRUCTURE, Consumer, History, Producer, drain
+from .checker import (
+    STRUCTURE,
+    Consumer,
+    History,
+    Producer,
+    drain,
+    owner_messages,
+    reference_messages,
+    spark_messages,
+)
 from .cluster import Node, shared_data
 
 CYCLES = int(os.environ.get("CQSD_TAKEOVER_CYCLES", "2"))
@@ -68,9 +77,9 @@ def test_owner_killed_or_paused_loses_nothing_acknowledged(group):
     the old owner acknowledges nothing after it resumes, and the checker is clean."""
     nodes = group
     addresses = [n.address for n in nodes.values()]
-    history, stop = History(), threading.Event()
+    history, stop, stop_consumers = History(), threading.Event(), threading.Event()
     workers = [Producer(i, addresses, history, stop) for i in range(2)] + [
-        Consumer(i, addresses, history, stop) for i in range(2)]
+        Consumer(i, addresses, history, stop_consumers) for i in range(2)]
     wait_owner(nodes)
     for w in workers:
         w.start()
@@ -99,14 +108,24 @@ def test_owner_killed_or_paused_loses_nothing_acknowledged(group):
                 os.kill(owner.proc.pid, signal.SIGCONT)
                 owner.wait_for("fenced", after=owner_mark, timeout=30)
                 pauses.append([owner.address, resumed, None])
+        stop_consumers.set()  # the structure fills again: the folds below have work
+        base = len(history.put_ok)
+        while len(history.put_ok) < base + 5 * PROGRESS:
+            time.sleep(0.05)
     finally:
         stop.set()
+        stop_consumers.set()
         for w in workers:
             w.join(60)
     assert all(w.error is None for w in workers), [w.error for w in workers]
     for address, resumed, until in pauses:  # from what the clients were told
         late = [t for t, a in history.acks if a == address and resumed < t < (until or 1e18)]
         assert late == [], f"{address} acknowledged {len(late)} puts after it resumed, deposed"
+    data = next(iter(nodes.values())).data
+    live = owner_messages(wait_owner(nodes).address)
+    assert len(live) >= 5 * PROGRESS
+    assert live == reference_messages(data), "the owner differs from the sealed log's fold"
+    assert live == spark_messages(data), "the Spark fold of the whole log differs"
     verdict = history.verdict(drain(addresses))
     print(verdict | {k: len(verdict[k]) for k in ("lost", "unexpected", "resurrected")})
     assert verdict["acknowledged"] >= 2 * CYCLES * PROGRESS

@@ -161,15 +161,14 @@ class GroupNode:
 
     async def _join(self) -> None:
         """A new lease and this node's key; after a fence, a new series first."""
-        if self.fenced_since is not None:
-            await self.etcd.get(key(self.group.name, "nodes", self.group.node))  # reachable?
+        sent = now()
+        lease, ttl = await self.etcd.grant(self.group.lease)
+        self.lease.granted(lease, ttl, sent)
+        if self.fenced_since is not None:  # a new series, at once: no await in between
             writer = self.host.rejoin()
             log.info("node_rejoined", node=self.group.node, writer=writer,
                      fenced_seconds=round(now() - self.fenced_since, 3))
             self.fenced_since = None
-        sent = now()
-        lease, ttl = await self.etcd.grant(self.group.lease)
-        self.lease.granted(lease, ttl, sent)
         await self.etcd.put(key(self.group.name, "nodes", self.group.node), json.dumps({
             "advertise": self.group.advertise, "writer": self.host.writer,
             "standby": self.group.standby}), lease=lease)
@@ -275,6 +274,11 @@ class GroupNode:
         self.takeovers += 1
         log.info("takeover_done", structure=name, epoch=epoch, node=self.group.node,
                  phases=takeover.phases, seconds=round(now() - detected, 3))
+
+    def fence(self, why: str) -> None:
+        """Stop acknowledging and give everything up (idempotent); the keep-alive then
+        rejoins as a new incarnation."""
+        self._fence(why)
 
     def _fence(self, why: str) -> None:
         if self.fenced_since is not None:

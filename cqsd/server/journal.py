@@ -57,6 +57,10 @@ def _always() -> bool:
     return True
 
 
+def _ignore(why: str) -> None:
+    pass
+
+
 class Journal:
     def __init__(self, directory: Path, segment_size: int, writer: str = WRITER) -> None:
         self.directory = directory
@@ -74,6 +78,7 @@ class Journal:
         self.failed: BaseException | None = None
         self.fenced: BaseException | None = None  # a group node that lost its lease
         self.owner_valid: Callable[[], bool] = _always  # a group's lease, checked after fsync
+        self.on_fenced: Callable[[str], None] = _ignore  # the group gives its pairs up
         self._work = trio.Event()
         self._flushed = trio.Event()
         self._fsync_average = 0.0
@@ -176,6 +181,7 @@ class Journal:
                 else:
                     self.fenced = Fenced("this node's lease with etcd ran out before its "
                                          "records were acknowledged")
+                    self.on_fenced(str(self.fenced))
             self._fsync_average = 0.8 * self._fsync_average + 0.2 * seconds
             if self.observe is not None:
                 self.observe(seconds, target - before)

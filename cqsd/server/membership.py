@@ -46,6 +46,7 @@ class Membership:
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         journal.owner_valid = self.node.valid
+        journal.on_fenced = self.node.fence
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
         registry.elsewhere = self.refusal

@@ -113,6 +113,7 @@ class Producer(threading.Thread):
         self.n, self.history, self.stop_event = n, history, stop
         self.follower = Follower(f"PUT{n}", addresses)
         self.error: BaseException | None = None
+        self.last_error: BaseException | None = None  # of the last put in doubt
 
     def run(self) -> None:
         i = 0
@@ -123,7 +124,8 @@ class Producer(threading.Thread):
                 try:
                     eid = self.follower.call(lambda s: s.put(QUEUE, payload),
                                              time.monotonic() + 60)
-                except (ConnectionLost, CQSError):
+                except (ConnectionLost, CQSError) as err:
+                    self.last_error = err
                     with self.history.lock:
                         self.history.put_unknown.add(payload)
                     continue

@@ -57,6 +57,24 @@ def wait_owner(nodes, not_node=None, timeout=30):
     raise AssertionError(f"no new owner of {STRUCTURE} within {timeout} s")
 
 
+def trouble(nodes):
+    """What the nodes said of the group and its faults, for a failure's message."""
+    names = ("owner_acquired", "takeover_done", "takeover_failed", "fenced", "node_joined",
+             "etcd_unreachable", "task_died", "owner_lost")
+    return {n: [(e.get("event"), e.get("structure"), e.get("why") or e.get("error"))
+                for e in node.lines if e.get("event") in names or e.get("level") == "critical"]
+            for n, node in nodes.items()}
+
+
+def stacks(workers):
+    import sys
+    import traceback
+    frames = sys._current_frames()
+    return {w.name: (repr(getattr(w, "last_error", None)), w.follower.address,
+                     traceback.format_stack(frames[w.ident])[-6:-3]) for w in workers
+            if w.ident in frames}
+
+
 @pytest.fixture
 def group(etcd_server):
     data = shared_data()
@@ -89,7 +107,8 @@ def test_owner_killed_or_paused_loses_nothing_acknowledged(group):
             base = len(history.put_ok)
             deadline = time.monotonic() + 60
             while len(history.put_ok) < base + PROGRESS:
-                assert time.monotonic() < deadline, "the clients made no progress"
+                assert time.monotonic() < deadline, (
+                    f"the clients made no progress: {trouble(nodes)} {stacks(workers)}")
                 time.sleep(0.05)
             owner = wait_owner(nodes)
             other = next(n for n in nodes.values() if n is not owner)

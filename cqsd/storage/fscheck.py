@@ -120,7 +120,7 @@ class Session:
         """Say this party reached `step`; wait until the other has too. Raises PartnerLost."""
         self._put_step(step)
         deadline = time.monotonic() + self.timeout
-        while (theirs := self._their_step()) is None or ABORTED != theirs < step:
+        while (theirs := self._their_step()) is None or (theirs != ABORTED and theirs < step):
             if time.monotonic() > deadline:
                 raise PartnerLost(f"the other party did not reach step {step} within"
                                   f" {self.timeout:g} s (is it running? if a killed fscheck"
@@ -524,7 +524,8 @@ def check(directory: Path, wait: float, records: int) -> list[Result]:
     except OSError as err:
         return [Result("FAIL", "rendezvous", f"{directory}: {err}")]
     try:
-        results = run_checks(s, directory, records)
+        results = [Result("PASS", "partner", f"met {s.partner} (this node is party {s.role})")]
+        results += run_checks(s, directory, records)
         failed = sum(r.status == "FAIL" for r in results)
         _write_at_zero(s.mine("failed"), str(failed), os.O_WRONLY | os.O_CREAT)
         s.sync()
@@ -536,6 +537,9 @@ def check(directory: Path, wait: float, records: int) -> list[Result]:
         if s.role == "a":
             s.remove()
         return [Result("FAIL", "partner", str(err))]
+    except OSError as err:  # outside what a check expects: this party cannot go on
+        s.abort(f"{type(err).__name__}: {err}")
+        return [Result("FAIL", "io", str(err))]
     except BaseException as err:
         s.abort(f"{type(err).__name__}: {err}")
         raise

@@ -107,11 +107,8 @@ class Unsynced:
             if n * PAGE < self.size:
                 os.pwrite(fd, page[: min(PAGE, self.size - n * PAGE)], n * PAGE)
 
-    def bytes(self) -> int:
-        return len(self.pages) * PAGE
 
-
-def _operations():  # type: ignore[no-untyped-def]
+def _operations():
     """The pyfuse3.Operations subclass, built here so tests import this module without pyfuse3."""
     import pyfuse3
     from pyfuse3 import FUSEError
@@ -119,7 +116,7 @@ def _operations():  # type: ignore[no-untyped-def]
     def failing(err: OSError) -> FUSEError:
         return FUSEError(err.errno or errno.EIO)
 
-    class LazyOperations(pyfuse3.Operations):  # type: ignore[misc]
+    class LazyOperations(pyfuse3.Operations):
         """Inodes are the backing inodes, each held by an fd (O_PATH for non-directories)."""
 
         supports_dot_lookup = False
@@ -172,10 +169,10 @@ def _operations():  # type: ignore[no-untyped-def]
                 raise failing(err) from None
             return self._entry(st)
 
-        async def lookup(self, parent_inode, name, ctx):  # type: ignore[no-untyped-def]
+        async def lookup(self, parent_inode, name, ctx):
             return self._remember(parent_inode, os.fsdecode(name))
 
-        async def forget(self, inode_list):  # type: ignore[no-untyped-def]
+        async def forget(self, inode_list):
             for ino, count in inode_list:
                 node = self.nodes.get(ino)
                 if node is None or ino == pyfuse3.ROOT_INODE:
@@ -184,7 +181,7 @@ def _operations():  # type: ignore[no-untyped-def]
                 if node[1] <= 0:
                     os.close(self.nodes.pop(ino)[0])
 
-        async def getattr(self, inode, ctx=None):  # type: ignore[no-untyped-def]
+        async def getattr(self, inode, ctx=None):
             try:
                 return self._entry(os.stat(self._fd(inode)))
             except OSError as err:
@@ -193,7 +190,7 @@ def _operations():  # type: ignore[no-untyped-def]
         def _proc(self, ino: int) -> str:
             return f"/proc/self/fd/{self._fd(ino)}"
 
-        async def setattr(self, inode, attr, fields, fh, ctx):  # type: ignore[no-untyped-def]
+        async def setattr(self, inode, attr, fields, fh, ctx):
             try:
                 if fields.update_size:
                     self._state(inode).truncate(attr.st_size)
@@ -210,7 +207,7 @@ def _operations():  # type: ignore[no-untyped-def]
 
         # -- the namespace: applied to the backing directory at once -------------------
 
-        async def mknod(self, parent_inode, name, mode, rdev, ctx):  # type: ignore[no-untyped-def]
+        async def mknod(self, parent_inode, name, mode, rdev, ctx):
             try:
                 os.mknod(os.fsdecode(name), mode & ~ctx.umask, rdev,
                          dir_fd=self._fd(parent_inode))
@@ -218,7 +215,7 @@ def _operations():  # type: ignore[no-untyped-def]
                 raise failing(err) from None
             return self._remember(parent_inode, os.fsdecode(name))
 
-        async def mkdir(self, parent_inode, name, mode, ctx):  # type: ignore[no-untyped-def]
+        async def mkdir(self, parent_inode, name, mode, ctx):
             try:
                 os.mkdir(os.fsdecode(name), mode & ~ctx.umask, dir_fd=self._fd(parent_inode))
             except OSError as err:
@@ -232,7 +229,7 @@ def _operations():  # type: ignore[no-untyped-def]
                 if st.st_nlink <= 1 and self._ino(st) not in self.opened:
                     self.unsynced.pop(self._ino(st), None)
 
-        async def unlink(self, parent_inode, name, ctx):  # type: ignore[no-untyped-def]
+        async def unlink(self, parent_inode, name, ctx):
             dirfd, name = self._fd(parent_inode), os.fsdecode(name)
             self._gone(dirfd, name)
             try:
@@ -240,14 +237,14 @@ def _operations():  # type: ignore[no-untyped-def]
             except OSError as err:
                 raise failing(err) from None
 
-        async def rmdir(self, parent_inode, name, ctx):  # type: ignore[no-untyped-def]
+        async def rmdir(self, parent_inode, name, ctx):
             try:
                 os.rmdir(os.fsdecode(name), dir_fd=self._fd(parent_inode))
             except OSError as err:
                 raise failing(err) from None
 
-        async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new,  # type: ignore[no-untyped-def]
-                         flags, ctx):
+        async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags,
+                         ctx):
             old, new = self._fd(parent_inode_old), self._fd(parent_inode_new)
             name_old, name_new = os.fsdecode(name_old), os.fsdecode(name_new)
             if flags & pyfuse3.RENAME_EXCHANGE:
@@ -279,13 +276,13 @@ def _operations():  # type: ignore[no-untyped-def]
                 self._state(ino).truncate(0)
             return pyfuse3.FileInfo(fh=ino)
 
-        async def open(self, inode, flags, ctx):  # type: ignore[no-untyped-def]
+        async def open(self, inode, flags, ctx):
             try:
                 return self._open(inode, flags)
             except OSError as err:
                 raise failing(err) from None
 
-        async def create(self, parent_inode, name, mode, flags, ctx):  # type: ignore[no-untyped-def]
+        async def create(self, parent_inode, name, mode, flags, ctx):
             name = os.fsdecode(name)
             try:
                 excl = flags & os.O_EXCL
@@ -296,17 +293,17 @@ def _operations():  # type: ignore[no-untyped-def]
             except OSError as err:
                 raise failing(err) from None
 
-        async def read(self, fh, off, size):  # type: ignore[no-untyped-def]
+        async def read(self, fh, off, size):
             fd = self.opened[fh][0]
             if (state := self.unsynced.get(fh)) is None:
                 return os.pread(fd, size, off)
             return state.read(fd, off, size)
 
-        async def write(self, fh, off, buf):  # type: ignore[no-untyped-def]
+        async def write(self, fh, off, buf):
             self._state(fh).write(self.opened[fh][0], off, buf)
             return len(buf)
 
-        async def fsync(self, fh, datasync):  # type: ignore[no-untyped-def]
+        async def fsync(self, fh, datasync):
             try:
                 fd = self.opened[fh][0]
                 if (state := self.unsynced.get(fh)) is not None:
@@ -317,7 +314,7 @@ def _operations():  # type: ignore[no-untyped-def]
             except OSError as err:
                 raise failing(err) from None
 
-        async def release(self, fh):  # type: ignore[no-untyped-def]
+        async def release(self, fh):
             handle = self.opened[fh]
             handle[1] -= 1
             if handle[1] == 0:
@@ -328,10 +325,10 @@ def _operations():  # type: ignore[no-untyped-def]
 
         # -- directories ---------------------------------------------------------------
 
-        async def opendir(self, inode, ctx):  # type: ignore[no-untyped-def]
+        async def opendir(self, inode, ctx):
             return inode
 
-        async def readdir(self, fh, start_id, token):  # type: ignore[no-untyped-def]
+        async def readdir(self, fh, start_id, token):
             dirfd = self._fd(fh)
             names = sorted(os.listdir(dirfd))  # the position is an index: good enough here
             for index in range(start_id, len(names)):
@@ -344,10 +341,10 @@ def _operations():  # type: ignore[no-untyped-def]
                     break
                 self._remember(fh, names[index])
 
-        async def fsyncdir(self, fh, datasync):  # type: ignore[no-untyped-def]
+        async def fsyncdir(self, fh, datasync):
             os.fsync(self._fd(fh))
 
-        async def statfs(self, ctx):  # type: ignore[no-untyped-def]
+        async def statfs(self, ctx):
             st, out = os.statvfs(self._fd(pyfuse3.ROOT_INODE)), pyfuse3.StatvfsData()
             for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
                          "f_ffree", "f_favail", "f_namemax"):
@@ -374,7 +371,7 @@ def _operations():  # type: ignore[no-untyped-def]
     return LazyOperations
 
 
-async def _serve(ops) -> None:  # type: ignore[no-untyped-def]
+async def _serve(ops) -> None:
     """The FUSE loop beside the command loop on stdin; ends on EOF, `stop` or SIGTERM."""
     import pyfuse3
     import trio
@@ -403,7 +400,7 @@ async def _serve(ops) -> None:  # type: ignore[no-untyped-def]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pyfuse3.main)
 
-        async def first_to_end(fn) -> None:  # type: ignore[no-untyped-def]
+        async def first_to_end(fn) -> None:
             await fn()
             pyfuse3.terminate()
             nursery.cancel_scope.cancel()

@@ -14,6 +14,7 @@ What it models, and what not:
   see the cached state. `drop` forgets every cache: each file then reads as it
   was at its last fsync (the kernel's caches of the mount are invalidated too).
   Closing a file does not sync it; neither does sync(2) (FUSE gets no request).
+  Times are the backing file's: a cached write changes no mtime until its fsync.
   `drop` with `keep` lets each file's first unsynced pages reach the disk first:
   a cut in the middle of writeback, which tears a record that spans pages.
 - The namespace: create, mkdir, mknod, rename, unlink and rmdir go to the

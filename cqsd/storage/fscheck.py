@@ -76,11 +76,12 @@ class PartnerLost(Exception):
     """The other party did not reach a step in time, or gave up; the message says which."""
 
 
-def _write_at_zero(path: Path, text: str, flags: int = os.O_WRONLY) -> None:
-    """Overwrite the start of `path` and close it (closing is what flushes to an NFS server)."""
-    fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+def _say(path: Path, line: str) -> None:
+    """Append `line` to `path` and close it: closing is what flushes to an NFS server, and
+    a file that grows is seen to change even where timestamps are coarse."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        os.pwrite(fd, text.encode(), 0)
+        os.write(fd, f"{line}\n".encode())
     finally:
         os.close(fd)
 
@@ -88,6 +89,14 @@ def _write_at_zero(path: Path, text: str, flags: int = os.O_WRONLY) -> None:
 def _read(path: Path) -> bytes:
     with open(path, "rb") as f:  # opened anew each time: close-to-open
         return f.read()
+
+
+def _last(path: Path) -> str:
+    """The last whole line `_say` appended to `path` ("" if none yet); raises OSError."""
+    with open(path, "rb") as f:  # opened anew each time: close-to-open
+        f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))  # lines are short; files grow
+        lines = f.read().decode(errors="replace").split("\n")
+    return lines[-2] if len(lines) > 1 else ""
 
 
 class Session:
@@ -108,11 +117,11 @@ class Session:
         return self.dir / f"{self.other}.{name}"
 
     def _put_step(self, step: int) -> None:
-        _write_at_zero(self.mine("step"), f"{step:>11}\n")  # fixed width: never half old
+        _say(self.mine("step"), str(step))
 
     def _their_step(self) -> int | None:
         try:
-            return int(_read(self.theirs("step")))
+            return int(_last(self.theirs("step")))
         except (OSError, ValueError):
             return None  # not readable yet or caught mid-write: look again
 
@@ -127,7 +136,7 @@ class Session:
                                   f" left {self.dir}, remove it)")
             time.sleep(POLL)
         if theirs == ABORTED:
-            reason = _read(self.theirs("abort")).decode(errors="replace")
+            reason = _last(self.theirs("abort"))
             raise PartnerLost(f"the other party gave up: {reason}")
         self.timeout = STEP_TIMEOUT
 
@@ -138,7 +147,7 @@ class Session:
 
     def abort(self, reason: str) -> None:
         with contextlib.suppress(OSError):
-            _write_at_zero(self.mine("abort"), reason, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            _say(self.mine("abort"), reason)
             self._put_step(ABORTED)
 
     def leave(self) -> None:
@@ -161,8 +170,8 @@ def join(directory: Path, wait: float) -> Session:
     temp = directory / f"{RENDEZVOUS}.{run}"
     temp.mkdir()
     (temp / "run").write_text(f"{run}\n{me}\n")
-    (temp / "a.step").write_text(f"{0:>11}\n")
-    (temp / "b.step").write_text(f"{-1:>11}\n")
+    _say(temp / "a.step", "0")
+    _say(temp / "b.step", "-1")
     try:
         os.rename(temp, directory / RENDEZVOUS)
         role = "a"
@@ -177,9 +186,9 @@ def join(directory: Path, wait: float) -> Session:
         run, partner = _read(directory / RENDEZVOUS / "run").decode().split("\n")[:2]
         session = Session(directory, "b", run, wait)
         session.partner = partner
-        if session._their_step() != 0 or _read(session.mine("step")).strip() != b"-1":
+        if session._their_step() != 0 or _last(session.mine("step")) != "-1":
             raise PartnerLost(f"{session.dir} was left by an earlier fscheck: remove it")
-        _write_at_zero(session.mine("who"), me, os.O_WRONLY | os.O_CREAT)
+        _say(session.mine("who"), me)
     session._put_step(0)
     try:
         session.meet(0)
@@ -188,7 +197,7 @@ def join(directory: Path, wait: float) -> Session:
             session.remove()  # nobody came: leave no rendezvous behind
         raise
     if role == "a":
-        session.partner = _read(session.theirs("who")).decode()
+        session.partner = _last(session.theirs("who"))
     return session
 
 
@@ -344,8 +353,7 @@ class _Appender(threading.Thread):
         self.fsync_ms: list[float] = []
 
     def announce(self, durable_seq: int, state: str) -> None:
-        _write_at_zero(self.s.mine("progress"), f"{durable_seq:>20} {state:<6}\n",
-                       os.O_WRONLY | os.O_CREAT)
+        _say(self.s.mine("progress"), f"{durable_seq} {state}")
 
     def run(self) -> None:
         fd = -1
@@ -376,8 +384,8 @@ class _Appender(threading.Thread):
 
 def _their_progress(s: Session) -> tuple[int, str]:
     try:
-        seq, state = _read(s.theirs("progress")).split()
-        return int(seq), state.decode()
+        seq, state = _last(s.theirs("progress")).split()
+        return int(seq), state
     except (OSError, ValueError):
         return 0, "going"  # not announced yet
 
@@ -427,6 +435,9 @@ def _tail(s: Session) -> tuple[int, float, str | None]:
 
 def check_records(s: Session, count: int) -> list[Result]:
     """Each party appends `count` records while reading the other's, both at once."""
+    for name in ("records", "progress"):  # before the other looks: no cached "no such file"
+        os.close(os.open(s.mine(name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    s.sync()
     appender = _Appender(s, count)
     start = time.monotonic()
     appender.start()
@@ -527,9 +538,9 @@ def check(directory: Path, wait: float, records: int) -> list[Result]:
         results = [Result("PASS", "partner", f"met {s.partner} (this node is party {s.role})")]
         results += run_checks(s, directory, records)
         failed = sum(r.status == "FAIL" for r in results)
-        _write_at_zero(s.mine("failed"), str(failed), os.O_WRONLY | os.O_CREAT)
+        _say(s.mine("failed"), str(failed))
         s.sync()
-        theirs = int(_read(s.theirs("failed")) or 0)
+        theirs = int(_last(s.theirs("failed")))
         if theirs:
             results.append(Result("FAIL", "partner", f"{theirs} checks failed on the other node"
                                   f" ({s.partner}): see its output"))

@@ -95,18 +95,20 @@ class Unsynced:
         """Write this state to the backing file `fd` and fsync it."""
         if self.floor < os.fstat(fd).st_size:
             os.ftruncate(fd, self.floor)
-        for n, page in sorted(self.pages.items()):
-            if n * PAGE < self.size:
-                os.pwrite(fd, page[: min(PAGE, self.size - n * PAGE)], n * PAGE)
+        self._write(fd, len(self.pages))
         if os.fstat(fd).st_size != self.size:
             os.ftruncate(fd, self.size)
         (os.fdatasync if datasync else os.fsync)(fd)
 
-    def tear(self, fd: int, keep: int) -> None:
-        """The first `keep` pages, in file order, reached the disk before the cut (a torn write)."""
-        for n, page in sorted(self.pages.items())[:keep]:
+    def _write(self, fd: int, pages: int) -> None:
+        """Write the first `pages` pages, in file order, to the backing file `fd`."""
+        for n, page in sorted(self.pages.items())[:pages]:
             if n * PAGE < self.size:
                 os.pwrite(fd, page[: min(PAGE, self.size - n * PAGE)], n * PAGE)
+
+    def tear(self, fd: int, keep: int) -> None:
+        """The first `keep` pages reached the disk before the cut: a torn write."""
+        self._write(fd, keep)
 
 
 def _operations():
@@ -179,7 +181,7 @@ def _operations():
                 if node is None or ino == pyfuse3.ROOT_INODE:
                     continue
                 node[1] -= count
-                if node[1] <= 0:
+                if node[1] <= 0 and ino not in self.unsynced:  # else kept for a drop's tear
                     os.close(self.nodes.pop(ino)[0])
 
         async def getattr(self, inode, ctx=None):
@@ -367,6 +369,8 @@ def _operations():
                         os.close(fd)
                 lost += max(0, len(state.pages) - keep) * PAGE
             self.unsynced.clear()
+            for ino in [ino for ino, node in self.nodes.items() if node[1] <= 0]:
+                os.close(self.nodes.pop(ino)[0])  # forgotten by the kernel, kept for the tear
             return inodes, lost
 
     return LazyOperations

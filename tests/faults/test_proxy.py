@@ -1,6 +1,7 @@
 """The partition proxy: bytes pass, vanish in a blackhole, connections reset, replies get lost."""
 
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ class EchoServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = self.listener.getsockname()
         self.received = []
+        self.closed = 0
         self.seen = threading.Condition()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -37,6 +39,9 @@ class EchoServer:
                     self.received.append(data)
                     self.seen.notify_all()
                 conn.sendall(data)
+        with self.seen:
+            self.closed += 1
+            self.seen.notify_all()
 
     @staticmethod
     def _recv(conn):
@@ -48,6 +53,10 @@ class EchoServer:
     def wait_received(self, data, timeout=5.0):
         with self.seen:
             return self.seen.wait_for(lambda: data in self.received, timeout)
+
+    def wait_closed(self, n, timeout=5.0):
+        with self.seen:
+            return self.seen.wait_for(lambda: self.closed >= n, timeout)
 
 
 @pytest.fixture
@@ -106,6 +115,18 @@ def test_a_blackhole_drops_bytes_but_keeps_connections_open(proxy, echo):
         assert b"lost" not in echo.received and proxy.stats.bytes_dropped >= 4
         proxy.heal()
         assert roundtrip(sock, b"after") == b"after"
+
+
+def test_a_client_gone_during_a_blackhole_is_heard_of_only_once_healed(proxy, echo):
+    """A client's reset in a partition does not reach the target; after healing, its end does."""
+    sock = connect(proxy)
+    assert roundtrip(sock, b"hi") == b"hi"
+    proxy.blackhole()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    assert not echo.wait_closed(1, timeout=SILENCE)
+    proxy.heal()
+    assert echo.wait_closed(1)
 
 
 def test_a_connection_made_in_a_blackhole_is_only_served_once_healed(proxy, echo):

@@ -5,6 +5,7 @@ NOT_OWNER followed, a SIGKILLed and a SIGSTOPped owner ridden through with
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ import time
 import pytest
 
 import cqsclient
-from cqsclient import ConnectionLost
+from cqsclient import ConnectionLost, ctl
 from cqsclient.errors import CannotConnect
 from cqsproto import encode_frame
 
@@ -196,3 +197,27 @@ def test_a_silent_owner_is_noticed_by_the_keepalive(pair):
           f"got {late['reason']}: {late['message']}")
     after = raw.request("put", structure=S, queue="TRANX", data=b"after")
     assert after["ok"] is False and after["reason"] in ("NOT_OWNER", "STRUCTURE_FAILED"), after
+
+
+def test_cqsctl_finds_the_owner_and_displays_the_owners(pair, etcd_server, capsys):
+    """cqsctl given the standby first puts on the owner; display owners is answered
+    by any node, as a table and as the daemon's rows."""
+    a, b = pair
+
+    def cqsctl(*argv: str) -> tuple[int, str]:
+        status = ctl.main(["--address", f"{b.address},{a.address}", *argv])
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        return status, out
+
+    _, out = cqsctl("put", S, "TRANX", "by ctl")
+    assert int(out) > 0 and payloads_on(a) == [b"by ctl"]
+    _, out = cqsctl("display", "owners")
+    lines = out.splitlines()
+    assert lines[0].split() == ["STRUCTURE", "OWNER", "EPOCH", "LEASE_LEFT", "STANDBYS"]
+    assert [line.split()[:2] for line in lines[1:]] == [["EMHQ01", "NODE1"], [S, "NODE1"]]
+    assert all(line.split()[-1] == "NODE2" for line in lines[1:])
+    _, out = cqsctl("--json", "display", "owners")
+    rows = json.loads(out)
+    assert [(r["structure"], r["owner"]) for r in rows] == [("EMHQ01", "NODE1"), (S, "NODE1")]
+    assert all(type(r["epoch"]) is int and r["standbys"][0]["node"] == "NODE2" for r in rows)

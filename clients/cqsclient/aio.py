@@ -258,7 +258,10 @@ class Client:
         if only is not None:
             return await self._dial_one(only, cold, takeover)
         error: CannotConnect | None = None
-        for address in await anyio.to_thread.run_sync(self._targets.candidates):
+        targets = self._targets
+        listed = (targets.candidates() if targets.etcd is None
+                  else await anyio.to_thread.run_sync(targets.candidates))
+        for address in listed:
             try:
                 return await self._dial_one(address, cold, takeover)
             except CannotConnect as failed:
@@ -314,7 +317,8 @@ class Client:
                 attempts += 1
                 try:
                     conn, session = await self._dial(False, self._token)
-                    resync = await self._resync(conn, session, lost.message, attempts, started)
+                    resync = await self._resync(conn, session, lost.message, attempts, started,
+                                                probe=True)
                 except TRANSIENT as error:
                     self.reconnect.failed(attempts, started, error, lost)
                     continue
@@ -365,12 +369,23 @@ class Client:
         cause: str,
         attempts: int,
         started: float,
+        probe: bool = False,
     ) -> Resync:
+        """See the blocking client."""
         kept, gone, orphans = session.locks, list[HeldLock](), list[HeldLock]()
         if self._book is not None:
             kept, gone, orphans = self._book.resync(session.locks)
         try:
             with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
+                for structure in sorted(self._book.structures()) if probe and self._book else ():
+                    call = ops.connect(structure)
+                    try:
+                        call.finish(await conn.roundtrip(call))
+                    except (NotOwner, StructureFailed) as refused:
+                        raise misdirection(self._targets, conn.address, refused,
+                                           structure) from refused
+                    except CQSError:
+                        pass  # the resync says what became of its locks
                 for lock in orphans:
                     unlock = ops.unlock(lock.structure, lock.entry_id)
                     try:

@@ -316,7 +316,8 @@ class Client:
                 attempts += 1
                 try:
                     connection, session = self._dialer.open(False, self._token)
-                    resync = self._resync(connection, session, lost.message, attempts, started)
+                    resync = self._resync(connection, session, lost.message, attempts, started,
+                                          probe=True)
                 except TRANSIENT as error:
                     self.reconnect.failed(attempts, started, error, lost)
                     continue
@@ -369,11 +370,25 @@ class Client:
         cause: str,
         attempts: int,
         started: float,
+        probe: bool = False,
     ) -> Resync:
         """On the new connection, before anyone else uses it: give back the orphans
         and register the interests again; the report. Misdirected if the node does
-        not own (or nobody owns) a structure of the interests."""
+        not own (or nobody owns) a structure of the interests, or with *probe* one
+        the application holds locks in (their resync would be wrong there)."""
         try:
+            if probe and self._book is not None:
+                with self._book_lock:
+                    held = self._book.structures()
+                for structure in sorted(held):
+                    call = ops.connect(structure)
+                    try:
+                        call.finish(connection.roundtrip(call, self.timeout))
+                    except (NotOwner, StructureFailed) as refused:
+                        raise misdirection(self._dialer.targets, connection.address, refused,
+                                           structure) from refused
+                    except CQSError:
+                        pass  # the resync says what became of its locks
             kept, gone, orphans = session.locks, list[HeldLock](), list[HeldLock]()
             if self._book is not None:
                 with self._book_lock:

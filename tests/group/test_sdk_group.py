@@ -31,8 +31,9 @@ def pair(etcd_server):
     """Two nodes of a fresh group: NODE1 owns every pair, NODE2 stands by and
     knows NODE1 as the owner."""
     group, data = next(GROUPS), shared_data()
-    a = Node("NODE1", data, etcd_server.endpoint, group=group, lease=LEASE)
-    b = Node("NODE2", data, etcd_server.endpoint, group=group, lease=LEASE)
+    keys = "resync_grace = 30"  # a client's locks wait for it across a takeover
+    a = Node("NODE1", data, etcd_server.endpoint, group=group, lease=LEASE, daemon_keys=keys)
+    b = Node("NODE2", data, etcd_server.endpoint, group=group, lease=LEASE, daemon_keys=keys)
     try:
         a.start()
         a.wait_for("takeover_done", count=2, timeout=30)
@@ -152,12 +153,20 @@ def test_a_reconnecting_client_rides_a_sigkill_of_the_owner(pair):
     """SIGKILL of the owner while a client puts in a loop: the client reconnects to
     the standby, waits for it to take over, and carries on; every put was either
     acknowledged or raised ConnectionLost with applied unknown, and every
-    acknowledged one is on the new owner, once."""
+    acknowledged one is on the new owner, once. The lock it held came back at
+    the resync (the reconnect waited for an owner of its structure)."""
     a, b = pair
     with cqsclient.connect(f"{a.address},{b.address}", client="RIDER", reconnect=True,
                            keepalive=1.0) as c:
+        s = c.structure(S)
+        s.put("HELDQ", b"held")
+        held = s.read("HELDQ")
         acked, lost, pause = ride(c, a.kill)
         assert c.address == b.address
+        resync = c.last_resync
+        assert [lock.entry_id for lock in resync.kept] == [held.entry_id], resync
+        assert resync.lost == []
+        s.delete(held.entry_id)  # held indeed: LOCK_NOT_HELD otherwise
     assert all(applied is None for _, applied in lost), lost
     assert len(lost) <= 1  # one put at most was in flight when the owner died
     on_b = payloads_on(b)
@@ -171,13 +180,16 @@ def test_a_reconnecting_client_rides_a_sigkill_of_the_owner(pair):
 
 def test_a_silent_owner_is_noticed_by_the_keepalive(pair):
     """SIGSTOP of the owner for longer than its lease: the client's keepalive notices
-    the silence, the client moves to the new owner and carries on. Resumed, the old
-    owner acknowledges nothing: a put sent to it while it was stopped is refused."""
+    the silence, the client moves to the new owner and carries on, its interest
+    registered again. Resumed, the old owner acknowledges nothing: a put sent to
+    it while it was stopped is refused."""
     a, b = pair
     raw = Raw(a.socket)
     assert raw.register("LATE")["ok"] is True
     with cqsclient.connect(f"{a.address},{b.address}", client="WATCHER", reconnect=True,
                            keepalive=1.0) as c:
+        c.register_interest(S, "WATCHQ")
+
         def stop_owner() -> None:
             os.kill(a.proc.pid, signal.SIGSTOP)
             raw.send(encode_frame({"id": 99, "op": "put", "structure": S, "queue": "TRANX",
@@ -185,6 +197,9 @@ def test_a_silent_owner_is_noticed_by_the_keepalive(pair):
 
         acked, lost, pause = ride(c, stop_owner)
         assert c.address == b.address
+        assert c.last_resync.interests == [(S, "WATCHQ", "TRAN")]
+        c.structure(S).put("WATCHQ", b"work")
+        assert next(iter(c.notifications(timeout=10))).queue == "WATCHQ"
         b.wait_for("takeover_done", count=2)
     os.kill(a.proc.pid, signal.SIGCONT)
     a.wait_for("fenced")

@@ -237,6 +237,7 @@ class Client:
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
             raise
+        self.address = self._conn.address
         self._session(session)
         if self._book is not None:
             self._book.adopt(session.locks)

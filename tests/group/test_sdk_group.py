@@ -12,8 +12,10 @@ import threading
 import time
 
 import pytest
+import trio
 
 import cqsclient
+import cqsclient.aio
 from cqsclient import ConnectionLost, ctl
 from cqsclient.errors import CannotConnect
 from cqsproto import encode_frame
@@ -236,3 +238,20 @@ def test_cqsctl_finds_the_owner_and_displays_the_owners(pair, etcd_server, capsy
     rows = json.loads(out)
     assert [(r["structure"], r["owner"]) for r in rows] == [("EMHQ01", "NODE1"), (S, "NODE1")]
     assert all(type(r["epoch"]) is int and r["standbys"][0]["node"] == "NODE2" for r in rows)
+
+
+def test_the_async_client_follows_the_owner(pair, etcd_server):
+    """cqsclient.aio, given the group's etcd, registers with a node and puts on the
+    owner, under Trio."""
+    a, b = pair
+    group = a.config.read_text().split('name = "')[-1].split('"')[0]
+    where = etcd_server.endpoint.removeprefix("http://")
+
+    async def main() -> str:
+        async with cqsclient.aio.connect(f"etcd://{where}/{group}", client="ASYNC",
+                                         keepalive=1.0) as c:
+            await (await c.structure(S)).put("TRANX", b"async")
+            return c.address
+
+    assert trio.run(main) == a.address
+    assert payloads_on(a) == [b"async"]

@@ -34,6 +34,7 @@ from typing import Any, Final, TextIO
 import cqsclient
 from cqsclient import readable
 from cqsclient.errors import ConnectionLost, CQSError
+from cqsclient.group import parse_targets
 from cqsclient.model import Message
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
 from cqsproto.sizes import parse_size
@@ -49,7 +50,7 @@ EXIT_UNREACHABLE: Final = 3
 DATA_WIDTH: Final = 60
 
 QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups", "jobs",
-                      "smds", "usage", "cfstatus", "smdsconn")
+                      "smds", "usage", "cfstatus", "smdsconn", "owners")
 PROGRESS_POLL: Final = 0.5  # seconds between looks at a long job's progress
 
 
@@ -256,7 +257,9 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument(
         "--address",
         default=default(None),
-        help="daemon address: unix://PATH, tcp://HOST:PORT or tls://HOST:PORT "
+        help="daemon address: unix://PATH, tcp://HOST:PORT or tls://HOST:PORT; for a group, "
+        "several (comma-separated, tried in turn) or etcd://HOST:PORT/GROUP, and requests "
+        "go to the structure's owner "
         "(default: $CQSD_ADDRESS, else unix://./cqsd-data/cqsd.sock)",
     )
     parser.add_argument(
@@ -324,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
             "fullness, the log and fsync latency, checkpoints, recovery in progress")
 
     sub = command("display", "display structures, queues, clients, locks, headers, backups, "
-                  "jobs, or the shared message data sets: smds, usage, cfstatus, smdsconn")
+                  "jobs, a group's owners, or the shared message data sets: smds, usage, "
+                  "cfstatus, smdsconn")
     sub.add_argument("kind", choices=QUERY_KINDS, metavar="KIND",
                      help=f"one of: {', '.join(QUERY_KINDS)}")
     sub.add_argument("where", nargs="?", metavar="STRUCTURE", help="only this structure")
@@ -683,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit:  # argparse's usage errors (2) and --help (0)
         return exit.code if isinstance(exit.code, int) else EXIT_USAGE
     try:
-        address = cqsclient.parse_address(args.address).text
+        address = parse_targets(args.address).text
         name = args.client or _client_name_or_usage(default_client_name())
         if args.command == "dequeue" and not _confirm_dequeue(args, sys.stdin):
             _fail("dequeue cancelled")

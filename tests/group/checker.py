@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import cqsclient
-from cqsclient.errors import CQSError, ConnectionLost, NotOwner, RequestTimeout
+from cqsclient.errors import ConnectionLost, CQSError, NotOwner, RequestTimeout
 
 STRUCTURE, QUEUE = "MSGQ01", "TRANX"
 SETTLE = 0.05  # seconds a client waits before trying again while a pair has no owner
@@ -122,7 +122,7 @@ class Producer(threading.Thread):
                 payload = b"p%d-%d" % (self.n, i)
                 i += 1
                 try:
-                    eid = self.follower.call(lambda s: s.put(QUEUE, payload),
+                    eid = self.follower.call(lambda s, p=payload: s.put(QUEUE, p),
                                              time.monotonic() + 60)
                 except (ConnectionLost, CQSError) as err:
                     self.last_error = err

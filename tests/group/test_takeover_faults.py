@@ -11,8 +11,9 @@ import threading
 import time
 import uuid
 
-import cqsclient
 import pytest
+
+import cqsclient
 
 from .checker import (
     STRUCTURE,

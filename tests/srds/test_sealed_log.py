@@ -12,11 +12,11 @@ late writes nowhere; read without the cuts, the late writes would be there.
 
 import random
 
-import logstream
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import logstream
 from cqsd.recovery.sealed import cut_of
 
 from .folds import log_order, python_fold, spark_fold

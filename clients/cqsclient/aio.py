@@ -53,7 +53,7 @@ from .errors import (
     ShuttingDown,
     StructureFailed,
 )
-from .group import Patience, Targets, misdirection, parse_targets, redirect
+from .group import Patience, Targets, keepalive_for, misdirection, parse_targets, redirect
 from .model import (
     BrowsePage,
     HeldLock,
@@ -93,8 +93,9 @@ def connect(
     Arguments and errors as :func:`cqsclient.connect`; ValueError for a bad
     address or missing client name is raised here, the rest on entering.
     """
+    targets = parse_targets(address)
     return Client(
-        parse_targets(address),
+        targets,
         client_name(client),
         secret,
         cold,
@@ -103,7 +104,7 @@ def connect(
         cafile,
         policy(reconnect),
         operator,
-        keepalive,
+        keepalive_for(targets, keepalive),
     )
 
 

@@ -36,7 +36,7 @@ from .errors import (
     ShuttingDown,
     StructureFailed,
 )
-from .group import Patience, Targets, misdirection, parse_targets, redirect
+from .group import Patience, Targets, keepalive_for, misdirection, parse_targets, redirect
 from .model import (
     BrowsePage,
     HeldLock,
@@ -124,8 +124,9 @@ def connect(
     for a group (docs/sdk.md, Groups) it may list several, comma-separated, or be
     ``etcd://HOST:PORT/GROUP``: they are tried in turn, and a request the node
     does not own is followed to the owner (:mod:`cqsclient.group`). *keepalive*
-    (seconds, None for none) declares the connection lost when a request waits
-    that long without a word from the daemon (:mod:`cqsclient.keepalive`).
+    (seconds; 0 for none; default 2.5 for a group, none for one daemon) declares
+    the connection lost when a request waits that long without a word from the
+    daemon (:mod:`cqsclient.keepalive`).
     *client* to ``$CQSD_CLIENT``. ``cold=True`` is a cold start: whatever the
     client still held from a previous connection goes to the cold queue; a warm
     start (the default) gets it back, listed in ``Client.resync_locks``.
@@ -147,7 +148,7 @@ def connect(
     """
     targets = parse_targets(address)
     dialer = Dialer(targets, client_name(client), secret, timeout, ssl_context, cafile, operator,
-                    keepalive)
+                    keepalive_for(targets, keepalive))
     connection, session = dialer.open(cold, None)
     return Client(dialer, connection, session, policy(reconnect))
 

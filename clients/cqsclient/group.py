@@ -112,6 +112,19 @@ def parse_etcd(text: str) -> EtcdGroup:
     return EtcdGroup(text, tcp.host, tcp.port, group)
 
 
+# seconds of silence after which a group client gives a node up: half the default lease
+# (5 s), so a stopped owner is noticed about when its successor starts serving
+GROUP_KEEPALIVE = 2.5
+
+
+def keepalive_for(targets: "Targets", keepalive: float | None) -> float | None:
+    """The keepalive a connection uses: as given (0 turns it off), else GROUP_KEEPALIVE
+    for a group (a list or ``etcd://``) and none for a single daemon."""
+    if keepalive is None:
+        return GROUP_KEEPALIVE if targets.is_group else None
+    return keepalive or None
+
+
 class Targets:
     """The addresses a client dials, in the order it tries them: the node it was
     last sent to first (``prefer``), then the given list (or etcd's)."""
@@ -122,6 +135,10 @@ class Targets:
         self.etcd = etcd
         self.prefer: Address | None = None  # the owner a NOT_OWNER named
         self.failed: str | None = None  # the address whose connection was lost last
+
+    @property
+    def is_group(self) -> bool:
+        return self.etcd is not None or len(self.addresses) > 1
 
     def lost(self, address: str) -> None:
         """The connection to *address* was lost: try it last from now on (a stopped

@@ -287,3 +287,14 @@ def test_the_async_keepalive_notices_a_silent_daemon(owner, backend):
             return time.monotonic() - started
 
     assert 0.3 <= anyio.run(main, backend=backend) < 1.5
+
+
+def test_a_group_client_has_a_keepalive_by_default_and_one_daemon_none():
+    """A list or etcd:// gets GROUP_KEEPALIVE unless told; 0 turns it off; one address none."""
+    from cqsclient.group import GROUP_KEEPALIVE, keepalive_for, parse_targets
+
+    group = parse_targets("unix:///a/s,unix:///b/s")
+    assert keepalive_for(group, None) == GROUP_KEEPALIVE
+    assert keepalive_for(group, 0) is None and keepalive_for(group, 7.0) == 7.0
+    assert keepalive_for(parse_targets("etcd://127.0.0.1:2379/G1"), None) == GROUP_KEEPALIVE
+    assert keepalive_for(parse_targets("unix:///a/s"), None) is None

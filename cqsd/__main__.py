@@ -16,6 +16,7 @@ from .records import FoldError
 from .recovery.restart import LogBehindImage
 from .srds.manifest import ManifestError
 from .srds.slots import SlotError
+from .storage import fscheck
 from .storage.datadir import DataDirError
 from .storage.image import ImageError
 from .storage.repository import RepositoryError
@@ -27,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the daemon in the foreground")
     run.add_argument("--config", help="TOML configuration file (default: the embedded one)")
+    fscheck.add_arguments(commands.add_parser(
+        "fscheck", help="check that DIR's file system can hold a group's shared data directory"))
     args = parser.parse_args(argv)
+    if args.command == "fscheck":
+        return fscheck.run(args)
     try:
         config = load(args.config)
         check_host(config, args.config)

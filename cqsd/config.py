@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_TOML",
     "ClientConfig",
     "Config",
+    "GroupConfig",
     "ConfigError",
     "DaemonConfig",
     "StructureConfig",
@@ -166,6 +167,9 @@ class StructureConfig:
     offld2sze: int
     offld3thr: int
     offld3sze: int
+    # a group's preference list (docs/group.md): the nodes that may own the pair, first
+    # live one first (CFRM's PREFLIST); None = any node of the group
+    prefer: tuple[str, ...] | None = None
 
     @property
     def offload_rules(self) -> tuple[tuple[int, int], ...] | None:
@@ -191,12 +195,26 @@ class ClientConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GroupConfig:
+    """The ``[group]`` table (docs/group.md): this daemon is one node of a group."""
+
+    name: str  # etcd prefix /cqsd/<name>/
+    node: str  # unique in the group; also this node's log writer id
+    etcd: tuple[str, ...]  # etcd v3 endpoints, http://host:port
+    advertise: str  # where clients reach this node (tcp://host:port or unix://path)
+    lease: int  # seconds an owner keeps its structures without renewing
+    standby: str  # "warm" or "cold"
+    dedup_window: float  # seconds a put's idempotency key is remembered
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """A whole, validated configuration."""
 
     daemon: DaemonConfig
     structures: tuple[StructureConfig, ...]
     clients: tuple[ClientConfig, ...]
+    group: GroupConfig | None = None  # None: a daemon on its own
 
     def structure(self, name: str) -> StructureConfig:
         """The structure called *name*; raises KeyError if there is none."""
@@ -415,6 +433,29 @@ def _socket_mode(value: object) -> int:
     return value
 
 
+_NODE_RE = re.compile(r"[A-Z0-9]{1,8}")
+_NODE_RULE = "1-8 characters of A-Z and 0-9"
+_MIN_LEASE, _MAX_LEASE = 2, 3600  # seconds; etcd grants whole seconds, and renews at a third
+
+
+def _etcd_endpoint(value: object) -> str:
+    text = _string(value)
+    m = re.fullmatch(r"http://([^/:\s]+|\[[0-9a-fA-F:]+\]):(\d{1,5})/?", text)
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        raise _Bad(f"{_show(value)} is not an etcd endpoint like \"http://127.0.0.1:2379\"")
+    return text.rstrip("/")
+
+
+def _advertise(value: object) -> str:
+    text = _string(value)
+    if text.startswith("unix://") and len(text) > len("unix://"):
+        return text
+    if text.startswith("tcp://"):
+        _tcp(text.removeprefix("tcp://"))
+        return text
+    raise _Bad(f"{_show(value)} is not an address like \"tcp://host:7410\" or \"unix:///path\"")
+
+
 def _list(item: Callable[[object], str]) -> Callable[[object], tuple[str, ...]]:
     def check(value: object) -> tuple[str, ...]:
         if not isinstance(value, list):
@@ -534,6 +575,7 @@ _STRUCTURE: dict[str, _Key] = {
     "offld2sze": _Key(_size_between(0, 2 * GiB), "4KiB"),
     "offld3thr": _Key(_integer(0, 100), 90),
     "offld3sze": _Key(_size_between(0, 2 * GiB), 0),
+    "prefer": _Key(_list(_name(_NODE_RE, _NODE_RULE)), None),
 }
 
 _CLIENT: dict[str, _Key] = {
@@ -547,7 +589,17 @@ _CLIENT: dict[str, _Key] = {
     "tls_cn": _Key(_string, ""),
 }
 
-_TABLES = {"daemon": _DAEMON, "structure": _STRUCTURE, "client": _CLIENT}
+_GROUP: dict[str, _Key] = {
+    "name": _Key(_name(_NODE_RE, _NODE_RULE), _REQUIRED),
+    "node": _Key(_name(_NODE_RE, _NODE_RULE), _REQUIRED),
+    "etcd": _Key(_list(_etcd_endpoint), _REQUIRED),
+    "advertise": _Key(_advertise, None),  # tcp://<daemon.tcp>, else unix://<daemon.socket>
+    "lease": _Key(_integer(_MIN_LEASE, _MAX_LEASE), 5),
+    "standby": _Key(_choice(("warm", "cold")), "warm"),
+    "dedup_window": _Key(_seconds(0, inclusive=True), 120),
+}
+
+_TABLES = {"daemon": _DAEMON, "structure": _STRUCTURE, "client": _CLIENT, "group": _GROUP}
 
 
 # ---------------------------------------------------------------------------
@@ -629,11 +681,51 @@ def _read_document(r: _Reader, doc: Mapping[str, object]) -> Config | None:
     if isinstance(daemon["tcp"], str) and daemon["tcp"] and not clients:
         r.add("daemon.tcp", "registering over TCP needs a secret, "
               "but no [[client]] with a secret_sha256 is defined")
+    group = _read_group(r, doc.get("group"), daemon, structures)
     if r.problems:
         return None
     return Config(DaemonConfig(**daemon),
                   tuple(StructureConfig(**s) for s in structures),
-                  tuple(ClientConfig(**c) for c in clients))
+                  tuple(ClientConfig(**c) for c in clients),
+                  GroupConfig(**group) if group is not None else None)
+
+
+def _read_group(r: _Reader, table: object, daemon: dict[str, Any],
+                structures: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``[group]`` table, and the ``prefer`` lists that only mean something in one."""
+    overflows = {s["overflow"]: s["name"] for s in structures if _valid(s["overflow"])}
+    for i, s in enumerate(structures):
+        if s["prefer"] is None or not _valid(s["prefer"]):
+            continue
+        where = f"structure[{i}].prefer"
+        if table is None:
+            r.add(where, "means nothing without a [group] (a daemon on its own owns every "
+                  "structure): add [group], or remove it")
+        elif s["name"] in overflows:
+            r.add(where, f"means nothing on {s['name']}, the overflow structure of "
+                  f"{overflows[s['name']]} (a pair moves as one): set it on "
+                  f"{overflows[s['name']]}")
+        elif not s["prefer"]:
+            r.add(where, "is empty: no node could own the structure (remove it for any node)")
+        elif len(set(s["prefer"])) < len(s["prefer"]):
+            r.add(where, "names a node twice")
+    for i, s in enumerate(structures):
+        if table is not None and s["offload"] == "smds":
+            r.add(f"structure[{i}].offload", "\"smds\" is not available in a group yet "
+                  "(docs/group.md): a deposed owner's late writes must not reach blocks the "
+                  "new owner uses; use \"none\" (payloads in the structure and the log)")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        r.add("group", f"expected a table ([group]), got {_show(table)}")
+        return None
+    g, _ = r.keys("group", table, _GROUP)
+    if _valid(g["etcd"]) and g["etcd"] == ():
+        r.add("group.etcd", "needs at least one endpoint")
+    if g["advertise"] is None and _valid(daemon["tcp"], daemon["socket"]):
+        g["advertise"] = (f"tcp://{daemon['tcp']}" if daemon["tcp"]
+                          else f"unix://{os.path.abspath(daemon['socket'])}")
+    return g
 
 
 def _read_daemon(r: _Reader, table: Mapping[str, object]) -> dict[str, Any]:

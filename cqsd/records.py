@@ -29,6 +29,9 @@ Effect = list[Any] | tuple[Any, ...]
 # -- the record ------------------------------------------------------------------
 
 STRUCTURE, EFFECTS, OTHERS = "s", "e", "x"
+# The first record of a group owner's epoch (docs/group.md) has no effects, and says
+# which epoch it starts and the cut it put on the earlier owners' series: {writer: LSN}.
+EPOCH, SEALED = "n", "z"
 
 # Effect kinds, each with its fields after the kind:
 PUT = "P"  # entry_id, qtype, name, data, put_time: a new recoverable message

@@ -269,6 +269,12 @@ class Writer:
             self._bytes += size
         return lsn
 
+    def stamp_after(self, timestamp: int) -> None:
+        """Stamp every later record after ``timestamp``, whatever the clock says: a
+        series that continues another's work (a new owner of a structure) sorts after it."""
+        with self._lock:
+            self._last_timestamp = max(self._last_timestamp, timestamp + 1)
+
     def append_batch(self, bodies: list[Any]) -> int:
         """Write records in order with one write (not yet durable); the LSN of the
         last. A writer that takes each request's record when it flushes (the

@@ -84,7 +84,7 @@ def test_example_file_equals_embedded_default():
 def test_example_file_mentions_every_key():
     """Every key the config accepts is explained in config/cqsd.toml."""
     text = EXAMPLE.read_text()
-    for table in (config._DAEMON, config._STRUCTURE, config._CLIENT):
+    for table in (config._DAEMON, config._STRUCTURE, config._CLIENT, config._GROUP):
         for key in table:
             assert key in text, key
 

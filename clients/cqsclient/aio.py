@@ -45,7 +45,16 @@ from .aioconnection import AsyncConnection, Progress
 from .aioconsume import Consumer, Delivery
 from .client import DEFAULT_TIMEOUT, TRANSIENT, client_name, tls_context
 from .credentials import secret_from_env
-from .errors import CannotConnect, ConnectionLost, CQSError, RequestTimeout, ShuttingDown
+from .errors import (
+    CannotConnect,
+    ConnectionLost,
+    CQSError,
+    NotOwner,
+    RequestTimeout,
+    ShuttingDown,
+    StructureFailed,
+)
+from .group import Patience, Targets, keepalive_for, misdirection, parse_targets, redirect
 from .model import (
     BrowsePage,
     HeldLock,
@@ -78,14 +87,16 @@ def connect(
     ssl_context: ssl.SSLContext | None = None,
     cafile: str | None = None,
     operator: bool = False,
+    keepalive: float | None = None,
 ) -> Client:
     """An unopened Client: use ``async with cqsclient.aio.connect(...) as c``.
 
     Arguments and errors as :func:`cqsclient.connect`; ValueError for a bad
     address or missing client name is raised here, the rest on entering.
     """
+    targets = parse_targets(address)
     return Client(
-        parse_address(address),
+        targets,
         client_name(client),
         secret if secret is not None else secret_from_env(),
         cold,
@@ -94,6 +105,7 @@ def connect(
         cafile,
         policy(reconnect),
         operator,
+        keepalive_for(targets, keepalive),
     )
 
 
@@ -119,7 +131,7 @@ class Client:
 
     def __init__(
         self,
-        address: Address,
+        address: Targets,
         name: str,
         secret: str | None,
         cold: bool,
@@ -128,6 +140,7 @@ class Client:
         cafile: str | None,
         reconnect: Reconnect | None = None,
         operator: bool = False,
+        keepalive: float | None = None,
     ) -> None:
         self.name = name
         self._operator = operator
@@ -135,7 +148,8 @@ class Client:
         self.timeout = timeout
         self.reconnect = reconnect
         self.last_resync: Resync | None = None
-        self._parsed = address
+        self._targets = address
+        self._keepalive = keepalive
         self._secret = secret
         self._cold = cold
         self._ssl_context = ssl_context
@@ -171,6 +185,7 @@ class Client:
         self._opened()
         seconds = ops.seconds(timeout, self.timeout, call)
         deadline = math.inf if seconds is None else seconds + call.wait
+        patience: Patience | None = None
         while True:
             conn = self._opened()
             progress = Progress()
@@ -185,6 +200,17 @@ class Client:
                         applied=None if progress.sent else False,
                     )
                 result = call.finish(reply)
+            except (NotOwner, StructureFailed) as refused:
+                # nothing was applied: follow the owner, or wait for one (cqsclient.group)
+                where = redirect(refused, call.structure)
+                if where is None or self._closing:
+                    raise
+                patience = patience or Patience(self.reconnect)
+                if not (where and patience.quick_hop()):
+                    await anyio.sleep(patience.next_delay(refused))
+                if where:
+                    await self._move(conn, where)
+                continue
             except ConnectionLost as lost:
                 if self.reconnect is None or self._closing:
                     raise
@@ -213,6 +239,7 @@ class Client:
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
             raise
+        self.address = self._conn.address
         self._session(session)
         if self._book is not None:
             self._book.adopt(session.locks)
@@ -226,18 +253,39 @@ class Client:
         self.resync_locks = session.locks
         self._token = session.token
 
-    async def _dial(self, cold: bool, takeover: str | None) -> tuple[AsyncConnection, ops.Session]:
-        """A new connection, its reader running, registered (see :class:`Dialer`)."""
+    async def _dial(
+        self, cold: bool, takeover: str | None, only: Address | None = None
+    ) -> tuple[AsyncConnection, ops.Session]:
+        """A new connection, its reader running, registered, to the first of the
+        targets that takes it (cqsclient.group), or to *only*."""
+        if only is not None:
+            return await self._dial_one(only, cold, takeover)
+        error: CannotConnect | None = None
+        targets = self._targets
+        listed = (targets.candidates() if targets.etcd is None
+                  else await anyio.to_thread.run_sync(targets.candidates))
+        for address in listed:
+            try:
+                return await self._dial_one(address, cold, takeover)
+            except CannotConnect as failed:
+                error = failed
+        assert error is not None
+        raise error
+
+    async def _dial_one(
+        self, parsed: Address, cold: bool, takeover: str | None
+    ) -> tuple[AsyncConnection, ops.Session]:
         assert self._task_group is not None
         timeout = math.inf if self.timeout is None else self.timeout
+        address = parsed.text
         try:
             with anyio.fail_after(timeout):
-                stream = await _open_stream(self._parsed, self._ssl_context, self._cafile)
+                stream = await _open_stream(parsed, self._ssl_context, self._cafile)
         except (OSError, TimeoutError, anyio.BrokenResourceError) as error:
             raise CannotConnect(
-                f"cannot connect to {self.address}: {error or 'timed out'}", address=self.address
+                f"cannot connect to {address}: {error or 'timed out'}", address=address
             ) from error
-        conn = AsyncConnection(stream, self.address)
+        conn = AsyncConnection(stream, address, self._keepalive)
         self._task_group.start_soon(conn.read_loop, self._task_group)
         call = ops.register(self.name, self._secret, cold, self._operator, takeover)
         try:
@@ -250,7 +298,7 @@ class Client:
             ):
                 detail = error.message if isinstance(error, ConnectionLost) else "timed out"
                 raise CannotConnect(
-                    f"cannot register with {self.address}: {detail}", address=self.address
+                    f"cannot register with {address}: {detail}", address=address
                 ) from error
             raise
         conn.max_frame = max_frame_for(session.max_message)
@@ -262,6 +310,7 @@ class Client:
         async with self._reconnect_lock:
             if self._conn is not failed:
                 return
+            self._targets.lost(failed.address)
             started = time.monotonic()
             attempts = 0
             for delay in self.reconnect.delays():
@@ -271,31 +320,75 @@ class Client:
                 attempts += 1
                 try:
                     conn, session = await self._dial(False, self._token)
-                    resync = await self._resync(conn, session, lost, attempts, started)
+                    resync = await self._resync(conn, session, lost.message, attempts, started,
+                                                probe=True)
                 except TRANSIENT as error:
                     self.reconnect.failed(attempts, started, error, lost)
                     continue
-                self._book.lose(resync.lost)
-                self._conn = conn
-                self._session(session)
-                self.resync_locks = resync.kept
-                self.last_resync = resync
+                self._install(conn, session, resync)
                 break
             await failed.aclose()
         self.reconnect.done(resync)
+
+    async def _move(self, old: AsyncConnection, owner: str) -> None:
+        """Move to the owner a NOT_OWNER named; see the blocking client."""
+        async with self._reconnect_lock:
+            if self._conn is not old:
+                return
+            started = time.monotonic()
+            try:
+                target = parse_address(owner)
+                conn, session = await self._dial(False, self._token, only=target)
+                resync = await self._resync(conn, session, f"moved to the owner at {owner}",
+                                            1, started)
+            except (ValueError, *TRANSIENT):
+                return
+            self._targets.prefer = target
+            self._install(conn, session, resync)
+        with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+            old.expect_close("moved to another node of the group")
+            call = ops.deregister()
+            try:  # a courtesy: the node frees the name at once
+                call.finish(await old.roundtrip(call))
+            except CQSError:
+                pass
+        await old.aclose()
+        if self.reconnect is not None:
+            self.reconnect.done(resync)
+
+    def _install(self, conn: AsyncConnection, session: ops.Session, resync: Resync) -> None:
+        if self._book is not None:
+            self._book.lose(resync.lost)
+        self._conn = conn
+        self.address = conn.address
+        self._session(session)
+        self.resync_locks = resync.kept
+        self.last_resync = resync
 
     async def _resync(
         self,
         conn: AsyncConnection,
         session: ops.Session,
-        lost: ConnectionLost,
+        cause: str,
         attempts: int,
         started: float,
+        probe: bool = False,
     ) -> Resync:
-        assert self._book is not None
-        kept, gone, orphans = self._book.resync(session.locks)
+        """See the blocking client."""
+        kept, gone, orphans = session.locks, list[HeldLock](), list[HeldLock]()
+        if self._book is not None:
+            kept, gone, orphans = self._book.resync(session.locks)
         try:
             with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
+                for structure in sorted(self._book.structures()) if probe and self._book else ():
+                    call = ops.connect(structure)
+                    try:
+                        call.finish(await conn.roundtrip(call))
+                    except (NotOwner, StructureFailed) as refused:
+                        raise misdirection(self._targets, conn.address, refused,
+                                           structure) from refused
+                    except CQSError:
+                        pass  # the resync says what became of its locks
                 for lock in orphans:
                     unlock = ops.unlock(lock.structure, lock.entry_id)
                     try:
@@ -306,13 +399,17 @@ class Client:
                         pass  # released already, or its structure failed: not ours to hold
                 for structure, queue, qtype in list(self._interests):
                     call = ops.register_interest(structure, queue, qtype)
-                    call.finish(await conn.roundtrip(call))
+                    try:
+                        call.finish(await conn.roundtrip(call))
+                    except (NotOwner, StructureFailed) as refused:
+                        raise misdirection(self._targets, conn.address, refused,
+                                           structure) from refused
         except BaseException as error:
             await conn.aclose()
             if isinstance(error, TimeoutError):
                 raise RequestTimeout("timed out resyncing after a reconnect") from error
             raise
-        return Resync(lost.message, attempts, time.monotonic() - started, kept, gone, orphans,
+        return Resync(cause, attempts, time.monotonic() - started, kept, gone, orphans,
                       list(self._interests))
 
     async def _release(self, structure: str, entry_id: int) -> None:
@@ -395,6 +492,12 @@ class Client:
         await self.close(failed=True)
 
     # --- requests ---
+
+    async def ping(self, *, timeout: Timeout = CLIENT_TIMEOUT) -> float:
+        """A round trip to the daemon (the keepalive's ``ping``); the seconds it took."""
+        started = time.monotonic()
+        await self._do(ops.ping(), timeout)
+        return time.monotonic() - started
 
     async def structure(self, name: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> StructureHandle:
         """A handle on structure *name*; raises UnknownStructure if it is not defined."""

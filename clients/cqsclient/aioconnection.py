@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from typing import Any, Final
 
 import anyio
@@ -43,6 +44,7 @@ from cqsproto import (
 from . import ops
 from .connection import CHUNK
 from .errors import ConnectionLost, CQSError, MessageTooLarge
+from .keepalive import PING, SILENT, Keepalive
 from .model import Notification
 from .ops import Call
 
@@ -64,9 +66,10 @@ class Progress:
 
 
 class _Waiter:
-    __slots__ = ("abandoned", "call", "event", "reply")
+    __slots__ = ("abandoned", "call", "event", "reply", "since")
 
     def __init__(self, call: Call) -> None:
+        self.since = time.monotonic()
         self.call = call
         self.event = anyio.Event()
         self.reply: dict[str, Any] | None = None
@@ -76,8 +79,12 @@ class _Waiter:
 class AsyncConnection:
     """Sends requests, and (in its reader task) files replies and notifications."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, address: str) -> None:
+    def __init__(
+        self, stream: anyio.abc.ByteStream, address: str, keepalive: float | None = None
+    ) -> None:
         self.address = address
+        # cqsclient.keepalive: a silent daemon is noticed while a request waits
+        self._keepalive = Keepalive(keepalive) if keepalive is not None else None
         self._stream = stream
         self._decoder = FrameDecoder(MAX_FRAME_LIMIT)
         self.max_frame = DEFAULT_MAX_FRAME
@@ -163,12 +170,16 @@ class AsyncConnection:
         """Read frames until the connection ends; then fail whatever still waits."""
         self._task_group = task_group
         detail = "the server closed the connection"
+        if self._keepalive is not None:
+            task_group.start_soon(self._watch, self._keepalive)
         try:
             while True:
                 try:
                     data = await self._stream.receive(CHUNK)
                 except anyio.EndOfStream:
                     data = b""
+                if self._keepalive is not None:
+                    self._keepalive.heard(time.monotonic())
                 self._decoder.receive_data(data)
                 if self._drain():
                     break
@@ -180,6 +191,36 @@ class AsyncConnection:
             detail = f"internal error in the reader: {error!r}"
         finally:
             self._fail(detail)
+
+    async def _watch(self, keepalive: Keepalive) -> None:
+        """While requests wait, ping a quiet daemon and declare a silent one lost
+        (cqsclient.keepalive)."""
+        while self._lost is None:
+            waiting = [w.since for w in self._waiters.values() if not w.abandoned]
+            if not waiting:
+                await anyio.sleep(keepalive.interval)
+                continue
+            action, cap = keepalive.step(time.monotonic(), min(waiting))
+            if action == SILENT:
+                self._fail(keepalive.silence())
+                await anyio.aclose_forcefully(self._stream)
+                return
+            if action == PING and self._task_group is not None:
+                self._task_group.start_soon(self._ping)
+            await anyio.sleep(cap)
+
+    async def _ping(self) -> None:
+        """Send a ping whose reply is dropped: a dropped waiter of no locks."""
+        call = ops.ping()
+        rid = next(self._ids)
+        call.request["id"] = rid
+        waiter = _Waiter(call)
+        waiter.abandoned = True
+        self._waiters[rid] = waiter
+        try:
+            await self._send(encode_frame(call.request))
+        except (CQSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._waiters.pop(rid, None)
 
     def _drain(self) -> bool:
         """Dispatch every whole frame; True once the stream has ended."""
@@ -212,7 +253,7 @@ class AsyncConnection:
 
     def _give_back(self, call: Call, frame: dict[str, Any]) -> None:
         # The reply to a cancelled read: unlock what it locked.
-        if frame.get("ok") is not True or self._task_group is None:
+        if frame.get("ok") is not True or self._task_group is None or not call.locks:
             return
         structure = call.request["structure"]
         messages = (frame.get("result") or {}).get("messages") or []

@@ -32,9 +32,12 @@ from .errors import (
     ClientLimit,
     ConnectionLost,
     CQSError,
+    NotOwner,
     RequestTimeout,
     ShuttingDown,
+    StructureFailed,
 )
+from .group import Patience, Targets, keepalive_for, misdirection, parse_targets, redirect
 from .model import (
     BrowsePage,
     HeldLock,
@@ -114,10 +117,17 @@ def connect(
     ssl_context: ssl.SSLContext | None = None,
     cafile: str | None = None,
     operator: bool = False,
+    keepalive: float | None = None,
 ) -> Client:
     """Connect to the daemon at *address* and register as *client*.
 
     *address* defaults to ``$CQSD_ADDRESS``, else ``unix://./cqsd-data/cqsd.sock``;
+    for a group (docs/sdk.md, Groups) it may list several, comma-separated, or be
+    ``etcd://HOST:PORT/GROUP``: they are tried in turn, and a request the node
+    does not own is followed to the owner (:mod:`cqsclient.group`). *keepalive*
+    (seconds; 0 for none; default 2.5 for a group, none for one daemon) declares
+    the connection lost when a request waits that long without a word from the
+    daemon (:mod:`cqsclient.keepalive`).
     *client* to ``$CQSD_CLIENT``; *secret* to ``$CQSD_SECRET``, else the first line of
     the file ``$CQSD_SECRET_FILE`` names (:mod:`cqsclient.credentials`).
     ``cold=True`` is a cold start: whatever the client still held from a previous
@@ -139,9 +149,10 @@ def connect(
     the connection while registering, and the CQSError of a refused
     registration (NotAuthorized, ClientActive, ClientLimit, ShuttingDown, ...).
     """
-    parsed = parse_address(address)
+    targets = parse_targets(address)
     secret = secret if secret is not None else secret_from_env()
-    dialer = Dialer(parsed, client_name(client), secret, timeout, ssl_context, cafile, operator)
+    dialer = Dialer(targets, client_name(client), secret, timeout, ssl_context, cafile, operator,
+                    keepalive_for(targets, keepalive))
     connection, session = dialer.open(cold, None)
     return Client(dialer, connection, session, policy(reconnect))
 
@@ -151,15 +162,17 @@ class Dialer:
 
     def __init__(
         self,
-        address: Address,
+        targets: Targets,
         name: str,
         secret: str | None,
         timeout: float | None,
         ssl_context: ssl.SSLContext | None,
         cafile: str | None,
         operator: bool = False,
+        keepalive: float | None = None,
     ) -> None:
-        self.address = address
+        self.targets = targets
+        self.keepalive = keepalive
         self.operator = operator
         self.name = name
         self.secret = secret
@@ -167,11 +180,20 @@ class Dialer:
         self.ssl_context = ssl_context
         self.cafile = cafile
 
-    def open(self, cold: bool, takeover: str | None) -> tuple[Connection, ops.Session]:
-        """A new connection, registered (taking the name over with *takeover*)."""
-        parsed = self.address
+    def open(
+        self, cold: bool, takeover: str | None, only: Address | None = None
+    ) -> tuple[Connection, ops.Session]:
+        """A new connection, registered (taking the name over with *takeover*), to
+        the first of the targets that takes it, or to *only*."""
+        if only is not None:
+            return self._open(only, cold, takeover)
+        return self.targets.dial(lambda address: self._open(address, cold, takeover))
+
+    def _open(
+        self, parsed: Address, cold: bool, takeover: str | None
+    ) -> tuple[Connection, ops.Session]:
         sock = open_socket(parsed, self.timeout, self.ssl_context, self.cafile)
-        connection = Connection(sock, parsed.text)
+        connection = Connection(sock, parsed.text, self.keepalive)
         call = ops.register(self.name, self.secret, cold, self.operator, takeover)
         try:
             session: ops.Session = call.finish(connection.roundtrip(call, self.timeout))
@@ -242,10 +264,24 @@ class Client:
         cancelled: Callable[[], bool] | None = None,
     ) -> Any:
         seconds = ops.seconds(timeout, self.timeout, call)
+        patience: Patience | None = None
         while True:
             conn = self._conn
             try:
                 result = call.finish(conn.roundtrip(call, seconds, cancelled))
+            except (NotOwner, StructureFailed) as refused:
+                # nothing was applied: follow the owner, or wait for one (cqsclient.group)
+                where = redirect(refused, call.structure)
+                if where is None or self._closing:
+                    raise
+                patience = patience or Patience(self.reconnect)
+                if not (where and patience.quick_hop()):
+                    conn.nap(patience.next_delay(refused))
+                    if cancelled is not None and cancelled():
+                        raise Abandoned(f"{call.request['op']} abandoned") from refused
+                if where:
+                    self._move(conn, where)
+                continue
             except ConnectionLost as lost:
                 if self.reconnect is None or self._closing:
                     raise
@@ -273,6 +309,7 @@ class Client:
         with self._reconnect_lock:
             if self._conn is not failed:
                 return
+            self._dialer.targets.lost(failed.address)
             started = time.monotonic()
             attempts = 0
             for delay in self.reconnect.delays():
@@ -284,33 +321,83 @@ class Client:
                 attempts += 1
                 try:
                     connection, session = self._dialer.open(False, self._token)
-                    resync = self._resync(connection, session, lost, attempts, started)
+                    resync = self._resync(connection, session, lost.message, attempts, started,
+                                          probe=True)
                 except TRANSIENT as error:
                     self.reconnect.failed(attempts, started, error, lost)
                     continue
-                with self._book_lock:
-                    self._book.lose(resync.lost)
-                self._conn = connection
-                self._session(session)
-                self.resync_locks = resync.kept
-                self.last_resync = resync
+                self._install(connection, session, resync)
                 break
         self.reconnect.done(resync)
+
+    def _move(self, old: Connection, owner: str) -> None:
+        """Move from *old* to the node at *owner* that a NOT_OWNER named (unless
+        another thread did already), registering warm as a reconnect does; left as
+        it is if the owner cannot be reached now (the caller waits and asks again)."""
+        with self._reconnect_lock:
+            if self._conn is not old:
+                return
+            started = time.monotonic()
+            try:
+                target = parse_address(owner)
+                connection, session = self._dialer.open(False, self._token, only=target)
+                resync = self._resync(connection, session, f"moved to the owner at {owner}",
+                                      1, started)
+            except (ValueError, *TRANSIENT):
+                return
+            self._dialer.targets.prefer = target
+            self._install(connection, session, resync)
+        old.expect_close("moved to another node of the group")
+        try:  # a courtesy: the node frees the name at once
+            call = ops.deregister()
+            call.finish(old.roundtrip(call, self.timeout))
+        except CQSError:
+            pass
+        old.close()
+        if self.reconnect is not None:
+            self.reconnect.done(resync)
+
+    def _install(self, connection: Connection, session: ops.Session, resync: Resync) -> None:
+        """*connection* is the client's from now on (under the reconnect lock)."""
+        if self._book is not None:
+            with self._book_lock:
+                self._book.lose(resync.lost)
+        self._conn = connection
+        self.address = connection.address
+        self._session(session)
+        self.resync_locks = resync.kept
+        self.last_resync = resync
 
     def _resync(
         self,
         connection: Connection,
         session: ops.Session,
-        lost: ConnectionLost,
+        cause: str,
         attempts: int,
         started: float,
+        probe: bool = False,
     ) -> Resync:
         """On the new connection, before anyone else uses it: give back the orphans
-        and register the interests again; the report."""
-        assert self._book is not None
+        and register the interests again; the report. Misdirected if the node does
+        not own (or nobody owns) a structure of the interests, or with *probe* one
+        the application holds locks in (their resync would be wrong there)."""
         try:
-            with self._book_lock:
-                kept, gone, orphans = self._book.resync(session.locks)
+            if probe and self._book is not None:
+                with self._book_lock:
+                    held = self._book.structures()
+                for structure in sorted(held):
+                    call = ops.connect(structure)
+                    try:
+                        call.finish(connection.roundtrip(call, self.timeout))
+                    except (NotOwner, StructureFailed) as refused:
+                        raise misdirection(self._dialer.targets, connection.address, refused,
+                                           structure) from refused
+                    except CQSError:
+                        pass  # the resync says what became of its locks
+            kept, gone, orphans = session.locks, list[HeldLock](), list[HeldLock]()
+            if self._book is not None:
+                with self._book_lock:
+                    kept, gone, orphans = self._book.resync(session.locks)
             for lock in orphans:
                 unlock = ops.unlock(lock.structure, lock.entry_id)
                 try:
@@ -321,11 +408,15 @@ class Client:
                     pass  # released already, or its structure failed: not ours to hold
             for structure, queue, qtype in list(self._interests):
                 call = ops.register_interest(structure, queue, qtype)
-                call.finish(connection.roundtrip(call, self.timeout))
+                try:
+                    call.finish(connection.roundtrip(call, self.timeout))
+                except (NotOwner, StructureFailed) as refused:
+                    raise misdirection(self._dialer.targets, connection.address, refused,
+                                       structure) from refused
         except BaseException:
             connection.close()
             raise
-        return Resync(lost.message, attempts, time.monotonic() - started, kept, gone, orphans,
+        return Resync(cause, attempts, time.monotonic() - started, kept, gone, orphans,
                       list(self._interests))
 
     def _release(self, structure: str, entry_id: int) -> None:
@@ -353,6 +444,12 @@ class Client:
     def closed(self) -> bool:
         """True once the connection is closed or lost."""
         return self._conn.lost
+
+    def ping(self, *, timeout: Timeout = CLIENT_TIMEOUT) -> float:
+        """A round trip to the daemon (the keepalive's ``ping``); the seconds it took."""
+        started = time.monotonic()
+        self._do(ops.ping(), timeout)
+        return time.monotonic() - started
 
     def structure(self, name: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> StructureHandle:
         """A handle on structure *name*; raises UnknownStructure if it is not defined."""

@@ -67,6 +67,7 @@ from cqsproto import (
 
 from . import ops
 from .errors import ConnectionLost, MessageTooLarge, RequestTimeout
+from .keepalive import PING, SILENT, Keepalive
 from .model import Notification
 from .ops import Call
 
@@ -229,8 +230,10 @@ def _drain(fd: int) -> None:
 class Connection:
     """Sends requests and matches replies by id; see the module's design note."""
 
-    def __init__(self, sock: socket.socket, address: str) -> None:
+    def __init__(self, sock: socket.socket, address: str, keepalive: float | None = None) -> None:
         self.address = address
+        # cqsclient.keepalive: a silent daemon is noticed while something waits
+        self._keepalive = Keepalive(keepalive) if keepalive is not None else None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -353,6 +356,7 @@ class Connection:
         cancelled: Callable[[], bool] | None,
     ) -> dict[str, Any]:
         cond = self._cond
+        since = time.monotonic()
         try:
             while True:
                 with cond:
@@ -374,7 +378,7 @@ class Connection:
                             self._reading = True
                             break
                         cond.wait(remaining)
-                self._lead(remaining)
+                self._lead(remaining, since)
         except BaseException:
             self._abandon(rid, call)
             raise
@@ -425,7 +429,8 @@ class Connection:
 
     def next_notification(self, timeout: float) -> Notification | None:
         """The next notification, waiting at most *timeout* seconds; None if none came."""
-        deadline = time.monotonic() + timeout
+        since = time.monotonic()
+        deadline = since + timeout
         cond = self._cond
         while True:
             with cond:
@@ -441,20 +446,32 @@ class Connection:
                         self._reading = True
                         break
                     cond.wait(remaining)
-            self._lead(remaining)
+            self._lead(remaining, since)
 
     # --- reading, as the leader ---
 
-    def _lead(self, timeout: float | None) -> None:
-        """Read once (we hold the lead), file what came, hand the lead back."""
+    def _lead(self, timeout: float | None, since: float) -> None:
+        """Read once (we hold the lead), file what came, hand the lead back; the
+        caller has waited *since* then (for the keepalive)."""
         frames: list[dict[str, Any]] = []
         lost: str | None = None
         try:
+            keepalive = self._keepalive
+            if keepalive is not None:
+                action, cap = keepalive.step(time.monotonic(), since)
+                if action == SILENT:
+                    lost = keepalive.silence()
+                    return
+                if action == PING:
+                    self._ping(keepalive.interval)
+                timeout = cap if timeout is None else min(timeout, cap)
             try:
                 received = self._receive(None if timeout is None else max(timeout, 0.0))
             except OSError as error:
                 received, lost = False, f"receive failed: {error}"
             if received:
+                if keepalive is not None:
+                    keepalive.heard(time.monotonic())
                 lost = self._decode(frames)
         finally:
             with self._cond:
@@ -468,6 +485,29 @@ class Connection:
                 self._release_socket()
             elif self._giveback:
                 self._send_giveback()
+
+    def _ping(self, patience: float) -> None:
+        """Ask the daemon for a sign of life (cqsclient.keepalive); its reply is
+        dropped. Only by the leader, so no reply is filed before the id is known
+        abandoned; skipped while another thread sends (its reply will do), and
+        given up after *patience* seconds if the socket takes nothing."""
+        ping = ops.ping()
+        rid = next(self._ids)
+        ping.request["id"] = rid
+        frame = encode_frame(ping.request)
+        if not self._send_lock.acquire(blocking=False):
+            return
+        try:
+            sent = self._channel.send(frame, time.monotonic() + patience)
+        except OSError:
+            return  # the reader sees the connection end
+        finally:
+            self._send_lock.release()
+        if sent == len(frame):
+            with self._cond:
+                self._abandoned[rid] = None
+        elif sent:
+            self._fail("a keepalive ping could not be sent whole")
 
     def _send_giveback(self) -> None:
         """Send the queued give-back unlocks if the socket takes them now; what it

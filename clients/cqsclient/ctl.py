@@ -36,6 +36,7 @@ from cqsclient import profile as profiles
 from cqsclient import readable
 from cqsclient.credentials import read_secret_file, secret_from_env
 from cqsclient.errors import CannotConnect, ConnectionLost, CQSError
+from cqsclient.group import parse_targets
 from cqsclient.model import Message
 from cqsclient.profile import Candidate, Profile
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
@@ -52,7 +53,7 @@ EXIT_UNREACHABLE: Final = 3
 DATA_WIDTH: Final = 60
 
 QUERY_KINDS: Final = ("structures", "queues", "clients", "locks", "headers", "backups", "jobs",
-                      "smds", "usage", "cfstatus", "smdsconn")
+                      "smds", "usage", "cfstatus", "smdsconn", "owners")
 PROGRESS_POLL: Final = 0.5  # seconds between looks at a long job's progress
 
 
@@ -259,7 +260,9 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument(
         "--address",
         default=default(None),
-        help="daemon address: unix://PATH, tcp://HOST:PORT or tls://HOST:PORT "
+        help="daemon address: unix://PATH, tcp://HOST:PORT or tls://HOST:PORT; for a group, "
+        "several (comma-separated, tried in turn) or etcd://HOST:PORT/GROUP, and requests "
+        "go to the structure's owner "
         "(default: $CQSD_ADDRESS, else the profile's address, else the socket the daemon's "
         "config names, else unix:///run/cqsd/cqsd.sock, else unix://./cqsd-data/cqsd.sock)",
     )
@@ -336,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
             "fullness, the log and fsync latency, checkpoints, recovery in progress")
 
     sub = command("display", "display structures, queues, clients, locks, headers, backups, "
-                  "jobs, or the shared message data sets: smds, usage, cfstatus, smdsconn")
+                  "jobs, a group's owners, or the shared message data sets: smds, usage, "
+                  "cfstatus, smdsconn")
     sub.add_argument("kind", choices=QUERY_KINDS, metavar="KIND",
                      help=f"one of: {', '.join(QUERY_KINDS)}")
     sub.add_argument("where", nargs="?", metavar="STRUCTURE", help="only this structure")
@@ -742,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes: list[str] = []
         addresses = profiles.candidates(args.address, args.config, profile, notes=notes)
         for candidate in addresses:
-            cqsclient.parse_address(candidate.address)
+            parse_targets(candidate.address)
         name = args.client or _client_name_or_usage(*_default_client(profile))
         if args.command == "dequeue" and not _confirm_dequeue(args, sys.stdin):
             _fail("dequeue cancelled")

@@ -43,6 +43,7 @@ __all__ = [
     "RequestTimeout",
     "ShuttingDown",
     "SmdsFull",
+    "NotOwner",
     "SmdsUnavailable",
     "StructureFailed",
     "StructureFull",
@@ -101,6 +102,20 @@ class SmdsFull(CQSError):
     expand (at dsmax, or dsexpand off); deleting messages makes room."""
 
     reason = Reason.SMDS_FULL
+
+
+class NotOwner(CQSError):
+    """In a group (docs/group.md), the node asked does not own the structure: ``owner``
+    is the address of the node that does (None while none does) and ``epoch`` its
+    epoch. The SDK follows it on its own; it reaches callers only of a single node."""
+
+    reason = Reason.NOT_OWNER
+
+    def __init__(self, message: str, owner: str | None = None, epoch: int | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.epoch = epoch
 
 
 class MessageTooLarge(CQSError):
@@ -257,6 +272,7 @@ REASONS: dict[str, type[CQSError]] = {
         InvalidRequest,
         ShuttingDown,
         SmdsFull,
+        NotOwner,
     )
 }
 
@@ -276,4 +292,8 @@ def error_from_reply(reply: dict[str, Any]) -> CQSError:
     cls = REASONS.get(reason)
     if cls is None:
         return CQSError(message, reason)
+    if cls is NotOwner:
+        owner, epoch = reply.get("owner"), reply.get("epoch")
+        return NotOwner(message, owner if isinstance(owner, str) else None,
+                        epoch if type(epoch) is int else None)
     return cls(message)

@@ -285,6 +285,11 @@ def deregister() -> Call:
     return Call({"op": "deregister"}, _nothing)
 
 
+def ping() -> Call:
+    """``ping``: a sign of life, answered at once (the keepalive's, cqsclient.keepalive)."""
+    return Call({"op": "ping"}, _nothing, retry=True)
+
+
 def connect(structure: str) -> Call:
     """``connect``: check the structure exists; the result is its stats row."""
     return Call({"op": "connect", "structure": structure}, dict, retry=True)

@@ -22,7 +22,7 @@ TIME_NS_COLUMNS: Final = frozenset({  # epoch nanoseconds
 })
 TIME_COLUMNS: Final = frozenset({"started", "finished", "last_checkpoint"})  # epoch seconds
 DURATION_COLUMNS: Final = frozenset({
-    "seconds", "uptime_seconds", "checkpoint_age_seconds", "checkpoint_seconds",
+    "seconds", "uptime_seconds", "checkpoint_age_seconds", "checkpoint_seconds", "lease_left",
 })
 _BINARY: Final = ("KiB", "MiB", "GiB", "TiB")
 
@@ -75,7 +75,25 @@ def moment_ns(ns: Any) -> Any:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def standbys(nodes: Any) -> Any:
+    """``display owners``' standbys as ``NODE2 (12 behind, 0.3 s)``, or the node alone
+    while its lag is not known; anything else unchanged."""
+    if not isinstance(nodes, list):
+        return nodes
+    shown = []
+    for n in nodes:
+        if not isinstance(n, dict):
+            return nodes
+        records, seconds = n.get("behind_records"), n.get("behind_seconds")
+        lag = [] if records is None else [f"{records} behind"]
+        lag += [] if seconds is None else [duration(seconds)]
+        shown.append(f"{n.get('node')} ({', '.join(lag)})" if lag else str(n.get("node")))
+    return ", ".join(shown) or None
+
+
 def _rule(column: str) -> Callable[[Any], Any] | None:
+    if column == "standbys":
+        return standbys
     if column in SIZE_COLUMNS:
         return size
     if column in TIME_NS_COLUMNS:

@@ -169,6 +169,10 @@ class LockBook:
                     structure, m.entry_id, m.queue, m.qtype
                 )
 
+    def structures(self) -> set[str]:
+        """The structures the application holds locks in."""
+        return {structure for structure, _ in self._held}
+
     def forget(self, key: LockKey) -> None:
         """The lock is not the application's any more (given back by the SDK)."""
         self._held.pop(key, None)

@@ -34,6 +34,7 @@ OPS: dict[str, Spec] = {
         "takeover": ((str, type(None)), None),
     },
     "deregister": {},
+    "ping": {},  # a sign of life for the client's keepalive, answered at once
     "connect": {"structure": _STRUCTURE},
     "put": {
         "structure": _STRUCTURE,

@@ -17,3 +17,4 @@ class CQSError(Exception):
         super().__init__(f"{reason}: {message}")
         self.reason = Reason(reason)
         self.message = message
+        self.details: dict[str, object] = {}  # more fields of the error reply (NOT_OWNER's)

@@ -35,7 +35,7 @@ log = structlog.get_logger()
 
 APPLICATION_OPS = frozenset({
     "register", "deregister", "connect", "put", "read", "browse", "delete", "move", "unlock",
-    "commit", "register_interest", "deregister_interest", "renew",
+    "commit", "register_interest", "deregister_interest", "renew", "ping",
 })
 OPERATOR_OPS = frozenset({
     "query", "requeue", "dequeue", "checkpoint", "recover", "alter", "rebuild",

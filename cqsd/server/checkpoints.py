@@ -31,7 +31,7 @@ from ..storage.datadir import DataDir
 from ..storage.image import ImageError
 from ..storage.repository import RepositoryError
 from .jobs import JobFailed, Jobs
-from .journal import WRITER, Journal
+from .journal import Journal
 
 log = structlog.get_logger()
 TRIGGER_POLL = 5.0  # seconds between checks of the automatic triggers
@@ -63,6 +63,9 @@ class Checkpoints:
         self.jobs = Jobs()  # checkpoint and recovery jobs, for display jobs
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
         self.overflow_of = {sc.name: sc.overflow for sc in self.config.structures if sc.overflow}
+        self.primary_of = {sc.overflow: sc.name for sc in self.config.structures if sc.overflow}
+        # a group's sealed series of a pair, by writer (docs/group.md); none alone
+        self.sealed: Callable[[str], dict[str, int]] = lambda name: {}
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
@@ -86,6 +89,11 @@ class Checkpoints:
         for name in self._bases_due():
             log.info("base_image_due", structure=name, folded_bytes=self._folded[name])
 
+    def _covered(self, name: str, position: int) -> dict[str, int]:
+        """The log a checkpoint of ``name`` at ``position`` of this daemon's series
+        covers: with the cuts of a group's sealed series (docs/group.md)."""
+        return {**self.sealed(self.primary_of.get(name, name)), self.journal.writer_id: position}
+
     def owed(self, name: str) -> int:
         """Log bytes after the cut of ``name``'s newest checkpoint."""
         return self.logged - self.mark[name]
@@ -99,11 +107,12 @@ class Checkpoints:
         except ManifestError as err:  # the restart refuses it if it needs it
             log.warning("srds_manifest_unreadable", structure=name, error=str(err))
         if recorded is not None:
-            return recorded[0].get(WRITER, 0), recorded[1]
+            return recorded[0].get(self.journal.writer_id, 0), recorded[1]
         self.none_yet.add(name)
         journal = self.journal
         try:
-            first = next(logstream.read(journal.directory, cut={WRITER: journal.position}), None)
+            first = next(logstream.read(journal.directory,
+                                        cut={journal.writer_id: journal.position}), None)
         except logstream.LogstreamError:  # the restart reports it
             first = None
         return 0, first.timestamp / 1e9 if first is not None else time.time()
@@ -111,10 +120,10 @@ class Checkpoints:
     def _imaged(self, name: str) -> int:
         """The log position of ``name``'s clean-stop image or crash-recovery base
         image, whichever is newer (0 if none)."""
-        images, covered = self.datadir.images, 0
+        images, covered, writer = self.datadir.images, 0, self.journal.writer_id
         for path in (image.path_for(images, name), images / f"{name}.base"):
             try:
-                covered = max(covered, image.read_header(path, name)["lsn"].get(WRITER, 0))
+                covered = max(covered, image.read_header(path, name)["lsn"].get(writer, 0))
             except ImageError:
                 pass  # none, or damaged: the restart refuses it if it needs it
         return covered
@@ -135,7 +144,7 @@ class Checkpoints:
             path = self.datadir.images / f"{name}.base"
             try:
                 await trio.to_thread.run_sync(image.write_rows, path, name, rows, len(rows),
-                                              {WRITER: position}, last_id)
+                                              self._covered(name, position), last_id)
             except (OSError, ImageError) as err:
                 log.error("base_image_failed", structure=name, error=str(err))
                 continue
@@ -225,8 +234,9 @@ class Checkpoints:
         if s is not None and not s.stats()["messages"]:
             return await self._empty(name, self.journal.position, s.last_id)
         async with self._one_job:
+            cuts = [f"{w}={n}" for w, n in self._covered(name, cut).items()]
             return await self.jobs.run(self.config, ["checkpoint", "--structure", name,
-                                                     "--cut", f"{WRITER}={cut}"],
+                                                     *(a for c in cuts for a in ("--cut", c))],
                                        background=True)
 
     async def _empty(self, name: str, position: int, last_id: int) -> dict:
@@ -235,7 +245,7 @@ class Checkpoints:
         started = time.time()
         if not await self.journal.wait_durable(position):
             raise JobFailed("the log failed")
-        lsn = {WRITER: position}
+        lsn = self._covered(name, position)
         try:
             base = slots.newest_recorded(self.srds, name)
             slot = slots.empty_checkpoint(self.srds, name, lsn, last_id)
@@ -271,7 +281,7 @@ class Checkpoints:
             return
         cutoff = time.time() - self.config.daemon.log_retention
         try:
-            for seg in list_segments(self.datadir.logstream, WRITER):
+            for seg in list_segments(self.datadir.logstream, self.journal.writer_id):
                 if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
                     keep_from = min(keep_from, seg.first_lsn)
                     break
@@ -285,7 +295,7 @@ class Checkpoints:
     def _needed_from(self, name: str) -> int:
         """The first LSN a recovery of ``name`` may need: the one after its older valid
         slot; 1 (the whole log) while it has no checkpoint, or its manifest is unreadable."""
-        positions = [lsn.get(WRITER, 0) for lsn in self._positions(name) or ()]
+        positions = [lsn.get(self.journal.writer_id, 0) for lsn in self._positions(name) or ()]
         if not positions:
             return 1
         return min(positions) + 1

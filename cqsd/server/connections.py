@@ -244,16 +244,16 @@ class Connections:
         q, journal = session.queue, self.journal
         try:
             while q or not session.closing:
-                if q and q[0][0] > journal.durable and session.closing:
+                if q and q[0][0] > journal.acknowledged and session.closing:
                     if not await journal.wait_durable(q[0][0]):
-                        session.release(journal.durable, journal.failed)
+                        session.release(journal.acknowledged, journal.ended())
                     continue
-                if not q or q[0][0] > journal.durable:
+                if not q or q[0][0] > journal.acknowledged:
                     await session.wait_for_work()
                     continue
                 session.sending = True
                 timeout = self.config.daemon.send_timeout
-                if not await liveness.send_or_stall(stream, session.take(journal.durable),
+                if not await liveness.send_or_stall(stream, session.take(journal.acknowledged),
                                                     timeout):
                     session.cut(f"its replies went unread for send_timeout ({timeout} s)")
                     return

@@ -35,6 +35,7 @@ from cqsproto import ProtocolError, requests
 from .. import engine
 from ..config import Config
 from ..engine import Altered, CQSError, QueueWork, Reason
+from ..group.node import writer_for
 from ..records import waits_for_log
 from ..storage import image
 from ..storage.datadir import DataDir
@@ -48,6 +49,7 @@ from .eventlog import log_event
 from .handlers import DEFERRED, HANDLERS
 from .journal import WRITER, Journal
 from .limits import Limits, RecordTooLarge, split
+from .membership import Membership
 from .metrics import Monitor
 from .operations import Operations
 from .registry import Registry
@@ -82,7 +84,8 @@ class Daemon:
     def __init__(self, config: Config, log_sink: Any = None) -> None:
         self.config = config
         self.log_sink = log_sink
-        self.datadir = DataDir(config.daemon.data_dir)
+        self.datadir = DataDir(config.daemon.data_dir,
+                               config.group.node if config.group is not None else None)
         self.limits = Limits(config.daemon.max_message)
         self.registry = Registry(config, Definitions(config, self.datadir.repository))
         self.clients = Clients(config, self.registry, self.settle, self.spawn)
@@ -100,6 +103,7 @@ class Daemon:
         self.started = time.time()
         self.ready = False  # recovered and listening (READY=1)
         self.monitor = Monitor(self) if config.daemon.metrics_listen else None
+        self.membership: Membership | None = None  # a node of a group (docs/group.md)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the data directory, rebuild the structures, serve until SIGTERM/SIGINT
@@ -107,7 +111,10 @@ class Daemon:
         self.datadir.open()
         try:
             self.registry.open()
-            self.journal = journal = Journal(self.datadir.logstream, self.config.daemon.log_segment)
+            group = self.config.group
+            writer = WRITER if group is None else writer_for(group.node, self.datadir.logstream)
+            self.journal = journal = Journal(self.datadir.logstream,
+                                             self.config.daemon.log_segment, writer)
             journal.on_failure = lambda err: self.stop(f"no more acknowledgements: {err}")
             journal.sync_data = self.datasets.sync
             journal.on_durable = self.datasets.durable
@@ -122,6 +129,10 @@ class Daemon:
                                            self._connection_failed)
             if self.monitor is not None:
                 journal.observe = self.monitor.flushed
+            if group is not None:  # owning nothing until etcd says so
+                self.membership = Membership(self.config, self.datadir, self.registry, journal,
+                                             self.clients, self.waiters, self.settle)
+                self.checkpoints.sealed = self.membership.node.cuts
             monitoring = await _monitoring(self.config.daemon.metrics_listen)
             notify.status("recovering the structures", extend=True)
             if monitoring:  # /healthz says "starting" while recovery runs (a thread)
@@ -148,6 +159,8 @@ class Daemon:
                 if monitoring:
                     self.spawn("monitoring", self.monitor.serve, monitoring)
                 serving = await nursery.start(self.connections.serve, listeners, nursery)
+                if self.membership is not None:
+                    self.spawn("group", self.membership.node.run)
                 self.ready = True
                 log.info("ready", socket=self.config.daemon.socket, tcp=self.config.daemon.tcp,
                          metrics=self.config.daemon.metrics_listen,
@@ -166,6 +179,8 @@ class Daemon:
             journal.close()
             self._save_images()
             self.datasets.close()
+            if self.membership is not None:  # the images first: the next owner starts from them
+                await self.membership.node.leave()
             log.info("stopped")
         finally:
             if self.journal is not None:
@@ -209,7 +224,7 @@ class Daemon:
         except (CQSError, ProtocolError) as err:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
                       message=err.message)
-            session.fail(rid, err.reason, err.message)
+            session.fail(rid, err.reason, err.message, getattr(err, "details", None))
         except Exception as err:
             if _raised_in_engine(err):  # the engine may have applied part of it
                 self.fatal("internal_error", err, client=session.client, op=op)
@@ -323,8 +338,10 @@ class Daemon:
             self.stopped.set()
 
     def _save_images(self) -> None:
-        position = {WRITER: self.journal.position}
+        position = {self.journal.writer_id: self.journal.position}
         for s in self.registry.structures():
+            if self.membership is not None:
+                position = self.membership.cut(s.name)
             path = image.path_for(self.datadir.images, s.name)
             count = image.save(path, s, position)
             log.info("image_saved", structure=s.name, messages=count, path=str(path))

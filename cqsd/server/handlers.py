@@ -56,6 +56,11 @@ def op_deregister(d: "Daemon", session: Session, rid: int) -> Result:
     return {}
 
 
+def op_ping(d: "Daemon", session: Session, rid: int) -> Result:
+    """ping {} -> {}: a sign of life for a client's keepalive (docs/protocol.md)"""
+    return {}
+
+
 def op_connect(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
     """connect {structure} -> the structure's figures"""
     return d.registry.structure(structure).stats()

@@ -45,21 +45,40 @@ from cqsproto.codec import pack_parts
 from logstream.record import MAX_BODY
 
 log = structlog.get_logger()
-WRITER = "cqsd"  # one daemon per data directory (the lock file sees to it)
+WRITER = "cqsd"  # a daemon on its own; a node of a group writes its own series (docs/group.md)
 INLINE_FSYNC = 0.001  # seconds: above this average an fsync would stall the loop too long
 
 
+class Fenced(Exception):
+    """Not acknowledged: this group node's lease ran out (docs/group.md)."""
+
+
+def _always() -> bool:
+    return True
+
+
+def _ignore(why: str) -> None:
+    pass
+
+
 class Journal:
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(self, directory: Path, segment_size: int, writer: str = WRITER) -> None:
         self.directory = directory
-        self.writer = logstream.Writer.open(directory, WRITER, segment_size=segment_size)
+        self.writer_id = writer
+        self.writer = logstream.Writer.open(directory, writer, segment_size=segment_size)
         if self.writer.repair is not None:
             r = self.writer.repair
             log.warning("log_tail_repaired", file=str(r.path), offset=r.offset,
                         bytes_cut=r.bytes_cut, reason=str(r.reason), copy=str(r.copy))
         self.durable = self.writer.durable_lsn
+        # what replies may acknowledge: the durable LSN, as of the last fsync after which
+        # this node still owned its structures (a group's lease, docs/group.md)
+        self.acknowledged = self.durable
         self._position = self.writer.appended_lsn  # the LSN of the last record appended or held
         self.failed: BaseException | None = None
+        self.fenced: BaseException | None = None  # a group node that lost its lease
+        self.owner_valid: Callable[[], bool] = _always  # a group's lease, checked after fsync
+        self.on_fenced: Callable[[str], None] = _ignore  # the group gives its pairs up
         self._work = trio.Event()
         self._flushed = trio.Event()
         self._fsync_average = 0.0
@@ -114,10 +133,11 @@ class Journal:
         self._held.add(session)
 
     async def wait_durable(self, lsn: int) -> bool:
-        """Wait until ``lsn`` is on stable storage; False if it never will be. Starts
+        """Wait until ``lsn`` is on stable storage and acknowledged; False if it never
+        will be. Starts
         an fsync if none is due: records that only lock do not start one."""
-        while self.durable < lsn:
-            if self.failed is not None:
+        while self.acknowledged < lsn:
+            if self.ended() is not None:
                 return False
             self._work.set()
             await self._flushed.wait()
@@ -155,6 +175,13 @@ class Journal:
                 self.fail(err)  # ValueError: a held-back record refused, unwritten
             finally:
                 del self._held_back[:held]
+            if self.fenced is None and self.failed is None:
+                if self.owner_valid():  # after the fsync: only then is the record ours to ack
+                    self.acknowledged = self.durable
+                else:
+                    self.fenced = Fenced("this node's lease with etcd ran out before its "
+                                         "records were acknowledged")
+                    self.on_fenced(str(self.fenced))
             self._fsync_average = 0.8 * self._fsync_average + 0.2 * seconds
             if self.observe is not None:
                 self.observe(seconds, target - before)
@@ -187,11 +214,35 @@ class Journal:
             self.durable, _ = self._append_and_flush(held, self.writer.appended_lsn + len(held))
         except (logstream.LogstreamError, ValueError) as err:
             self.fail(err)
+            return
+        if self.fenced is None and self.owner_valid():
+            self.acknowledged = self.durable
+
+    def fence(self, why: BaseException) -> None:
+        """Acknowledge nothing more (a group node that lost its lease): replies still
+        waiting become errors; the daemon goes on, owning nothing, until ``rotate``."""
+        if self.fenced is None:
+            self.fenced = why
+            self._wake()
+
+    def rotate(self, writer: str) -> None:
+        """After a fence: continue in a new series, ``writer``, as a new incarnation.
+        The old series is left to be sealed by the structures' next owners."""
+        self.writer.close()
+        self.writer = logstream.Writer.open(self.directory, writer,
+                                            segment_size=self.writer.segment_size)
+        self.writer_id = writer
+        self._pending.clear()
+        self._held_back.clear()
+        self.durable = self.acknowledged = self.writer.durable_lsn
+        self._position = self.writer.appended_lsn
+        self.fenced = None
 
     def _wake(self) -> None:
         held, self._held = self._held, set()
+        refused = self.failed or self.fenced
         for session in held:
-            if session.release(self.durable, self.failed):
+            if session.release(self.acknowledged, refused):
                 self._held.add(session)
         if self.on_durable is not None and self.failed is None:
             self.on_durable(self.durable)
@@ -209,6 +260,10 @@ class Journal:
             self._wake()
             if self.on_failure is not None:
                 self.on_failure(err)
+
+    def ended(self) -> BaseException | None:
+        """Why replies that wait for the log will never be acknowledged, if they won't."""
+        return self.failed or self.fenced
 
     def close(self) -> None:
         """Seal the log and release its lock (the writer skips the seal if it failed)."""

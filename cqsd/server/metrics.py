@@ -188,10 +188,30 @@ class _Collector(Collector):
         running = GaugeMetricFamily("cqsd_jobs_running", "Spark jobs running", labels=[])
         running.add_metric([], snap["jobs_running"])
         yield running
-        yield _gauge("cqsd_node_fenced", "1 when this node of a group cannot renew its lease "
-                     "and stops acknowledging; 0 otherwise", {},
-                     0)  # a daemon alone is never fenced; the group feature will set it
+        yield from _group(snap["group"])
         yield from _jobs(self.process)
+
+
+def _group(role: dict | None) -> Iterator[Metric]:
+    """This node of a group (docs/group.md): fenced, lease left, takeovers, what it owns."""
+    yield _gauge("cqsd_node_fenced", "1 when this node of a group cannot renew its lease "
+                 "and stops acknowledging; 0 otherwise (always 0 alone)", {},
+                 int(bool(role and role["fenced"])))
+    if role is None:
+        return
+    yield _gauge("cqsd_node_lease_left_seconds", "Seconds this node may still acknowledge "
+                 "without renewing its etcd lease", {}, role["lease_left"])
+    takeovers = CounterMetricFamily("cqsd_node_takeovers", "Structure pairs this node took "
+                                    "over since it started", labels=[])
+    takeovers.add_metric([], role["takeovers"])
+    yield takeovers
+    owner = GaugeMetricFamily("cqsd_structure_owned", "1 for a pair this node owns, 0 for one "
+                              "it stands by for", labels=["structure"])
+    for name in role["owns"]:
+        owner.add_metric([name], 1)
+    for name in role["stands_by"]:
+        owner.add_metric([name], 0)
+    yield owner
 
 
 def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:

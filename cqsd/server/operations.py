@@ -106,6 +106,7 @@ class Operations:
         with ``purge``, empty it and make sure nothing older is ever recovered, and
         make it available again. Locks of clients still registered stay theirs; the
         others' go back as in peer recovery."""
+        self._alone("recover")
         if name in self._recovering:
             raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
         old = self.registry.failed.get(name)
@@ -154,6 +155,7 @@ class Operations:
         lost structure is (its requests get STRUCTURE_FAILED, its waiting reads end)
         until ``recover`` rebuilds it. Raises INVALID_REQUEST for an overflow
         structure (the pair fails as one), STRUCTURE_FAILED if failed already."""
+        self._alone("fail")
         primary = self.registry.overflow_of.get(name)
         if primary is not None:
             raise CQSError(Reason.INVALID_REQUEST, f"{name} is the overflow structure of "
@@ -161,6 +163,14 @@ class Operations:
         old = self._fail(name, "operator fail")
         self.registry.definitions.failed(name, True)  # until recovered, restarts included
         return {"structure": name, "status": "failed", "messages": old.stats()["messages"]}
+
+    def _alone(self, what: str) -> None:
+        """RECOVER and FAIL of a structure are built for a daemon on its own: in a group
+        the pair's takeover by another node is its recovery (docs/group.md)."""
+        if self.config.group is not None:
+            raise CQSError(Reason.INVALID_REQUEST, f"{what} is not available in a group yet: "
+                           "stop the owner (SIGTERM) and another node takes the structure "
+                           "over from its checkpoint and the sealed log")
 
     def _fail(self, name: str, why: str, **fields: Any) -> StructurePair:
         old = self.registry.fail(name)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .daemon import Daemon
 
 KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "smds", "usage",
-         "cfstatus", "smdsconn", "status", "jobs")
+         "cfstatus", "smdsconn", "status", "jobs", "owners")
 # DESIGN §11: the columns of display smds and display usage --type smds
 SMDS_COLUMNS = ("structure", "owner", "size", "used_percent", "dsblock", "dsbufs", "dsexpand",
                 "status", "access")
@@ -37,6 +37,8 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
         return [{c: row[c] for c in columns} for row in d.datasets.rows(structure)]
     if kind == "status":
         return [status.snapshot(d)]
+    if kind == "owners":  # a group's pairs and their owners (docs/group.md); none alone
+        return d.membership.node.describe() if d.membership is not None else []
     if kind == "jobs":
         return [j for j in d.checkpoints.jobs.rows() if structure in (None, j["structure"])]
     registry = d.registry

@@ -9,6 +9,8 @@ their definitions say (``new_pair``; definitions.py: the repository's, once
 ``install`` puts a new one in place of the old, in configuration order.
 """
 
+from collections.abc import Callable
+
 import structlog
 
 from .. import exits
@@ -32,6 +34,9 @@ class Registry:
         }
         self.pairs = self._all()
         self.failed: dict[str, StructurePair] = {}  # failed by an operator, or recovering
+        # a group's pairs this node does not own (docs/group.md), and why, for each
+        self.standby: set[str] = set()
+        self.elsewhere: Callable[[str], CQSError] | None = None
 
     def open(self) -> None:
         """At start, once the data directory is open: every pair as the repository
@@ -78,6 +83,8 @@ class Registry:
         pair = self.pairs.get(name)
         if pair is not None:
             return pair
+        if name in self.standby and self.elsewhere is not None:
+            raise self.elsewhere(name)
         if name in self.failed:
             raise CQSError(Reason.STRUCTURE_FAILED,
                            f"structure {name} has failed and is being recovered")

@@ -93,8 +93,8 @@ class Session:
         a client whose queue is full is cut off."""
         if self.cut_off:
             return
-        durable = self.journal.durable
-        if lsn > durable and self.journal.failed is not None:
+        durable = self.journal.acknowledged
+        if lsn > durable and self.journal.ended() is not None:
             frame, lsn = self._unacknowledged(request_id), 0
         if lsn <= durable and not self.queue and not self.sending and self.raw is not None:
             rest = self._send_now(frame)
@@ -132,8 +132,12 @@ class Session:
     def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
         self.send({"id": request_id, "ok": True, "result": result}, lsn, type(result) is Large)
 
-    def fail(self, request_id: int | None, reason: str, message: str) -> None:
-        self.send({"id": request_id, "ok": False, "reason": str(reason), "message": message})
+    def fail(self, request_id: int | None, reason: str, message: str,
+             details: dict | None = None) -> None:
+        frame = {"id": request_id, "ok": False, "reason": str(reason), "message": message}
+        if details:
+            frame.update(details)
+        self.send(frame)
 
     def release(self, durable: int, failed: BaseException | None) -> bool:
         """The journal's call after a flush: send what is now durable (or, the log
@@ -265,7 +269,14 @@ class Session:
         return None if sent == len(frame) else memoryview(frame)[sent:]
 
     def _unacknowledged(self, request_id: int | None) -> bytes:
-        """A reply whose log record will never be durable."""
+        """A reply whose log record will never be durable (or never acknowledged)."""
+        if self.journal.failed is None and self.journal.fenced is not None:
+            return encode_frame({
+                "id": request_id, "ok": False, "reason": str(Reason.STRUCTURE_FAILED),
+                "message": f"not acknowledged: {self.journal.fenced}; this node stopped "
+                           "acknowledging (fenced), the structure's next owner has the "
+                           "request only if it was logged in time",
+            })
         return encode_frame({
             "id": request_id, "ok": False, "reason": str(Reason.SHUTTING_DOWN),
             "message": f"not acknowledged: the log write failed ({self.journal.failed}); "

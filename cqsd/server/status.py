@@ -35,6 +35,7 @@ def snapshot(d: "Daemon") -> dict[str, Any]:
         "recovering": sorted(d.operations.recovering),
         "log": _log(d),
         "jobs_running": len(d.checkpoints.jobs.running),
+        "group": d.membership.role() if d.membership is not None else None,
     }
 
 

@@ -14,8 +14,10 @@ class DataDir:
     (clean-shutdown images and crash-recovery bases), ``logstream/``, ``srds/``
     (checkpoint slots) and ``repository.db``."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, node: str | None = None) -> None:
         self.root = Path(root)
+        # one daemon per data directory; in a group, one per node (docs/group.md)
+        self.lock = self.root / ("cqsd.lock" if node is None else f"cqsd.{node}.lock")
         self.images = self.root / "images"
         self.logstream = self.root / "logstream"
         self.srds = self.root / "srds"
@@ -32,7 +34,7 @@ class DataDir:
             # held read-only: a daemon holding no file of the directory open for writing
             # does not keep it from being remounted read-only (a checkpoint then fails
             # cleanly; the log, on its own mount, goes on)
-            fd = os.open(self.root / "cqsd.lock", os.O_RDONLY | os.O_CREAT, 0o600)
+            fd = os.open(self.lock, os.O_RDONLY | os.O_CREAT, 0o600)
         except OSError as err:
             raise DataDirError(f"data directory {self.root}: {err.strerror}") from err
         try:
@@ -41,10 +43,11 @@ class DataDir:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise DataDirError(
-                f"data directory {self.root} is in use by a live daemon (pid {holder})"
+                f"data directory {self.root} is in use by a live daemon (pid {holder}, "
+                f"{self.lock.name})"
             ) from None
         try:
-            with open(self.root / "cqsd.lock", "w") as f:
+            with open(self.lock, "w") as f:
                 f.write(str(os.getpid()))
         except OSError as err:
             os.close(fd)

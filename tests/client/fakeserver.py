@@ -383,6 +383,9 @@ class FakeServer:
             pair.release_client(conn.client, failed=False)
         return {}
 
+    def op_ping(self, conn, rid):
+        return {}
+
     def op_connect(self, conn, rid, structure):
         return self._pair(structure).stats()
 

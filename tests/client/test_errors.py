@@ -13,7 +13,7 @@ DESIGN_REASONS = [
     "NO_MESSAGE", "STRUCTURE_FULL", "OVERFLOW_REJECTED", "STRUCTURE_FAILED", "SMDS_UNAVAILABLE",
     "MESSAGE_TOO_LARGE", "ENTRY_NOT_FOUND", "LOCK_NOT_HELD", "NOT_AUTHORIZED", "NOT_REGISTERED",
     "CLIENT_ACTIVE", "CLIENT_LIMIT", "UNKNOWN_STRUCTURE", "INVALID_REQUEST", "SHUTTING_DOWN",
-    "SMDS_FULL",
+    "SMDS_FULL", "NOT_OWNER",
 ]
 
 
@@ -66,3 +66,15 @@ def test_connection_lost_names_its_address_and_pickles():
     assert type(copy) is errors.CannotConnect
     assert (copy.address, copy.message) == ("unix:///x", error.message)
     assert pickle.loads(pickle.dumps(errors.NoMessage("empty"))).message == "empty"
+
+
+def test_not_owner_carries_the_owners_address_and_epoch():
+    """A NOT_OWNER reply names the owner and its epoch, which the SDK follows."""
+    error = errors.error_from_reply({"id": 1, "ok": False, "reason": "NOT_OWNER",
+                                     "message": "MSGQ01 is owned by NODE2",
+                                     "owner": "tcp://127.0.0.1:7411", "epoch": 42})
+    assert isinstance(error, errors.NotOwner)
+    assert (error.owner, error.epoch) == ("tcp://127.0.0.1:7411", 42)
+    bare = errors.error_from_reply({"id": 1, "ok": False, "reason": "NOT_OWNER",
+                                    "message": "no owner", "owner": 3, "epoch": "x"})
+    assert (bare.owner, bare.epoch) == (None, None)

@@ -27,6 +27,7 @@ S = "MSGQ01"
 BUILDS = {
     "register": [("IMS1", None, False), ("IMS1", "secret", True)],
     "deregister": [()],
+    "ping": [()],
     "connect": [(S,)],
     "put": [(S, "Q", b"x", "TRAN", True, None), (S, "Q", memoryview(b"x"), 5, False, 10),
             (S, "Q", b"x", "TRAN", True, None, 2.5), (S, "Q", b"x", "TRAN", True, None, None,
@@ -151,6 +152,7 @@ def drive_every_op(d) -> None:
     """Every op, in the shapes whose replies differ: messages locked, browsed, suspended,
     cold, resynced locks, notifications, operator requests and a few refusals."""
     with cqsclient.connect(d.address, client="CONTRACT") as c:
+        c.ping()
         s = c.structure(S)
         eid = s.put("CQ", b"one")
         s.put_batch("CQ", [b"two", b"three"])

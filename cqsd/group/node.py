@@ -1,0 +1,307 @@
+"""This daemon as a node of a group: its lease, the pairs it owns, its takeovers.
+
+Design note. Patroni's HA loop, for structure pairs (docs/group.md). The node
+holds one etcd lease; a key ``nodes/<NODE>`` bound to it says the node is
+live, and each pair it owns has ``owners/<PAIR>`` bound to it too, so when
+the node stops renewing, etcd drops all of them at once after ``lease``
+seconds and the standbys see free pairs. Two tasks:
+
+- the *keep-alive*: renews a third of the way through the lease; if the local
+  deadline (lease.py) passes without an answer, the node is **fenced**: it
+  acknowledges nothing more, drops every pair it owned (their requests get
+  STRUCTURE_FAILED naming etcd) and, once etcd answers again, rejoins as a new
+  incarnation writing a new series (its old one is sealed by the next owners);
+- the *watch*: reads the group's keys every ``poll`` seconds; a pair free and
+  wanted here (ownership.py) is tried with a create-if-absent transaction;
+  winning it starts a **takeover**: seal the other writers' series, record the
+  seal in etcd, rebuild the pair (the daemon's ``Host.take``), then serve. An
+  owner key of ours that vanished while the lease is valid (an operator
+  deleted it) fences the node too: a successor may seal it at any moment.
+
+A clean stop saves the images first (the daemon), then deletes this node's
+owner keys and revokes the lease, so a standby takes the pairs at once and
+from the clean image, without waiting out the lease.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+import trio
+
+from logstream.series import list_series
+
+from ..config import GroupConfig
+from ..recovery.sealed import seal
+from .etcd import Etcd, EtcdError, EtcdUnavailable
+from .lease import LeaseClock, now
+from .ownership import Owner, Seal, View, key, to_take
+
+log = structlog.get_logger()
+
+__all__ = ["GroupNode", "Host", "Takeover", "writer_for"]
+
+REJOIN_DELAY = 0.5  # seconds between attempts to reach etcd after a fence
+
+
+def writer_for(node: str, log_dir: Path) -> str:
+    """This start's log series: ``NODE-N``, N one past any incarnation on disk, so
+    a node never appends to a series an earlier run of it left (it may be sealed)."""
+    prefix = f"{node}-"
+    seen = [int(w[len(prefix):]) for w in list_series(log_dir)
+            if w.startswith(prefix) and w[len(prefix):].isdigit()]
+    return f"{node}-{max(seen, default=0) + 1}"
+
+
+@dataclass
+class Takeover:
+    """One pair taken over: its epoch, its seal, and how long each phase took."""
+
+    structure: str
+    epoch: int
+    cut: dict[str, int]
+    timestamp: int
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: detect, seal, load, ...
+
+
+class Host(Protocol):
+    """What the node needs of the daemon it belongs to."""
+
+    @property
+    def writer(self) -> str: ...
+
+    @property
+    def log_dir(self) -> Path: ...
+
+    async def take(self, takeover: Takeover) -> None:
+        """Rebuild the pair from its seal and serve it; raise to give it up again."""
+
+    def lose(self, why: str) -> None:
+        """Stop acknowledging and drop every pair (fenced)."""
+
+    def rejoin(self) -> str:
+        """After a fence, continue as a new incarnation: its writer id."""
+
+
+class GroupNode:
+    def __init__(self, group: GroupConfig, pairs: Mapping[str, tuple[str, ...] | None],
+                 host: Host, etcd: Etcd | None = None) -> None:
+        self.group = group
+        self.pairs = dict(pairs)
+        self.host = host
+        self.etcd = etcd or Etcd(group.etcd)
+        self.lease = LeaseClock()
+        self.view = View()
+        self.view_at = float("-inf")  # when the view was read (CLOCK_BOOTTIME)
+        self.owned: dict[str, int] = {}  # pair -> epoch
+        self.taking: set[str] = set()
+        self.takeovers = 0
+        self.fenced_since: float | None = None
+        self.etcd_error: str | None = None  # why etcd did not answer last, if it did not
+        self.poll = min(0.5, group.lease / 10)
+
+    # -- what the daemon asks ------------------------------------------------
+
+    def valid(self) -> bool:
+        """Whether this node may acknowledge now: checked after every fsync."""
+        return self.fenced_since is None and self.lease.valid(now())
+
+    def owner(self, name: str) -> Owner | None:
+        """The owner of pair ``name`` as last seen, None if it has none."""
+        return self.view.owners.get(name)
+
+    def cuts(self, name: str) -> dict[str, int]:
+        """The sealed writers' cuts of pair ``name``; this node's own series is never cut."""
+        cut = self.view.cuts(name)
+        cut.pop(self.host.writer, None)
+        return cut
+
+    def describe(self) -> list[dict]:
+        """``display owners``: each pair's owner, epoch, lease left and standbys."""
+        at = now()
+        rows = []
+        for name in sorted(self.pairs):
+            o = self.view.owners.get(name)
+            mine = o is not None and o.node == self.group.node
+            rows.append({
+                "structure": name, "owner": o.node if o else None,
+                "epoch": o.epoch if o else None,
+                "lease_left": round(self.lease.left(at), 3) if mine else None,
+                "standbys": [{"node": n, "behind_records": None, "behind_seconds": None}
+                             for n in sorted(self.view.nodes)
+                             if o is None or n != o.node],
+            })
+        return rows
+
+    # -- running ---------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Join, then keep the lease and watch the group; after a fence, join again.
+        Started before etcd answers: meanwhile the node owns nothing."""
+        task_status.started()
+        while True:
+            try:
+                await self._join()
+            except EtcdError as err:
+                if self.etcd_error is None:
+                    log.warning("etcd_unreachable", node=self.group.node, error=str(err),
+                                action="owning nothing; trying again")
+                self.etcd_error = str(err)
+                await trio.sleep(REJOIN_DELAY)
+                continue
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keepalive, nursery.cancel_scope)
+                nursery.start_soon(self._watch, nursery.cancel_scope)
+            # fenced: the lease is gone or out of date; everything owned was dropped
+
+    async def _join(self) -> None:
+        """A new lease and this node's key; after a fence, a new series first."""
+        sent = now()
+        lease, ttl = await self.etcd.grant(self.group.lease)
+        self.lease.granted(lease, ttl, sent)
+        if self.fenced_since is not None:  # a new series, at once: no await in between
+            writer = self.host.rejoin()
+            log.info("node_rejoined", node=self.group.node, writer=writer,
+                     fenced_seconds=round(now() - self.fenced_since, 3))
+            self.fenced_since = None
+        await self.etcd.put(key(self.group.name, "nodes", self.group.node), json.dumps({
+            "advertise": self.group.advertise, "writer": self.host.writer,
+            "standby": self.group.standby}), lease=lease)
+        self.etcd_error = None
+        log.info("node_joined", node=self.group.node, group=self.group.name,
+                 writer=self.host.writer, lease=self.group.lease)
+
+    async def _keepalive(self, scope: trio.CancelScope) -> None:
+        while True:
+            at = now()
+            if not self.lease.valid(at):
+                self._fence("its etcd lease ran out: " + (self.etcd_error or "not renewed"))
+                scope.cancel()
+                return
+            await trio.sleep(max(0.0, min(self.lease.renew_at(), self.lease.valid_until) - at))
+            sent = now()
+            with trio.move_on_after(max(0.01, self.lease.valid_until - sent)):
+                try:
+                    ttl = await self.etcd.keepalive(self.lease.lease)
+                except EtcdError as err:
+                    self.etcd_error = str(err)
+                    await trio.sleep(min(self.poll, max(0.0, self.lease.valid_until - now())))
+                    continue
+                self.etcd_error = None
+                self.lease.renewed(ttl, sent)
+
+    async def _watch(self, scope: trio.CancelScope) -> None:
+        prefix = key(self.group.name) + "/"
+        while True:
+            try:
+                kvs, revision = await self.etcd.get_prefix(prefix)
+            except EtcdError as err:
+                self.etcd_error = str(err)
+                await trio.sleep(self.poll)
+                continue
+            self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
+            for name, epoch in list(self.owned.items()):
+                o = self.view.owners.get(name)
+                if o is None or o.node != self.group.node or o.epoch != epoch:
+                    self._fence(f"its owner key of {name} (epoch {epoch}) is gone")
+                    scope.cancel()
+                    return
+            if self.lease.valid(now()):
+                for name in to_take(self.group.node, self.pairs, self.view):
+                    if name not in self.taking:
+                        await self._try(name)
+            await trio.sleep(self.poll)
+
+    async def _try(self, name: str) -> None:
+        """Try to become the owner of the free pair ``name``; take it over if so."""
+        detected = now()
+        value = json.dumps({"node": self.group.node, "advertise": self.group.advertise,
+                            "writer": self.host.writer})
+        try:
+            won, kv = await self.etcd.create(key(self.group.name, "owners", name), value,
+                                             self.lease.lease)
+        except EtcdError as err:
+            self.etcd_error = str(err)
+            return
+        if not won or kv is None:
+            return
+        epoch = kv.create_revision
+        self.owned[name] = epoch
+        self.taking.add(name)
+        log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch)
+        try:
+            await self._takeover(name, epoch, detected)
+        except EtcdUnavailable as err:
+            self._fence(f"the takeover of {name} could not record its seal: {err}")
+        except Exception as err:  # the pair could not be rebuilt here: give it up again
+            log.exception("takeover_failed", structure=name, epoch=epoch,
+                          error=f"{type(err).__name__}: {err}",
+                          action="ownership given up; another node may try")
+            self.owned.pop(name, None)
+            with trio.move_on_after(self.etcd.timeout):
+                try:
+                    await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+                except EtcdError:
+                    pass  # the lease takes the key with it in the end
+        finally:
+            self.taking.discard(name)
+
+    async def _takeover(self, name: str, epoch: int, detected: float) -> None:
+        started = now()
+        seals = self.view.seals.get(name, [])
+        before = self.view.cuts(name)
+        previous = seals[-1].writer if seals else None
+        writers = [w for w in list_series(self.host.log_dir) if w != self.host.writer
+                   and (w == previous or w not in before)]
+        ends = await trio.to_thread.run_sync(seal, self.host.log_dir, writers)
+        cut = {**before, **{w: e.lsn for w, e in ends.items()}}
+        cut.pop(self.host.writer, None)  # this node's own series is never cut for its pair
+        timestamp = max([e.timestamp for e in ends.values()]
+                        + [s.timestamp for s in seals], default=0)
+        await self.etcd.put(key(self.group.name, "seals", name, epoch),
+                            Seal(name, epoch, self.host.writer, cut, timestamp).encode())
+        sealed = now()
+        takeover = Takeover(name, epoch, cut, timestamp,
+                            {"detect": round(started - detected, 3),
+                             "seal": round(sealed - started, 3)})
+        log.info("structure_sealed", structure=name, epoch=epoch, cut=cut, timestamp=timestamp)
+        await self.host.take(takeover)
+        self.takeovers += 1
+        log.info("takeover_done", structure=name, epoch=epoch, node=self.group.node,
+                 phases=takeover.phases, seconds=round(now() - detected, 3))
+
+    def fence(self, why: str) -> None:
+        """Stop acknowledging and give everything up (idempotent); the keep-alive then
+        rejoins as a new incarnation."""
+        self._fence(why)
+
+    def _fence(self, why: str) -> None:
+        if self.fenced_since is not None:
+            return
+        self.fenced_since = now()
+        owned, self.owned = self.owned, {}
+        self.lease.lost()
+        log.error("fenced", node=self.group.node, why=why, structures=sorted(owned),
+                  action="no more acknowledgements; the pairs go to other nodes; "
+                         "rejoining as a new incarnation once etcd answers")
+        self.host.lose(why)
+
+    async def leave(self) -> None:
+        """At a clean stop, after the images are saved: give the pairs up at once."""
+        with trio.move_on_after(2 * self.etcd.timeout):
+            try:
+                for name, epoch in list(self.owned.items()):
+                    await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+                    log.info("owner_lost", structure=name, epoch=epoch, why="clean stop")
+                if self.lease.lease:
+                    await self.etcd.revoke(self.lease.lease)
+            except EtcdError as err:
+                log.warning("group_leave_incomplete", error=str(err),
+                            action="the pairs go to other nodes once the lease runs out")
+        self.owned.clear()
+

@@ -1,0 +1,130 @@
+"""Who owns what in a group, and which free pairs this node should take.
+
+Design note. A group's state is a handful of etcd keys under
+``/cqsd/<GROUP>/`` (docs/group.md): ``nodes/<NODE>`` (bound to the node's
+lease: the node is live while it exists), ``owners/<STRUCTURE>`` (bound to the
+owner's lease; its create revision is the pair's *epoch*) and
+``seals/<STRUCTURE>/<EPOCH>`` (the cut a new owner put on the log of the
+owners before it; never bound to a lease). This module reads those keys into
+a ``View`` and decides, as the etcd raft library decides, without I/O: the
+node's loop (node.py) reads the keys, asks ``to_take``, and tries each pair
+with a create-if-absent transaction, so two nodes that decide alike at once
+still end with one owner.
+
+A pair with a preference list goes to the first live node of the list
+(CFRM's PREFLIST): a node takes a free pair only if no live node earlier in
+the list could; a node not in the list never takes it. A pair without one
+may go to any node: the first whose transaction lands wins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .etcd import KV
+
+__all__ = ["Node", "Owner", "Seal", "View", "key", "may_take", "to_take"]
+
+
+def key(group: str, *parts: str | int) -> str:
+    """The etcd key of a group's ``parts``: ``/cqsd/GROUP/owners/MSGQ01``."""
+    return "/".join(("", "cqsd", group, *map(str, parts)))
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    advertise: str
+    writer: str  # the log series it writes this incarnation
+    standby: str
+
+
+@dataclass(frozen=True)
+class Owner:
+    structure: str
+    node: str
+    advertise: str
+    writer: str
+    epoch: int  # the owner key's create revision
+    lease: int
+
+
+@dataclass(frozen=True)
+class Seal:
+    """The cut the owner of ``epoch`` put on its predecessors' records of a structure."""
+
+    structure: str
+    epoch: int
+    writer: str  # the new owner's series, whose first record of the epoch repeats this
+    cut: dict[str, int]  # writer -> last LSN of theirs that counts for the structure
+    timestamp: int  # the newest timestamp at or below the cut: the epoch stamps after it
+
+    def encode(self) -> str:
+        return json.dumps({"writer": self.writer, "cut": self.cut, "timestamp": self.timestamp})
+
+
+@dataclass
+class View:
+    """The group as one read of its keys saw it."""
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    owners: dict[str, Owner] = field(default_factory=dict)
+    seals: dict[str, list[Seal]] = field(default_factory=dict)  # oldest epoch first
+    revision: int = 0
+
+    @classmethod
+    def read(cls, group: str, kvs: list[KV], revision: int) -> View:
+        """The view of every key under ``/cqsd/GROUP/``; keys it cannot read are skipped
+        (a newer node's keys, or a hand-made one), never fatal."""
+        view = cls(revision=revision)
+        prefix = key(group) + "/"
+        for kv in kvs:
+            parts = kv.key.removeprefix(prefix).split("/")
+            try:
+                value = kv.json()
+                if parts[0] == "nodes" and len(parts) == 2:
+                    view.nodes[parts[1]] = Node(parts[1], value["advertise"], value["writer"],
+                                                value.get("standby", "warm"))
+                elif parts[0] == "owners" and len(parts) == 2:
+                    view.owners[parts[1]] = Owner(parts[1], value["node"], value["advertise"],
+                                                  value["writer"], kv.create_revision, kv.lease)
+                elif parts[0] == "seals" and len(parts) == 3:
+                    view.seals.setdefault(parts[1], []).append(Seal(
+                        parts[1], int(parts[2]), value["writer"],
+                        {str(w): int(n) for w, n in value["cut"].items()},
+                        int(value["timestamp"])))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+        for seals in view.seals.values():
+            seals.sort(key=lambda s: s.epoch)
+        return view
+
+    def cuts(self, structure: str) -> dict[str, int]:
+        """Every sealed writer's last LSN that counts for ``structure`` (the highest seal
+        of each: a writer sealed twice handed the pair over between, writing none of it)."""
+        cut: dict[str, int] = {}
+        for seal in self.seals.get(structure, ()):
+            for writer, lsn in seal.cut.items():
+                cut[writer] = max(cut.get(writer, 0), lsn)
+        return cut
+
+
+def may_take(prefer: tuple[str, ...] | None, me: str, live: Mapping[str, object]) -> bool:
+    """Whether ``me`` may take a free pair with preference list ``prefer``."""
+    if prefer is None:
+        return True
+    for node in prefer:
+        if node == me:
+            return True
+        if node in live:
+            return False
+    return False
+
+
+def to_take(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) -> list[str]:
+    """The free pairs ``me`` should try to take now, in name order."""
+    live = view.nodes
+    return [name for name, prefer in sorted(pairs.items())
+            if name not in view.owners and may_take(prefer, me, live)]

@@ -1,0 +1,143 @@
+"""The daemon's side of a group: a pair taken over is rebuilt and served here; a
+fenced node drops what it owned (docs/group.md).
+
+A pair this node does not own is on ``Registry.standby``: its requests get
+NOT_OWNER naming the owner's address and epoch (Redis Cluster's MOVED) while
+there is one, and STRUCTURE_FAILED saying why while there is none (a takeover
+under way, no live node of its preference list, etcd out of reach).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+import trio
+
+from ..config import Config
+from ..engine import CQSError, Reason
+from ..group.lease import now
+from ..group.node import GroupNode, Takeover, writer_for
+from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
+from ..recovery.sealed import rebuild_pair
+from ..storage.datadir import DataDir
+from .clients import Clients
+from .journal import Fenced, Journal
+from .registry import Registry
+from .waiters import ReadWaiters
+
+log = structlog.get_logger()
+
+
+class Membership:
+    """Implements the node's ``Host``: what a takeover and a fence do to the daemon."""
+
+    def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
+                 clients: Clients, waiters: ReadWaiters, settle: Callable[[], int]) -> None:
+        assert config.group is not None
+        self.config = config
+        self.datadir = datadir
+        self.registry = registry
+        self.journal = journal
+        self.clients = clients
+        self.waiters = waiters
+        self.settle = settle
+        pairs = {name: config.structure(name).prefer for name in registry.pairs}
+        self.node = GroupNode(config.group, pairs, self)
+        journal.owner_valid = self.node.valid
+        journal.on_fenced = self.node.fence
+        registry.standby = set(registry.pairs) | set(registry.failed)
+        registry.pairs, registry.failed = {}, {}
+        registry.elsewhere = self.refusal
+
+    @property
+    def writer(self) -> str:
+        return self.journal.writer_id
+
+    @property
+    def log_dir(self) -> Path:
+        return self.datadir.logstream
+
+    def role(self) -> dict:
+        """This node in ``cqsctl status``: owner of which pairs, standby for which."""
+        node, group = self.node, self.config.group
+        assert group is not None
+        return {"group": group.name, "node": group.node, "writer": self.journal.writer_id,
+                "standby": group.standby, "owns": sorted(node.owned),
+                "stands_by": sorted(self.registry.standby),
+                "lease_left": round(node.lease.left(now()), 3),
+                "fenced": node.fenced_since is not None, "etcd_error": node.etcd_error,
+                "takeovers": node.takeovers}
+
+    def refusal(self, name: str) -> CQSError:
+        """Why pair ``name`` is not served here, and where it is."""
+        node = self.node
+        owner = node.owner(name)
+        if node.etcd_error is not None and node.fenced_since is not None:
+            return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} has no owner this "
+                            f"node can know of: etcd is unreachable ({node.etcd_error})")
+        if owner is not None and owner.node != self.config.group.node:  # type: ignore[union-attr]
+            err = CQSError(Reason.NOT_OWNER, f"structure {name} is owned by node {owner.node} "
+                           f"(epoch {owner.epoch}) at {owner.advertise}")
+            err.details = {"owner": owner.advertise, "epoch": owner.epoch}
+            return err
+        if name in node.taking:
+            why = "this node is taking it over"
+        elif node.etcd_error is not None:
+            why = f"etcd is unreachable ({node.etcd_error})"
+        else:
+            why = "no node owns it now (a takeover is under way, or no node of its " \
+                  "preference list is live)"
+        return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} has no owner: {why}")
+
+    def cut(self, name: str) -> dict[str, int]:
+        """The log positions the pair ``name``'s state covers, by writer: the sealed
+        series at their cuts, this node's at its position."""
+        return {**self.node.cuts(self.registry.overflow_of.get(name, name)),
+                self.journal.writer_id: self.journal.position}
+
+    async def take(self, takeover: Takeover) -> None:
+        name = takeover.structure
+        pair = self.registry.new_pair(name)
+        position = self.journal.durable  # none of the pair in this series comes later
+        cut = {**takeover.cut, self.journal.writer_id: position}
+        started = now()
+        reports = await trio.to_thread.run_sync(
+            rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
+            self.datadir.srds, cut)
+        loaded = now()
+        # the epoch's first record repeats the seal; its stamp, and all after it, come
+        # after every sealed record's, whatever this node's clock says
+        self.journal.writer.stamp_after(takeover.timestamp)
+        self.journal.append({STRUCTURE: name, EFFECTS: [], EPOCH: takeover.epoch,
+                             SEALED: takeover.cut})
+        pair.derive_status()
+        self.registry.standby.discard(name)
+        self.registry.install(pair)
+        self.clients.announce(pair)
+        owners = set().union(*(r.lock_owners for r in reports)) - set(self.clients.sessions)
+        for client in sorted(owners):  # their holders may come back to resync
+            self.clients.held_over.add(client)
+            self.clients.schedule_peer_recovery(client, failed=False)
+        self.settle()
+        takeover.phases["load"] = round(loaded - started, 3)
+        takeover.phases["listen"] = round(now() - loaded, 3)
+        for r in reports:
+            log.info("structure_rebuilt", structure=r.structure, clean=r.clean, source=r.source,
+                     messages=r.messages, records_replayed=r.replayed, epoch=takeover.epoch,
+                     image_seconds=round(r.image_seconds, 3),
+                     replay_seconds=round(r.replay_seconds, 3))
+
+    def lose(self, why: str) -> None:
+        self.journal.fence(Fenced(why))
+        for name in list(self.registry.pairs):
+            pair = self.registry.pairs.pop(name)
+            self.waiters.fail(pair)
+            self.registry.standby.add(name)
+            log.warning("owner_lost", structure=name, why=why)
+
+    def rejoin(self) -> str:
+        writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]
+        self.journal.rotate(writer)
+        return writer

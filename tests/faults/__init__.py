@@ -1,0 +1,1 @@
+"""Faults for the test suite: lazyfs (loses what was not fsynced) and a partition proxy."""

@@ -1,0 +1,228 @@
+"""Jepsen's total-queue checker for a group, and the clients whose history it checks.
+
+Producers put unique payloads and note what was acknowledged and what is in
+doubt; consumers read with a lock and delete, noting each delivery and each
+acknowledged delete. At the end the queue is drained and the verdict says
+what was **lost** (acknowledged, never deleted, not there at the end),
+**unexpected** (seen, never put), **resurrected** (its delete acknowledged,
+yet there at the end) and **duplicated** (delivered more than once: allowed
+only as the redelivery of a message locked and not deleted).
+
+The clients follow the owner by hand (NOT_OWNER names it; a lost connection
+tries every node), so the checker needs no more of the SDK than one connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import cqsclient
+from cqsclient.errors import ConnectionLost, CQSError, NotOwner, RequestTimeout
+
+STRUCTURE, QUEUE = "MSGQ01", "TRANX"
+SETTLE = 0.05  # seconds a client waits before trying again while a pair has no owner
+
+
+@dataclass
+class History:
+    put_ok: dict[bytes, int] = field(default_factory=dict)  # payload -> entry id
+    put_unknown: set[bytes] = field(default_factory=set)
+    delivered: Counter = field(default_factory=Counter)  # payload -> deliveries seen
+    deleted_ok: set[bytes] = field(default_factory=set)
+    deleted_unknown: set[bytes] = field(default_factory=set)
+    acks: list[tuple[float, str | None]] = field(default_factory=list)  # (when, from node)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def verdict(self, final: list[bytes]) -> dict[str, object]:
+        there = Counter(final)
+        put = set(self.put_ok) | self.put_unknown
+        lost = {p for p in self.put_ok
+                if p not in there and p not in self.deleted_ok and p not in self.deleted_unknown}
+        return {
+            "acknowledged": len(self.put_ok), "in_doubt": len(self.put_unknown),
+            "lost": sorted(lost),
+            "unexpected": sorted((set(self.delivered) | set(there)) - put),
+            "resurrected": sorted(p for p in self.deleted_ok if p in there),
+            "duplicated_at_end": sorted(p for p, n in there.items() if n > 1),
+            "redelivered": sum(1 for n in self.delivered.values() if n > 1),
+        }
+
+
+class Follower:
+    """One client of the group that goes wherever its structure's owner is."""
+
+    def __init__(self, name: str, addresses: list[str], timeout: float = 5.0) -> None:
+        self.name = name
+        self.addresses = addresses
+        self.timeout = timeout
+        self.client: cqsclient.Client | None = None
+        self.address: str | None = None
+
+    def connect(self, prefer: str | None = None) -> None:
+        """Connect to ``prefer``, else to each node in turn, the last one tried last."""
+        last = self.address
+        self.close()
+        rest = [a for a in self.addresses if a not in (prefer, last)]
+        order = ([prefer] if prefer else []) + rest + ([last] if last and last != prefer else [])
+        for address in order:
+            try:
+                self.client = cqsclient.connect(address, client=self.name, timeout=self.timeout)
+                self.address = address
+                return
+            except (CQSError, OSError):
+                continue
+        raise ConnectionLost("no node of the group answered", applied=False)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.abort()
+            self.client = None
+
+    def call(self, op, deadline: float):
+        """Run ``op(structure_handle)`` on the owner; NOT_OWNER and refusals before
+        anything was applied are retried until ``deadline``; ConnectionLost with
+        applied=None and a fenced reply are raised (in doubt)."""
+        while True:
+            try:
+                if self.client is None:
+                    self.connect()
+                return op(self.client.structure(STRUCTURE))
+            except NotOwner as err:
+                self.connect(err.owner)
+            except ConnectionLost as err:
+                self.close()
+                if err.applied is not False:
+                    raise
+            except RequestTimeout:  # a silent node (paused): try the others next time
+                self.close()
+                raise
+            except CQSError as err:
+                if err.reason != "STRUCTURE_FAILED" or "not acknowledged" in err.message:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: no owner of {STRUCTURE} in time")
+            time.sleep(SETTLE)
+
+
+class Producer(threading.Thread):
+    def __init__(self, n: int, addresses: list[str], history: History, stop: threading.Event):
+        super().__init__(daemon=True, name=f"producer{n}")
+        self.n, self.history, self.stop_event = n, history, stop
+        self.follower = Follower(f"PUT{n}", addresses)
+        self.error: BaseException | None = None
+        self.last_error: BaseException | None = None  # of the last put in doubt
+
+    def run(self) -> None:
+        i = 0
+        try:
+            while not self.stop_event.is_set():
+                payload = b"p%d-%d" % (self.n, i)
+                i += 1
+                try:
+                    eid = self.follower.call(lambda s, p=payload: s.put(QUEUE, p),
+                                             time.monotonic() + 60)
+                except (ConnectionLost, CQSError) as err:
+                    self.last_error = err
+                    with self.history.lock:
+                        self.history.put_unknown.add(payload)
+                    continue
+                with self.history.lock:
+                    self.history.put_ok[payload] = eid
+                    self.history.acks.append((time.monotonic(), self.follower.address))
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            self.error = err
+        finally:
+            self.follower.close()
+
+
+class Consumer(threading.Thread):
+    def __init__(self, n: int, addresses: list[str], history: History, stop: threading.Event):
+        super().__init__(daemon=True, name=f"consumer{n}")
+        self.n, self.history, self.stop_event = n, history, stop
+        self.follower = Follower(f"GET{n}", addresses)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    m = self.follower.call(lambda s: s.read(QUEUE, wait=0.2),
+                                           time.monotonic() + 60)
+                except (ConnectionLost, CQSError):
+                    continue
+                if m is None:
+                    continue
+                with self.history.lock:
+                    self.history.delivered[m.data] += 1
+                try:
+                    self.follower.call(lambda s, eid=m.entry_id: s.delete(eid),
+                                       time.monotonic() + 60)
+                except (ConnectionLost, CQSError) as err:
+                    if getattr(err, "reason", None) in ("LOCK_NOT_HELD", "ENTRY_NOT_FOUND"):
+                        continue  # the lock went back (its session died): not deleted
+                    with self.history.lock:
+                        self.history.deleted_unknown.add(m.data)
+                    continue
+                with self.history.lock:
+                    self.history.deleted_ok.add(m.data)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            self.error = err
+        finally:
+            self.follower.close()
+
+
+def drain(addresses: list[str]) -> list[bytes]:
+    """Every payload left in the queue, read and deleted by a fresh client."""
+    follower = Follower("DRAIN", addresses)
+    left = []
+    try:
+        while True:
+            m = follower.call(lambda s: s.read(QUEUE), time.monotonic() + 60)
+            if m is None:
+                return left
+            left.append(m.data)
+            follower.call(lambda s, eid=m.entry_id: s.delete(eid), time.monotonic() + 60)
+    finally:
+        follower.close()
+
+
+def reference_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
+    """What the reference fold of the sealed log makes of ``structure``'s pair: entry
+    id -> payload, from the images, checkpoints and log in ``data_dir`` alone."""
+    from cqsd.config import loads
+    from cqsd.recovery.sealed import cut_of, rebuild_pair
+    from cqsd.server.registry import Registry
+
+    config = loads(f'[[structure]]\nname = "{structure}"\nsize = "64MiB"\n'
+                   f'overflow = "{structure}OV"\n[[structure]]\nname = "{structure}OV"\n'
+                   'size = "16MiB"\n')
+    pair = Registry(config).new_pair(structure)
+    rebuild_pair(pair.structures(), data_dir / "images", data_dir / "logstream",
+                 data_dir / "srds", cut_of(data_dir / "logstream", structure))
+    return {e.entry_id: bytes(e.data) for s in pair.structures() for e in s}
+
+
+def owner_messages(address: str, structure: str = STRUCTURE) -> dict[int, bytes]:
+    with cqsclient.connect(address, client="CHECKER", timeout=10) as c:
+        return {m.entry_id: m.data for m in c.structure(structure).browse_all()}
+
+
+def spark_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
+    """What the Spark checkpoint job folds of ``structure`` from the whole multi-node
+    log, cut as the reference fold is: entry id -> payload of the slot it writes."""
+    import subprocess
+    import sys
+
+    from cqsd.recovery.sealed import cut_of
+    from cqsd.srds import slots
+
+    cut = cut_of(data_dir / "logstream", structure)
+    subprocess.run([sys.executable, "-m", "cqsd.srds", "checkpoint", "--data-dir", str(data_dir),
+                    "--structure", structure, "--master", "local[2]",
+                    *(a for w, n in cut.items() for a in ("--cut", f"{w}={n}"))],
+                   check=True, capture_output=True, timeout=600)
+    slot = slots.newest_valid(data_dir / "srds", structure)
+    return {i: bytes(r[3]) for i, r in slots.read_rows(slot, offloaded_data=True).items()}

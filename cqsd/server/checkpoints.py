@@ -65,7 +65,7 @@ class Checkpoints:
         self.overflow_of = {sc.name: sc.overflow for sc in self.config.structures if sc.overflow}
         self.primary_of = {sc.overflow: sc.name for sc in self.config.structures if sc.overflow}
         # a group's sealed series of a pair, by writer (docs/group.md); none alone
-        self.sealed: Callable[[str], dict[str, int]] = lambda name: {}
+        self.sealed: Callable[[str], dict[str, int]] = _none
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
@@ -277,6 +277,7 @@ class Checkpoints:
         when it is newer than the slots.) A failure to delete one is logged, and the
         next checkpoint tries again."""
         keep_from = min((self._needed_from(name) for name in self.names), default=0)
+        keep_from = min(keep_from, self.journal.position + 1)
         if keep_from <= 1:
             return
         cutoff = time.time() - self.config.daemon.log_retention
@@ -293,9 +294,16 @@ class Checkpoints:
             log.info("log_trimmed", before_lsn=keep_from, segments=len(gone))
 
     def _needed_from(self, name: str) -> int:
-        """The first LSN a recovery of ``name`` may need: the one after its older valid
-        slot; 1 (the whole log) while it has no checkpoint, or its manifest is unreadable."""
-        positions = [lsn.get(self.journal.writer_id, 0) for lsn in self._positions(name) or ()]
+        """The first LSN of this daemon's series a recovery of ``name`` may need: the one
+        after its older valid slot; 1 (the whole log) while it has no checkpoint, or its
+        manifest is unreadable. In a group, a pair another node owns needs none of this
+        series unless its slots name it (docs/group.md)."""
+        me, slots_of = self.journal.writer_id, self._positions(name)
+        if slots_of is not None and self.physical(name) is None and self.sealed is not _none:
+            slots_of = [lsn for lsn in slots_of if me in lsn]
+            if not slots_of:
+                return NEVER
+        positions = [lsn.get(me, 0) for lsn in slots_of or ()]
         if not positions:
             return 1
         return min(positions) + 1
@@ -368,3 +376,8 @@ class _Run:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.result: dict | JobFailed | None = None
+
+
+def _none(name: str) -> dict[str, int]:
+    """A daemon on its own: no series is sealed."""
+    return {}

@@ -251,6 +251,7 @@ class Connections:
                 if not q or q[0][0] > journal.acknowledged:
                     await session.wait_for_work()
                     continue
+                session.still_owner()
                 session.sending = True
                 timeout = self.config.daemon.send_timeout
                 if not await liveness.send_or_stall(stream, session.take(journal.acknowledged),

@@ -79,6 +79,8 @@ class Journal:
         self.fenced: BaseException | None = None  # a group node that lost its lease
         self.owner_valid: Callable[[], bool] = _always  # a group's lease, checked after fsync
         self.on_fenced: Callable[[str], None] = _ignore  # the group gives its pairs up
+        # a group's check before replies that waited for the log leave (None alone)
+        self.gate: Callable[[], bool] | None = None
         self._work = trio.Event()
         self._flushed = trio.Event()
         self._fsync_average = 0.0
@@ -217,6 +219,20 @@ class Journal:
             return
         if self.fenced is None and self.owner_valid():
             self.acknowledged = self.durable
+
+    def guard(self, owner_valid: Callable[[], bool], on_fenced: Callable[[str], None]) -> None:
+        """A node of a group: acknowledge only while ``owner_valid()``, checked after each
+        fsync and again as replies leave; ``on_fenced`` hears when it stopped."""
+        self.owner_valid, self.on_fenced, self.gate = owner_valid, on_fenced, self._still_owner
+
+    def _still_owner(self) -> bool:
+        if self.fenced is not None:
+            return False
+        if self.owner_valid():
+            return True
+        self.fenced = Fenced("this node's lease with etcd ran out before its replies left")
+        self.on_fenced(str(self.fenced))
+        return False
 
     def fence(self, why: BaseException) -> None:
         """Acknowledge nothing more (a group node that lost its lease): replies still

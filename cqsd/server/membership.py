@@ -45,8 +45,7 @@ class Membership:
         self.settle = settle
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
-        journal.owner_valid = self.node.valid
-        journal.on_fenced = self.node.fence
+        journal.guard(self.node.valid, self.node.fence)
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
         registry.elsewhere = self.refusal

@@ -97,6 +97,8 @@ class Session:
         if lsn > durable and self.journal.ended() is not None:
             frame, lsn = self._unacknowledged(request_id), 0
         if lsn <= durable and not self.queue and not self.sending and self.raw is not None:
+            if lsn and self.journal.gate is not None and not self.journal.gate():
+                frame, lsn = self._unacknowledged(request_id), 0
             rest = self._send_now(frame)
             if rest is None:
                 return
@@ -147,15 +149,12 @@ class Session:
         if self.cut_off:
             return False
         if failed is not None:
-            for i, (lsn, rid, frame) in enumerate(q):
-                if lsn > durable:
-                    q[i] = (0, rid, self._unacknowledged(rid))
-                    self.unsent += len(q[i][2]) - len(frame)
-            self.need = 0
+            self._refuse(durable)
         if q and q[0][0] <= durable:
             if self.raw is None or self.sending:
                 self._work.set()
             else:
+                self.still_owner()
                 batch = self.take(durable)
                 rest = self._send_now(batch)
                 if rest is not None:
@@ -166,6 +165,25 @@ class Session:
                 if self.paused:
                     self._flow()
         return self.need > durable
+
+    def _refuse(self, durable: int) -> None:
+        """Replies waiting for a log position past ``durable`` will never be sent as they
+        are: each becomes the error saying it was not acknowledged."""
+        for i, (lsn, rid, frame) in enumerate(self.queue):
+            if lsn > durable:
+                self.queue[i] = (0, rid, self._unacknowledged(rid))
+                self.unsent += len(self.queue[i][2]) - len(frame)
+        self.need = 0
+
+    def still_owner(self) -> bool:
+        """Checked before replies that waited for the log leave, in a group: a node whose
+        lease ran out meanwhile (paused past it, say) sends none of them, not even those
+        made durable in time; they become errors, in doubt (docs/group.md)."""
+        gate = self.journal.gate
+        if gate is None or gate():
+            return True
+        self._refuse(0)
+        return False
 
     def take(self, durable: int) -> Frame:
         """Frames from the head of the queue that may go now, joined up to SEND_BATCH."""

@@ -33,7 +33,8 @@ class History:
     delivered: Counter = field(default_factory=Counter)  # payload -> deliveries seen
     deleted_ok: set[bytes] = field(default_factory=set)
     deleted_unknown: set[bytes] = field(default_factory=set)
-    acks: list[tuple[float, str | None]] = field(default_factory=list)  # (when, from node)
+    # (wall-clock time, the node that acknowledged): compared with the nodes' own events
+    acks: list[tuple[float, str | None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def verdict(self, final: list[bytes]) -> dict[str, object]:
@@ -131,7 +132,9 @@ class Producer(threading.Thread):
                     continue
                 with self.history.lock:
                     self.history.put_ok[payload] = eid
-                    self.history.acks.append((time.monotonic(), self.follower.address))
+                    # the node that answered: the SDK follows NOT_OWNER on its own
+                    answered = self.follower.client.address if self.follower.client else None
+                    self.history.acks.append((time.time(), answered))
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.error = err
         finally:

@@ -35,6 +35,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ..smds.datamap import DataMap
+from .browse import Cursor, position
+from .commit import Delete, Move, Op, Put, Unlock
 from .entry import Entry
 from .errors import CQSError, Reason
 from .events import Altered, Event, ExitFailed, OverflowMode, OverflowStatus, QueueWork
@@ -50,21 +52,9 @@ from .overflow import (
     select,
     threshold_elements,
 )
-from .qtypes import QueueType, check_name, parse_qtype
+from .qtypes import QueueKey, QueueType, check_name, in_header_order, parse_qtype, show
 from .reports import Row, add_clients, add_headers, add_queue
-from .structure import (
-    Cursor,
-    Delete,
-    Key,
-    Move,
-    Op,
-    Put,
-    Structure,
-    Unlock,
-    _show,
-    in_header_order,
-    position,
-)
+from .structure import Structure
 
 NEVER = 1 << 62  # a trigger no structure reaches: the threshold is not being checked
 MOVE_BATCH = 1000  # messages one move_some call moves by default: a few ms between requests
@@ -110,8 +100,8 @@ class StructurePair:
         self.events = primary.events
         self.pressure = False  # a put reached the threshold: the daemon should call relieve()
         self.offloading = any(s.offload_rules is not None for s in self.structures())
-        self._status: set[Key] = set()  # the names in overflow status
-        self._moving: dict[Key, None] = {}  # selected names whose messages are being moved
+        self._status: set[QueueKey] = set()  # the names in overflow status
+        self._moving: dict[QueueKey, None] = {}  # selected names whose messages are being moved
         self._trigger = NEVER  # data elements in use at which a put raises pressure
         self._armed_for = primary.elements_total  # the primary's size the trigger is for
         self._arm()
@@ -478,12 +468,12 @@ class StructurePair:
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
 
-    def has_ready(self, key: Key) -> bool:
+    def has_ready(self, key: QueueKey) -> bool:
         """Whether the queue has a ready message in either structure."""
         return self.primary.has_ready(key) or (
             self.overflow is not None and self.overflow.has_ready(key))
 
-    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
+    def queues(self, also: Iterable[QueueKey] = ()) -> list[Row]:
         keys = self.primary.queue_keys(also)
         if self.overflow is not None:
             keys |= self.overflow.queue_keys()
@@ -528,7 +518,7 @@ class StructurePair:
         overflow = self.overflow
         return overflow if overflow is not None and overflow.holds(entry_id) else self.primary
 
-    def _first(self, key: Key) -> Structure:
+    def _first(self, key: QueueKey) -> Structure:
         """The structure holding the queue's first ready message (the primary if none)."""
         if self.overflow is None:
             return self.primary
@@ -537,25 +527,25 @@ class StructurePair:
             return self.overflow
         return self.primary
 
-    def _put_over(self, key: Key, data: bytes, recoverable: bool,
+    def _put_over(self, key: QueueKey, data: bytes, recoverable: bool,
                   dmap: DataMap | None, not_before: int | None) -> Entry:
         overflow = self._overflow_for(key, len(data))
         try:
             return overflow.put(*key, data, recoverable, dmap, not_before)
         except CQSError as err:
-            raise _rejected(err, f"{_show(key)} is in overflow status") from None
+            raise _rejected(err, f"{show(key)} is in overflow status") from None
 
-    def _overflow_for(self, key: Key, nbytes: int) -> Structure:
+    def _overflow_for(self, key: QueueKey, nbytes: int) -> Structure:
         """Where a put of ``nbytes`` to ``key``, in overflow status, goes: refused
         without an overflow structure, or when the queue space exit says no."""
         if self.overflow is None:
             raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"{_show(key)} is in overflow status and structure {self.name} "
+                           f"{show(key)} is in overflow status and structure {self.name} "
                            "has no overflow structure")
         self._ask_space(key, nbytes)
         return self.overflow
 
-    def _ask_space(self, key: Key, nbytes: int) -> None:
+    def _ask_space(self, key: QueueKey, nbytes: int) -> None:
         """The queue space exit may refuse a put to a queue in overflow status; an
         exit that fails lets the put through and is reported (``ExitFailed``)."""
         exit_ = self.queue_space_exit
@@ -568,7 +558,7 @@ class StructurePair:
             return
         if not allowed:
             raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"the queue space exit refused a put of {nbytes} bytes to {_show(key)}, "
+                           f"the queue space exit refused a put of {nbytes} bytes to {show(key)}, "
                            f"in overflow status on structure {self.name}")
 
     def _route(self, op: Op) -> Structure:
@@ -598,7 +588,7 @@ class StructurePair:
         done_there = iter(overflow.apply_commit(client, there))
         return [next(done_here) if s is primary else next(done_there) for s in routes]
 
-    def _recheck(self, key: Key) -> None:
+    def _recheck(self, key: QueueKey) -> None:
         """Keep the invariant of the design note for a key a request touched."""
         there = self.overflow is not None and self.overflow.has_ready(key)
         if key in self._status:
@@ -607,13 +597,13 @@ class StructurePair:
         elif there:
             self._enter(key)
 
-    def _enter(self, key: Key) -> None:
+    def _enter(self, key: QueueKey) -> None:
         if not self._status:
             self.events.append(OverflowMode(self.name, True))
         self._status.add(key)
         self.events.append(OverflowStatus(self.name, key[0], key[1], True))
 
-    def _leave(self, key: Key) -> None:
+    def _leave(self, key: QueueKey) -> None:
         self._status.discard(key)
         self.events.append(OverflowStatus(self.name, key[0], key[1], False))
         if not self._status:

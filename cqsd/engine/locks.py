@@ -48,10 +48,10 @@ class Locks:
         if entry.qtype == SERIAL:
             self.serial_busy.add(key)
 
-    def release(self, entry: Entry) -> QueueKey | None:
+    def release(self, entry: Entry) -> bool:
         """Take an entry off the lock queue, its lease with it; it is nowhere until
-        placed again. Returns the key of the SERIAL queue that may now deliver again,
-        if it was one."""
+        placed again. True if it was a SERIAL queue's message in flight: that queue
+        may deliver again."""
         owner = entry.owner
         assert owner is not None, f"entry {entry.entry_id} is on the lock queue without an owner"
         locks = self.by_owner[owner]
@@ -62,6 +62,7 @@ class Locks:
         if entry.lease is not None:
             entry.lease = None
             self.timed.leased -= 1
+        # the count spelt out, as in Timed.undelay: a helper is a call more on every delete
         key = (entry.qtype, entry.name)
         left = self.per_key[key] - 1
         if left:
@@ -70,8 +71,8 @@ class Locks:
             del self.per_key[key]
         if entry.qtype == SERIAL:
             self.serial_busy.discard(key)
-            return key
-        return None
+            return True
+        return False
 
     def chill(self, entry: Entry, client: str | None) -> None:
         """Put a message on the cold queue, kept as ``client``'s so that the operator

@@ -258,7 +258,7 @@ class Structure:
             return []
         deleted, gone = self.cleanup.stamp(lsn)
         for entry in gone:
-            self._discard(entry)
+            self.space.discard(entry)  # an offloaded message has no segments
         return deleted
 
     def clean_up(self, durable: int) -> int:
@@ -266,7 +266,7 @@ class Structure:
         returns how many went."""
         gone = self.cleanup.durable(durable)
         for entry in gone:
-            self._discard(entry)
+            self.space.discard(entry)  # an offloaded message has no segments
         return len(gone)
 
     def offloaded(self) -> Iterator[Entry]:
@@ -950,8 +950,9 @@ class Structure:
         """Detach an entry from wherever it is (ready, lock or cold queue)."""
         if entry.where == READY:
             self._unplace(entry)
-        elif entry.where == LOCKED:
-            self._release(entry)
+        elif entry.where == LOCKED:  # _release spelt out: this runs on every delete
+            if self.locks.release(entry):
+                self._serial_free(entry)
         elif entry.where == DELAYED:
             self.timed.undelay(entry)
         else:
@@ -962,18 +963,20 @@ class Structure:
         if entry.map is not None:  # to the clean-up queue, still charged (stamp_deleted)
             self.cleanup.add(entry)
             return
-        self._discard(entry)
-
-    def _discard(self, entry: Entry) -> None:
         self.space.discard(entry)
         if entry.segments is not None:
             del self._headers[entry.segments.lh][entry.segments.name]
 
     def _release(self, entry: Entry) -> None:
-        """Take an entry off the lock queue; it is nowhere until placed again. A SERIAL
-        queue it held up is readable again for its waiters."""
-        key = self.locks.release(entry)
-        if key is not None and key in self.watched and (key in self._queues or key in self._peer):
+        """Take an entry off the lock queue; it is nowhere until placed again."""
+        if self.locks.release(entry):
+            self._serial_free(entry)
+
+    def _serial_free(self, entry: Entry) -> None:
+        """A SERIAL queue's message in flight was released: the queue is readable
+        again for its waiters, if it has a message in either structure of a pair."""
+        key = (entry.qtype, entry.name)
+        if key in self.watched and (key in self._queues or key in self._peer):
             self.readable.add(key)
 
     def _lease(self, entry: Entry, seconds: float) -> None:

@@ -99,11 +99,11 @@ class StructurePair:
         self.readable = primary.readable
         self.events = primary.events
         self.pressure = False  # a put reached the threshold: the daemon should call relieve()
-        self.offloading = any(s.offload_rules is not None for s in self.structures())
+        self.offloading = any(s.space.offload_rules is not None for s in self.structures())
         self._status: set[QueueKey] = set()  # the names in overflow status
         self._moving: dict[QueueKey, None] = {}  # selected names whose messages are being moved
         self._trigger = NEVER  # data elements in use at which a put raises pressure
-        self._armed_for = primary.elements_total  # the primary's size the trigger is for
+        self._armed_for = primary.space.elements_total  # the primary's size the trigger is for
         self._arm()
 
     @property
@@ -129,7 +129,7 @@ class StructurePair:
                 return self._put_over(key, data, recoverable, dmap, not_before)
         primary = self.primary
         entry = primary.put(qtype, name, data, recoverable, dmap, not_before)
-        if primary.elements_used >= self._trigger:
+        if primary.space.elements_used >= self._trigger:
             self._press()
         return entry
 
@@ -243,7 +243,7 @@ class StructurePair:
         for refuses the whole batch with OVERFLOW_REJECTED."""
         ops = list(ops)
         primary, overflow = self.primary, self.overflow
-        if not self._status and (overflow is None or not overflow.entries_used):
+        if not self._status and (overflow is None or not overflow.space.entries_used):
             results = primary.commit(client, ops)  # everything is in the primary
         else:
             routes = [self._route(op) for op in ops]
@@ -259,7 +259,7 @@ class StructurePair:
                     results = primary.commit(client, ops)
                 for key in {*was, *(e.key for e in results)}:
                     self._recheck(key)
-        if primary.elements_used >= self._trigger:
+        if primary.space.elements_used >= self._trigger:
             self._press()
         return results
 
@@ -345,20 +345,20 @@ class StructurePair:
         way, or no overflow structure and names already in overflow status).
         """
         self.pressure = False
-        primary = self.primary
-        if not self._checking() or primary.elements_used < threshold_elements(
-            self.threshold, primary.elements_total
+        primary, space = self.primary, self.primary.space
+        if not self._checking() or space.elements_used < threshold_elements(
+            self.threshold, space.elements_total
         ):
             return None
-        if primary.current_size < primary.size:
-            old = primary.current_size
+        if space.current_size < space.size:
+            old = space.current_size
             primary.alter(
-                grown_size(primary.elements_used, primary.elements_total, primary.size),
+                grown_size(space.elements_used, space.elements_total, space.size),
                 reason="overflow threshold",
             )
             self._arm()
-            return Relief(grew=(old, primary.current_size))
-        candidates = select(primary.ready_elements(), primary.elements_total, self._status,
+            return Relief(grew=(old, space.current_size))
+        candidates = select(primary.ready_elements(), space.elements_total, self._status,
                             self.share, self.candidates)
         kept, dropped, error = consult(self.overflow_exit, self.name, candidates)
         for key, _ in kept:
@@ -414,7 +414,7 @@ class StructurePair:
                 if key not in self._status:
                     self._enter(key)
         self._arm()
-        if self.primary.elements_used >= self._trigger:
+        if self.primary.space.elements_used >= self._trigger:
             self.pressure = True
 
     @property
@@ -625,9 +625,9 @@ class StructurePair:
         """A request took use to the trigger: raise ``pressure``, unless the trigger was
         set for a smaller size (the request grew the primary to fit) and use is below
         the one for the size now."""
-        if self.primary.elements_total != self._armed_for:
+        if self.primary.space.elements_total != self._armed_for:
             self._arm()
-            if self.primary.elements_used < self._trigger:
+            if self.primary.space.elements_used < self._trigger:
                 return
         self.pressure = True
 
@@ -636,14 +636,14 @@ class StructurePair:
         after a selection that left use above it (locked messages, an exit that said
         no, a full overflow structure), one percent more, so that a structure that
         cannot be relieved is not re-sorted on every put."""
-        primary = self.primary
-        self._armed_for = primary.elements_total
+        space = self.primary.space
+        self._armed_for = space.elements_total
         if not self._checking():
             self._trigger = NEVER
             return
-        trigger = threshold_elements(self.threshold, primary.elements_total)
-        if step and primary.elements_used >= trigger:
-            trigger = primary.elements_used + max(1, primary.elements_total // 100)
+        trigger = threshold_elements(self.threshold, space.elements_total)
+        if step and space.elements_used >= trigger:
+            trigger = space.elements_used + max(1, space.elements_total // 100)
         self._trigger = trigger
 
 

@@ -1,4 +1,4 @@
-"""The structure engine: pure, synchronous, no I/O (STYLE §1)."""
+"""The structure engine: pure, synchronous, no I/O (docs/architecture.md)."""
 
 from .entry import ELEMENT, ENTRY_CONTROLS, Entry, elements
 from .errors import CQSError, Reason

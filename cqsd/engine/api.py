@@ -10,12 +10,15 @@ from .events import Altered, Event
 from .reports import Row
 
 if TYPE_CHECKING:
+    from .browse import Cursor
+    from .commit import Op
     from .pair import StructurePair
-    from .structure import Cursor, Key, Op, Structure
+    from .qtypes import QueueKey
+    from .structure import Structure
 
 
 class QueueStructure(Protocol):
-    """What a list structure offers its clients and its operator (DESIGN §4)."""
+    """What a list structure offers its clients and its operator (docs/protocol.md)."""
 
     name: str
 
@@ -51,7 +54,7 @@ class QueueStructure(Protocol):
     # reports and what the daemon drains after each request
     def stats(self) -> Row: ...
     def queue_stats(self, qtype: int | str, name: str) -> Row: ...
-    def queues(self, also: "Iterable[Key]" = ()) -> list[Row]: ...
+    def queues(self, also: "Iterable[QueueKey]" = ()) -> list[Row]: ...
     def header_stats(self) -> list[Row]: ...
     def client_stats(self) -> dict[str, int]: ...
     def take_events(self) -> list[Event]: ...

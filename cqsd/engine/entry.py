@@ -6,7 +6,7 @@ head keeps the whole payload so a read needs no reassembly; the segments hold
 zero-copy slices of it and occupy their own list entries and data elements, so
 capacity is counted as a coupling facility would count it.
 
-An offloaded message (DESIGN §11) keeps no payload here: its ``map`` says where
+An offloaded message (docs/smds.md) keeps no payload here: its ``map`` says where
 in the data set of structure ``store`` it lies, and it costs the elements of
 its encoded map, however long the payload.
 """
@@ -17,7 +17,7 @@ from sortedcontainers import SortedDict
 from ..smds.datamap import DataMap
 
 ELEMENT = 512  # bytes in a CF data element (seed 004, "List Structure Components")
-ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (DESIGN §3)
+ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (docs/architecture.md)
 
 # Where an entry is. Staged segments are never reachable by entry id.
 READY, LOCKED, COLD, STAGED = "ready", "locked", "cold", "staged"

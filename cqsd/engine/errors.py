@@ -1,4 +1,4 @@
-"""The one exception that carries a reason code (DESIGN §4, a contract).
+"""The one exception that carries a reason code (docs/protocol.md, a contract).
 
 Every failure a user can see has exactly one reason code; the message names the
 structure, queue or entry involved so the operator can act on it. The codes

@@ -1,6 +1,6 @@
 """The entry-id clock: where new entry ids come from.
 
-Entry ids are clock-based, strictly increasing and never reused (DESIGN §3).
+Entry ids are clock-based, strictly increasing and never reused (docs/architecture.md).
 A primary structure and its overflow structure share one clock: a message keeps
 its id when overflow processing moves it, and a queue whose messages are spread
 over the two is read in id order, so the two must never hand out the same id or

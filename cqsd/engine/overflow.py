@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .entry import ELEMENT
-from .qtypes import QueueType, parse_qtype
+from .qtypes import QueueKey, QueueType, parse_qtype
 from .reports import Row
 
 DEFAULT_THRESHOLD = 70  # percent of data elements in use (seed 004); 100 turns overflow off
@@ -22,7 +22,6 @@ RELIEF_POINTS = 20  # percentage points a growth aims to free (seed 004)
 DEFAULT_SHARE = 20  # percent of data elements the candidates cover (seed 004)
 MAX_CANDIDATES = 512  # queue names selected at most per selection (seed 004)
 
-Key = tuple[int, str]
 # exit(structure name, candidates) -> the candidates it keeps (seed 004: "User exit
 # can override CQS decision to put QNAME in overflow status")
 OverflowExit = Callable[[str, list[Row]], Iterable[Row]]
@@ -63,9 +62,12 @@ def grown_size(used: int, elements_total: int, size: int) -> int:
 
 
 def select(
-    ready: Iterable[tuple[int, Key]], elements_total: int, exclude: set[Key] | dict[Key, bool],
-    share: int = DEFAULT_SHARE, limit: int = MAX_CANDIDATES,
-) -> list[tuple[Key, int]]:
+    ready: Iterable[tuple[int, QueueKey]],
+    elements_total: int,
+    exclude: set[QueueKey] | dict[QueueKey, bool],
+    share: int = DEFAULT_SHARE,
+    limit: int = MAX_CANDIDATES,
+) -> list[tuple[QueueKey, int]]:
     """The biggest queues, biggest first, until they cover ``share`` percent of
     ``elements_total``, at most ``limit`` of them, leaving out those in ``exclude``.
 
@@ -76,7 +78,7 @@ def select(
     biggest = heapq.nlargest(
         limit, (row for row in ready if row[1] not in exclude), key=_elements
     )
-    chosen: list[tuple[Key, int]] = []
+    chosen: list[tuple[QueueKey, int]] = []
     covered = 0
     for elements_, key in biggest:
         if covered >= budget:
@@ -86,17 +88,17 @@ def select(
     return chosen
 
 
-def _elements(row: tuple[int, Key]) -> int:
+def _elements(row: tuple[int, QueueKey]) -> int:
     return row[0]
 
 
-def describe(key: Key, elements_: int) -> Row:
+def describe(key: QueueKey, elements_: int) -> Row:
     return {"qtype": QueueType(key[0]).name, "queue": key[1], "elements": elements_}
 
 
 def consult(
-    exit_: OverflowExit | None, structure: str, candidates: list[tuple[Key, int]]
-) -> tuple[list[tuple[Key, int]], list[tuple[Key, int]], str | None]:
+    exit_: OverflowExit | None, structure: str, candidates: list[tuple[QueueKey, int]]
+) -> tuple[list[tuple[QueueKey, int]], list[tuple[QueueKey, int]], str | None]:
     """(kept, dropped, error) after the exit has seen the candidates.
 
     The exit may only drop candidates: a name it returns that was not offered is

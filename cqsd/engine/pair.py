@@ -35,6 +35,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ..smds.datamap import DataMap
+from .browse import Cursor, position
+from .commit import Delete, Move, Op, Put, Unlock
 from .entry import Entry
 from .errors import CQSError, Reason
 from .events import Altered, Event, ExitFailed, OverflowMode, OverflowStatus, QueueWork
@@ -50,21 +52,9 @@ from .overflow import (
     select,
     threshold_elements,
 )
-from .qtypes import QueueType, check_name, parse_qtype
+from .qtypes import QueueKey, QueueType, check_name, in_header_order, parse_qtype, show
 from .reports import Row, add_clients, add_headers, add_queue
-from .structure import (
-    Cursor,
-    Delete,
-    Key,
-    Move,
-    Op,
-    Put,
-    Structure,
-    Unlock,
-    _show,
-    in_header_order,
-    position,
-)
+from .structure import Structure
 
 NEVER = 1 << 62  # a trigger no structure reaches: the threshold is not being checked
 MOVE_BATCH = 1000  # messages one move_some call moves by default: a few ms between requests
@@ -109,11 +99,11 @@ class StructurePair:
         self.readable = primary.readable
         self.events = primary.events
         self.pressure = False  # a put reached the threshold: the daemon should call relieve()
-        self.offloading = any(s.offload_rules is not None for s in self.structures())
-        self._status: set[Key] = set()  # the names in overflow status
-        self._moving: dict[Key, None] = {}  # selected names whose messages are being moved
+        self.offloading = any(s.space.offload_rules is not None for s in self.structures())
+        self._status: set[QueueKey] = set()  # the names in overflow status
+        self._moving: dict[QueueKey, None] = {}  # selected names whose messages are being moved
         self._trigger = NEVER  # data elements in use at which a put raises pressure
-        self._armed_for = primary.elements_total  # the primary's size the trigger is for
+        self._armed_for = primary.space.elements_total  # the primary's size the trigger is for
         self._arm()
 
     @property
@@ -139,7 +129,7 @@ class StructurePair:
                 return self._put_over(key, data, recoverable, dmap, not_before)
         primary = self.primary
         entry = primary.put(qtype, name, data, recoverable, dmap, not_before)
-        if primary.elements_used >= self._trigger:
+        if primary.space.elements_used >= self._trigger:
             self._press()
         return entry
 
@@ -253,7 +243,7 @@ class StructurePair:
         for refuses the whole batch with OVERFLOW_REJECTED."""
         ops = list(ops)
         primary, overflow = self.primary, self.overflow
-        if not self._status and (overflow is None or not overflow.entries_used):
+        if not self._status and (overflow is None or not overflow.space.entries_used):
             results = primary.commit(client, ops)  # everything is in the primary
         else:
             routes = [self._route(op) for op in ops]
@@ -269,7 +259,7 @@ class StructurePair:
                     results = primary.commit(client, ops)
                 for key in {*was, *(e.key for e in results)}:
                     self._recheck(key)
-        if primary.elements_used >= self._trigger:
+        if primary.space.elements_used >= self._trigger:
             self._press()
         return results
 
@@ -355,20 +345,20 @@ class StructurePair:
         way, or no overflow structure and names already in overflow status).
         """
         self.pressure = False
-        primary = self.primary
-        if not self._checking() or primary.elements_used < threshold_elements(
-            self.threshold, primary.elements_total
+        primary, space = self.primary, self.primary.space
+        if not self._checking() or space.elements_used < threshold_elements(
+            self.threshold, space.elements_total
         ):
             return None
-        if primary.current_size < primary.size:
-            old = primary.current_size
+        if space.current_size < space.size:
+            old = space.current_size
             primary.alter(
-                grown_size(primary.elements_used, primary.elements_total, primary.size),
+                grown_size(space.elements_used, space.elements_total, space.size),
                 reason="overflow threshold",
             )
             self._arm()
-            return Relief(grew=(old, primary.current_size))
-        candidates = select(primary.ready_elements(), primary.elements_total, self._status,
+            return Relief(grew=(old, space.current_size))
+        candidates = select(primary.ready_elements(), space.elements_total, self._status,
                             self.share, self.candidates)
         kept, dropped, error = consult(self.overflow_exit, self.name, candidates)
         for key, _ in kept:
@@ -424,7 +414,7 @@ class StructurePair:
                 if key not in self._status:
                     self._enter(key)
         self._arm()
-        if self.primary.elements_used >= self._trigger:
+        if self.primary.space.elements_used >= self._trigger:
             self.pressure = True
 
     @property
@@ -478,12 +468,12 @@ class StructurePair:
         row["overflow"] = (parse_qtype(qtype), name) in self._status
         return row
 
-    def has_ready(self, key: Key) -> bool:
+    def has_ready(self, key: QueueKey) -> bool:
         """Whether the queue has a ready message in either structure."""
         return self.primary.has_ready(key) or (
             self.overflow is not None and self.overflow.has_ready(key))
 
-    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
+    def queues(self, also: Iterable[QueueKey] = ()) -> list[Row]:
         keys = self.primary.queue_keys(also)
         if self.overflow is not None:
             keys |= self.overflow.queue_keys()
@@ -528,7 +518,7 @@ class StructurePair:
         overflow = self.overflow
         return overflow if overflow is not None and overflow.holds(entry_id) else self.primary
 
-    def _first(self, key: Key) -> Structure:
+    def _first(self, key: QueueKey) -> Structure:
         """The structure holding the queue's first ready message (the primary if none)."""
         if self.overflow is None:
             return self.primary
@@ -537,25 +527,25 @@ class StructurePair:
             return self.overflow
         return self.primary
 
-    def _put_over(self, key: Key, data: bytes, recoverable: bool,
+    def _put_over(self, key: QueueKey, data: bytes, recoverable: bool,
                   dmap: DataMap | None, not_before: int | None) -> Entry:
         overflow = self._overflow_for(key, len(data))
         try:
             return overflow.put(*key, data, recoverable, dmap, not_before)
         except CQSError as err:
-            raise _rejected(err, f"{_show(key)} is in overflow status") from None
+            raise _rejected(err, f"{show(key)} is in overflow status") from None
 
-    def _overflow_for(self, key: Key, nbytes: int) -> Structure:
+    def _overflow_for(self, key: QueueKey, nbytes: int) -> Structure:
         """Where a put of ``nbytes`` to ``key``, in overflow status, goes: refused
         without an overflow structure, or when the queue space exit says no."""
         if self.overflow is None:
             raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"{_show(key)} is in overflow status and structure {self.name} "
+                           f"{show(key)} is in overflow status and structure {self.name} "
                            "has no overflow structure")
         self._ask_space(key, nbytes)
         return self.overflow
 
-    def _ask_space(self, key: Key, nbytes: int) -> None:
+    def _ask_space(self, key: QueueKey, nbytes: int) -> None:
         """The queue space exit may refuse a put to a queue in overflow status; an
         exit that fails lets the put through and is reported (``ExitFailed``)."""
         exit_ = self.queue_space_exit
@@ -568,7 +558,7 @@ class StructurePair:
             return
         if not allowed:
             raise CQSError(Reason.OVERFLOW_REJECTED,
-                           f"the queue space exit refused a put of {nbytes} bytes to {_show(key)}, "
+                           f"the queue space exit refused a put of {nbytes} bytes to {show(key)}, "
                            f"in overflow status on structure {self.name}")
 
     def _route(self, op: Op) -> Structure:
@@ -598,7 +588,7 @@ class StructurePair:
         done_there = iter(overflow.apply_commit(client, there))
         return [next(done_here) if s is primary else next(done_there) for s in routes]
 
-    def _recheck(self, key: Key) -> None:
+    def _recheck(self, key: QueueKey) -> None:
         """Keep the invariant of the design note for a key a request touched."""
         there = self.overflow is not None and self.overflow.has_ready(key)
         if key in self._status:
@@ -607,13 +597,13 @@ class StructurePair:
         elif there:
             self._enter(key)
 
-    def _enter(self, key: Key) -> None:
+    def _enter(self, key: QueueKey) -> None:
         if not self._status:
             self.events.append(OverflowMode(self.name, True))
         self._status.add(key)
         self.events.append(OverflowStatus(self.name, key[0], key[1], True))
 
-    def _leave(self, key: Key) -> None:
+    def _leave(self, key: QueueKey) -> None:
         self._status.discard(key)
         self.events.append(OverflowStatus(self.name, key[0], key[1], False))
         if not self._status:
@@ -635,9 +625,9 @@ class StructurePair:
         """A request took use to the trigger: raise ``pressure``, unless the trigger was
         set for a smaller size (the request grew the primary to fit) and use is below
         the one for the size now."""
-        if self.primary.elements_total != self._armed_for:
+        if self.primary.space.elements_total != self._armed_for:
             self._arm()
-            if self.primary.elements_used < self._trigger:
+            if self.primary.space.elements_used < self._trigger:
                 return
         self.pressure = True
 
@@ -646,14 +636,14 @@ class StructurePair:
         after a selection that left use above it (locked messages, an exit that said
         no, a full overflow structure), one percent more, so that a structure that
         cannot be relieved is not re-sorted on every put."""
-        primary = self.primary
-        self._armed_for = primary.elements_total
+        space = self.primary.space
+        self._armed_for = space.elements_total
         if not self._checking():
             self._trigger = NEVER
             return
-        trigger = threshold_elements(self.threshold, primary.elements_total)
-        if step and primary.elements_used >= trigger:
-            trigger = primary.elements_used + max(1, primary.elements_total // 100)
+        trigger = threshold_elements(self.threshold, space.elements_total)
+        if step and space.elements_used >= trigger:
+            trigger = space.elements_used + max(1, space.elements_total // 100)
         self._trigger = trigger
 
 

@@ -1,10 +1,11 @@
-"""Queue types, queue names and the list-header layout of DESIGN §3.
+"""Queue types, queue names and the list-header layout (docs/architecture.md).
 
 IMS gives each queue type 11 list headers "to reduce contention for access to
 the queue"; a stable hash of the queue name picks one (seed 004, "IMS Client
 Queue Types"). LH 0-70 are CQS's private queues.
 """
 
+from collections.abc import Iterable
 from enum import IntEnum
 from zlib import crc32
 
@@ -16,6 +17,8 @@ DELAYED_LH = 6  # delayed puts until their time (no CQS counterpart: LH 6-70 are
 FIRST_CLIENT_LH = 71
 HEADERS_PER_TYPE = 11
 MAX_NAME = 15  # the 16-byte entry key less its queue-type byte
+
+QueueKey = tuple[int, str]  # (queue type, queue name): one queue, the engine's key for it
 
 
 class QueueType(IntEnum):
@@ -99,3 +102,21 @@ def list_header(qtype: int, name: str) -> int:
 def headers_of(qtype: int) -> range:
     first = FIRST_CLIENT_LH + HEADERS_PER_TYPE * (qtype - 1)
     return range(first, first + HEADERS_PER_TYPE)
+
+
+def show(key: QueueKey) -> str:
+    """A queue as messages name it: ``TRAN:NAME``."""
+    return f"{QueueType(key[0]).name}:{key[1]}"
+
+
+def retarget(now: int, named: str, qtype: object, name: object) -> QueueKey | None:
+    """Where a request sends a message now on queue ``now``:``named``: None to its
+    own place (neither given), else ``qtype``/``name``, each defaulting to its own."""
+    if qtype is None and name is None:
+        return None
+    return (parse_qtype(qtype if qtype is not None else now), check_name(name or named))
+
+
+def in_header_order(keys: Iterable[QueueKey]) -> list[QueueKey]:
+    """Queues in the order browse and reports show them: by list header, then name."""
+    return sorted(keys, key=lambda k: (list_header(*k), k[1]))

@@ -7,6 +7,20 @@ through them. Costs are independent of queue depth: a queue is a sorted map from
 entry id to entry (FIFO by id, O(log n) for a return to the middle), every
 message head is indexed by id, and locks are indexed by client.
 
+``Structure`` keeps the messages and their ready queues, and what a request
+tells its caller; each other concern is a component of its own, in a module
+named for it, which the structure composes:
+
+- ``space`` (capacity.py): data elements and list entries, and growth toward
+  the maximum size;
+- ``locks`` (locks.py): the lock queue by holder, the cold queue, SERIAL
+  queues in flight, and the checks a request makes of a lock;
+- ``timed`` (timed.py): leases and delayed puts;
+- ``cleanup`` (cleanup.py): deleted offloaded messages waiting for their
+  delete to be durable;
+- ``browser`` (browse.py): browse pages and their cursors;
+- commit.py: the operations of a unit of work and its checks.
+
 Where the seeds put an entry on a private list header we keep it in an index
 instead of a queue: the lock queue (LH 2) is the per-client lock maps, the cold
 queue (LH 1) a map by id. Browse shows them in entry-id order.
@@ -15,7 +29,7 @@ Side effects the daemon needs but the reply does not carry are left in
 ``events`` (empty→non-empty transitions, fullness changes) and, for keys a
 waiter watches, in ``readable``; the caller drains both after each request.
 
-A structure may offload payloads to shared message data sets (DESIGN §11):
+A structure may offload payloads to shared message data sets (docs/smds.md):
 ``offloads`` says which, and a put given a data map keeps only the map. The
 data sets themselves are the daemon's; what the engine adds is the entry's
 cost, the ``B``/``P``/``M`` effects, and the clean-up queue (LH 4): a deleted
@@ -39,15 +53,18 @@ routing between the two is ``pair.py``). The two then share their id clock,
 their waiter sets, their events and the SERIAL in-flight set, and each knows the
 other's ready queues, so that a queue spread over both is one queue to a reader:
 one id order, one message in flight if SERIAL, one empty→non-empty transition.
+
+The hot paths (put, read, delete) call the components' methods directly, one
+call deep as the methods they replace were, and reach their figures through
+the component (``self.space.elements_used``), not through the properties kept
+for callers outside the engine.
 """
 
 import heapq
 import time
-from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
-import msgpack
 from sortedcontainers import SortedDict
 
 from ..records import (
@@ -64,12 +81,14 @@ from ..records import (
     READY_AT,
 )
 from ..smds.datamap import DataMap
-from ..smds.offload import offloads
+from .browse import Browse, Cursor, position
+from .capacity import GROWN, Capacity
+from .cleanup import CleanUp
+from .commit import Checked, Delete, Move, Op, Put, Unlock, check
 from .counts import Counts
 from .entry import (
     COLD,
     DELAYED,
-    DELETED,
     ELEMENT,
     ENTRY_CONTROLS,
     LOCKED,
@@ -80,9 +99,9 @@ from .entry import (
     elements,
 )
 from .errors import CQSError, Reason
-from .events import Altered, Event, FullnessChanged, QueueWork
+from .events import Altered, Event, QueueWork
 from .ids import Ids
-from .overflow import grown_size
+from .locks import Locks, check_deletable, check_held, check_movable
 from .qtypes import (
     COLD_LH,
     DELAYED_LH,
@@ -91,11 +110,14 @@ from .qtypes import (
     LIST_HEADERS,
     LOCK_LH,
     STAGING_TYPES,
+    QueueKey,
     QueueType,
     check_name,
-    headers_of,
+    in_header_order,
     list_header,
     parse_qtype,
+    retarget,
+    show,
     staging_type,
 )
 from .reports import Row
@@ -103,61 +125,24 @@ from .timed import Timed
 
 SERIAL = QueueType.TRAN_SERIAL
 SUSPEND = QueueType.TRAN_SUSPEND
-DEFAULT_ENTRY_MAX = 32 * 1024  # DESIGN §9
-DEFAULT_MAX_DELIVERIES = 5  # DESIGN §9
-GROWN = "put does not fit"  # why a structure altered itself before refusing a put
-BROWSE_ALL_LHS = (COLD_LH, LOCK_LH, DELAYED_LH) + tuple(
-    lh
-    for t in QueueType
-    if t not in STAGING_TYPES
-    for lh in headers_of(t)
-)
+# payload bytes per list entry: longer ones are segmented or offloaded (docs/smds.md)
+DEFAULT_ENTRY_MAX = 32 * 1024
+DEFAULT_MAX_DELIVERIES = 5  # deliveries after which a failed one suspends a message (docs/sdk.md)
 
-
-Key = tuple[int, str]
-Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
-
-
-class Put(NamedTuple):
-    qtype: int | str
-    name: str
-    data: bytes
-    recoverable: bool = True
-    dmap: DataMap | None = None  # the payload is offloaded there (the daemon wrote it)
-    not_before: int | None = None  # wall-clock ns: delayed until then
-
-
-class Delete(NamedTuple):
-    entry_id: int
-
-
-class Move(NamedTuple):
-    entry_id: int
-    qtype: int | str
-    name: str
-
-
-class Unlock(NamedTuple):
-    entry_id: int
-    failed: bool = False
-    qtype: int | str | None = None
-    name: str | None = None
-
-
-Op = Put | Delete | Move | Unlock
-
-
-class Checked(NamedTuple):
-    """A commit that passed every check and can no longer fail (``check_commit``)."""
-
-    ops: list[Op]
-    # each Put, parsed, in order
-    puts: list[tuple[QueueType, str, bytes, bool, DataMap | None, int | None]]
-    grow_to: int | None = None  # the size its puts need the structure altered to first
+# Kept importable from here, where the server and the tests have taken them.
+Key = QueueKey
+__all__ = [
+    "GROWN", "Checked", "Cursor", "Delete", "Key", "Move", "Op", "Put", "Structure", "Unlock",
+    "in_header_order", "position",
+]
 
 
 class Structure:
-    """One list structure of 192 list headers (DESIGN §3)."""
+    """One list structure of 192 list headers (docs/architecture.md)."""
+
+    __slots__ = ("_entries", "_headers", "_peer", "_queues", "browser", "cleanup", "counts",
+                 "effects", "events", "ids", "locks", "max_deliveries", "name", "readable",
+                 "space", "timed", "watched")
 
     def __init__(
         self,
@@ -173,33 +158,23 @@ class Structure:
         ticks: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
-        self.size = size
-        self.current_size = initsize or size
-        self.entry_max = entry_max
-        self.offload_rules = offload_rules  # None: no SMDS; else (offldNthr, offldNsze) rules
         self.max_deliveries = max_deliveries
-        self.elements_total = self.current_size // ELEMENT
-        self.entries_total = max_entries or size // ELEMENT
-        self.elements_used = 0
-        self.entries_used = 0
-        self.full = False
+        self.events: list[Event] = []
+        self.space = Capacity(name, size, initsize, entry_max, max_entries, offload_rules,
+                              self.events)
         self.ids = Ids(clock)
         self.timed = Timed(ticks)  # leases and delayed puts
+        self.locks = Locks(self.timed)  # the lock queue and the cold queue
+        self.cleanup = CleanUp()  # LH 4: deleted offloaded messages
         self._entries: dict[int, Entry] = {}  # every message head, by id
-        self._queues: dict[Key, Queue] = {}  # non-empty ready queues
+        self._queues: dict[QueueKey, Queue] = {}  # non-empty ready queues
         self._headers = [SortedDict() for _ in range(LIST_HEADERS)]  # name -> Queue
-        self._locks: dict[str, dict[int, Entry]] = {}  # the lock queue, by owner
-        self._locked_per_key: dict[Key, int] = {}
-        self._serial_busy: set[Key] = set()
-        self._cold: dict[int, Entry] = {}
-        self._deleted: list[Entry] = []  # offloaded, deleted since the last stamp_deleted
-        self._cleanup: deque[tuple[int, Entry]] = deque()  # LH 4: (LSN of the delete, entry)
-        self._peer: dict[Key, Queue] = {}  # the ready queues of the structure paired with this
-        self.events: list[Event] = []
+        self._peer: dict[QueueKey, Queue] = {}  # the ready queues of the structure paired with this
+        self.browser = Browse(self._headers, self.locks, self.timed)
         # what happened to recoverable messages (records.py, docs/recovery.md)
         self.effects: list[tuple[Any, ...]] = []
-        self.watched: set[Key] = set()
-        self.readable: set[Key] = set()
+        self.watched: set[QueueKey] = set()
+        self.readable: set[QueueKey] = set()
         self.counts = Counts()
 
     @property
@@ -210,6 +185,45 @@ class Structure:
     @last_id.setter
     def last_id(self, value: int) -> None:
         self.ids.last = value
+
+    # The figures of ``space``, as callers outside the engine read them.
+
+    @property
+    def size(self) -> int:
+        """The maximum size in bytes (SIZE)."""
+        return self.space.size
+
+    @property
+    def current_size(self) -> int:
+        return self.space.current_size
+
+    @property
+    def entry_max(self) -> int:
+        return self.space.entry_max
+
+    @property
+    def offload_rules(self) -> tuple[tuple[int, int], ...] | None:
+        return self.space.offload_rules
+
+    @property
+    def elements_total(self) -> int:
+        return self.space.elements_total
+
+    @property
+    def elements_used(self) -> int:
+        return self.space.elements_used
+
+    @property
+    def entries_total(self) -> int:
+        return self.space.entries_total
+
+    @property
+    def entries_used(self) -> int:
+        return self.space.entries_used
+
+    @property
+    def full(self) -> bool:
+        return self.space.full
 
     # -- requests ------------------------------------------------------------
 
@@ -223,44 +237,37 @@ class Structure:
         the map, and ``data`` only goes to the log (``B`` effects)."""
         qtype = parse_qtype(qtype)
         check_name(name)
-        self._reserve(*self._cost(len(data), dmap),
+        space = self.space
+        space.reserve(*space.cost_of(len(data), dmap),
                       f"put of {len(data)} bytes to {qtype.name}:{name}")
         return self._put_effect(
             self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
 
     def offloads(self, nbytes: int) -> bool:
-        """Whether a payload of ``nbytes`` put here goes to a data set (DESIGN §11):
+        """Whether a payload of ``nbytes`` put here goes to a data set (docs/smds.md):
         over ``entry_max`` always, smaller ones by the offload rules as the
         structure fills."""
-        rules = self.offload_rules
-        if rules is None:
-            return False
-        return offloads(nbytes, 100 * self.elements_used / max(1, self.elements_total),
-                        self.entry_max, rules)
+        return self.space.offloads(nbytes)
 
     def stamp_deleted(self, lsn: int) -> list[Entry]:
         """The offloaded messages deleted since the last call, whose pages the daemon
         now frees pending ``lsn``, the record holding their deletes. The recoverable
         ones wait on the clean-up queue until ``clean_up`` says it is durable; a
         non-recoverable one's delete is never logged, so it goes at once."""
-        if not self._deleted:
+        if not self.cleanup.deleted:
             return []
-        deleted, self._deleted = self._deleted, []
-        for entry in deleted:
-            if entry.recoverable and lsn:
-                self._cleanup.append((lsn, entry))
-            else:
-                self._discard(entry)
+        deleted, gone = self.cleanup.stamp(lsn)
+        for entry in gone:
+            self.space.discard(entry)  # an offloaded message has no segments
         return deleted
 
     def clean_up(self, durable: int) -> int:
         """Drop from the clean-up queue every message whose delete is now durable;
         returns how many went."""
-        cleanup, count = self._cleanup, 0
-        while cleanup and cleanup[0][0] <= durable:
-            self._discard(cleanup.popleft()[1])
-            count += 1
-        return count
+        gone = self.cleanup.durable(durable)
+        for entry in gone:
+            self.space.discard(entry)  # an offloaded message has no segments
+        return len(gone)
 
     def offloaded(self) -> Iterator[Entry]:
         """Every offloaded message whose pages are in use, the clean-up queue's
@@ -268,21 +275,19 @@ class Structure:
         for entry in self._entries.values():
             if entry.map is not None:
                 yield entry
-        yield from self._deleted
-        for _, entry in self._cleanup:
-            yield entry
+        yield from self.cleanup
 
     def read(self, client: str, qtype: int | str, name: str, lease: float | None = None) -> Entry:
         """Lock the first message of a queue for ``client``, for ``lease`` seconds if
         given (``expire``). Raises NO_MESSAGE."""
         key = (parse_qtype(qtype), name)
         queue = self._queues.get(key)
-        if queue is None or (key[0] == SERIAL and key in self._serial_busy):
-            raise CQSError(Reason.NO_MESSAGE, f"no readable message on {_show(key)}")
+        if queue is None or (key[0] == SERIAL and key in self.locks.serial_busy):
+            raise CQSError(Reason.NO_MESSAGE, f"no readable message on {show(key)}")
         entry = queue.pop_first()
         if not queue.entries:
             self._drop_queue(queue)
-        self._lock(entry, client)
+        self.locks.lock(entry, client)
         self.counts.reads += 1
         if entry.delivery_count > 1:
             self.counts.redeliveries += 1
@@ -297,7 +302,7 @@ class Structure:
         of the one it had (if any). Raises ENTRY_NOT_FOUND or LOCK_NOT_HELD: an expired
         lease was a failed delivery, and its holder holds nothing any more."""
         entry = self._find(entry_id)
-        self._check_held(client, entry)
+        check_held(client, entry)
         self._lease(entry, lease)
         return entry
 
@@ -328,7 +333,8 @@ class Structure:
     def ripen(self, now: int | None = None) -> list[Entry]:
         """Place every delayed message whose ``not_before`` is ``now`` (wall-clock ns)
         or earlier on its queue, at its place by id; returns them in time order."""
-        heap = self.timed.due
+        timed = self.timed
+        heap = timed.due
         ripe: list[Entry] = []
         if not heap:
             return ripe
@@ -336,10 +342,10 @@ class Structure:
             now = self.ids.clock()
         while heap and heap[0][0] <= now:
             not_before, entry_id = heapq.heappop(heap)
-            entry = self.timed.delayed.get(entry_id)
+            entry = timed.delayed.get(entry_id)
             if entry is None or entry.not_before != not_before:
                 continue  # deleted, or moved and pushed again
-            self._undelay(entry)
+            timed.undelay(entry)
             self._place(entry)
             ripe.append(entry)
         return ripe
@@ -358,21 +364,14 @@ class Structure:
 
     def next_due(self) -> int | None:
         """The wall-clock ns at which the next delayed message becomes readable, or None."""
-        heap, delayed = self.timed.due, self.timed.delayed
-        while heap:
-            not_before, entry_id = heap[0]
-            entry = delayed.get(entry_id)
-            if entry is not None and entry.not_before == not_before:
-                return not_before
-            heapq.heappop(heap)
-        return None
+        return self.timed.next_due()
 
     def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
         """Delete a message locked by ``client``. An ``operator`` delete takes any
-        message not locked by another client (DESIGN §6); ``client=None`` is the
-        operator with no locks of its own."""
+        message not locked by another client (docs/protocol.md); ``client=None`` is
+        the operator with no locks of its own."""
         entry = self._find(entry_id)
-        self._check_deletable(client, entry, operator)
+        check_deletable(client, entry, operator)
         self._take(entry)
         self._free(entry)
         self.counts.deletes += 1
@@ -385,13 +384,13 @@ class Structure:
         another queue; a lock the caller held is released."""
         entry = self._find(entry_id)
         key = (parse_qtype(qtype), check_name(name))
-        self._check_movable(client, entry)
+        check_movable(client, entry)
         delayed = entry.where == DELAYED
         self._take(entry)
         entry.qtype, entry.name = key
         entry.home = None
         if delayed:  # it keeps its time
-            self._delay(entry)
+            self.timed.delay(entry)
         else:
             self._place(entry)
         self._ready_effect(entry)
@@ -412,8 +411,8 @@ class Structure:
         the suspend queue instead, so a message that keeps failing stops being retried.
         """
         entry = self._find(entry_id)
-        target = self._target(entry, qtype, name)
-        self._check_held(client, entry)
+        target = retarget(entry.qtype, entry.name, qtype, name)
+        check_held(client, entry)
         self._release(entry)
         self._return(entry, target, failed)
         self._ready_effect(entry)
@@ -424,54 +423,13 @@ class Structure:
         return self.apply_commit(client, self.check_commit(client, ops))
 
     def check_commit(self, client: str, ops: Iterable[Op]) -> Checked:
-        """Everything a commit checks, changing nothing: each entry may appear once,
-        and the puts must fit in the space free after the batch's deletes.
+        """Everything a commit checks, changing nothing (commit.py): each entry may
+        appear once, and the puts must fit in the space free after the batch's deletes.
 
         Split from ``apply_commit`` so that a commit spanning a primary and its
         overflow structure can check both before applying to either.
         """
-        ops = list(ops)
-        seen: set[int] = set()
-        need_elements = need_entries = 0
-        freed_elements = freed_entries = 0
-        puts: list[tuple[QueueType, str, bytes, bool, DataMap | None, int | None]] = []
-        for op in ops:
-            if type(op) is Put:
-                qtype = parse_qtype(op.qtype)
-                check_name(op.name)
-                elements_, entries = self._cost(len(op.data), op.dmap)
-                need_elements += elements_
-                need_entries += entries
-                puts.append((qtype, op.name, op.data, bool(op.recoverable), op.dmap,
-                             op.not_before))
-                continue
-            assert not isinstance(op, Put)  # for mypy: the type() test above is faster
-            if op.entry_id in seen:
-                raise CQSError(
-                    Reason.INVALID_REQUEST, f"entry {op.entry_id} appears twice in one commit"
-                )
-            seen.add(op.entry_id)
-            entry = self._find(op.entry_id)
-            if type(op) is Delete:
-                self._check_deletable(client, entry)
-                freed_elements += entry.total_elements
-                freed_entries += entry.total_entries
-            elif type(op) is Move:
-                parse_qtype(op.qtype), check_name(op.name)
-                self._check_movable(client, entry)
-            elif type(op) is Unlock:
-                self._target(entry, op.qtype, op.name)
-                self._check_held(client, entry)
-            else:
-                raise CQSError(Reason.INVALID_REQUEST, f"unknown commit operation {op!r}")
-        grow_to = None
-        if puts:
-            grow_to = self._check_fits(
-                need_elements - freed_elements,
-                need_entries - freed_entries,
-                f"commit of {len(puts)} puts",
-            )
-        return Checked(ops, puts, grow_to)
+        return check(client, ops, self.space, self._find)
 
     def apply_commit(self, client: str, checked: Checked) -> list[Entry]:
         """Apply a commit ``check_commit`` passed, with nothing changed in between;
@@ -510,22 +468,7 @@ class Structure:
         Returns up to ``limit`` entries in list-header, name, FIFO order and a cursor
         to pass as ``after`` for the next page, or None when there is no more.
         """
-        if name is not None and qtype is None:
-            raise CQSError(Reason.INVALID_REQUEST, "browse of a queue name needs its queue type")
-        if type(limit) is not int or limit < 1:
-            raise CQSError(Reason.INVALID_REQUEST,
-                           f"browse limit must be a positive integer, got {limit!r}")
-        if qtype is None:
-            lhs: Iterable[int] = BROWSE_ALL_LHS
-        else:
-            qtype = parse_qtype(qtype)
-            lhs = [list_header(qtype, check_name(name))] if name is not None else headers_of(qtype)
-        walk = self._walk(lhs, name, after)
-        found = [entry for _, entry in zip(range(limit), walk, strict=False)]
-        last = found[-1] if len(found) == limit else None
-        if last is None or next(walk, None) is None:
-            return found, None
-        return found, position(last)
+        return self.browser.page(qtype, name, after, limit)
 
     # -- operator requests -----------------------------------------------------
 
@@ -534,8 +477,7 @@ class Structure:
         from, with its delivery count reset: the operator is asking for a fresh try."""
         entry = self._find(entry_id)
         if entry.where == COLD:
-            del self._cold[entry_id]
-            entry.owner = None
+            self.locks.thaw(entry)
         elif entry.where == READY and entry.home is not None:
             self._unplace(entry)
             entry.qtype, entry.name = entry.home
@@ -566,23 +508,7 @@ class Structure:
         queues. Raises INVALID_REQUEST for a size above ``size``, or for shrinking
         below the data elements in use (a structure restored over-full may grow by
         steps). The ``Altered`` event is also left in ``events``."""
-        if type(size_bytes) is not int or not 0 < size_bytes <= self.size:
-            raise CQSError(
-                Reason.INVALID_REQUEST,
-                f"alter of structure {self.name} to {size_bytes!r} bytes: the size must be "
-                f"1 to its maximum size {self.size}",
-            )
-        if size_bytes < self.current_size and size_bytes // ELEMENT < self.elements_used:
-            raise CQSError(
-                Reason.INVALID_REQUEST,
-                f"alter of structure {self.name} to {size_bytes} bytes "
-                f"({size_bytes // ELEMENT} data elements): {self.elements_used} are in use",
-            )
-        event = Altered(self.name, self.current_size, size_bytes, reason)
-        self.current_size = size_bytes
-        self.elements_total = size_bytes // ELEMENT
-        self.events.append(event)
-        return event
+        return self.space.alter(size_bytes, reason)
 
     def load(self, rows: Iterable[list[Any]]) -> int:
         """Bulk restore of image rows (docs/recovery.md) into an empty structure.
@@ -594,8 +520,8 @@ class Structure:
         """
         if self._entries:
             raise CQSError(Reason.INVALID_REQUEST, f"load into structure {self.name}, not empty")
-        step = self.entry_max
-        per_queue: dict[Key, list[Entry]] = {}
+        step = self.space.entry_max
+        per_queue: dict[QueueKey, list[Entry]] = {}
         slow = []
         used_elements = used_entries = count = 0
         for row in rows:
@@ -625,8 +551,8 @@ class Structure:
             self._headers[queue.lh][name] = queue
             self._entries.update((e.entry_id, e) for e in entries)
             self.last_id = max(self.last_id, queue.entries.peekitem(-1)[0])
-        self.elements_used += used_elements
-        self.entries_used += used_entries
+        self.space.elements_used += used_elements
+        self.space.entries_used += used_entries
         for row in slow:
             self.restore(*row)
         return count
@@ -662,9 +588,10 @@ class Structure:
             raise CQSError(Reason.INVALID_REQUEST, f"entry {entry_id} restored twice")
         if dmap is not None and not isinstance(dmap, DataMap):
             dmap = DataMap.decode(dmap)
-        cost_elements, cost_entries = self._cost(len(data), dmap)
-        self.elements_used += cost_elements
-        self.entries_used += cost_entries
+        space = self.space
+        cost_elements, cost_entries = space.cost_of(len(data), dmap)
+        space.elements_used += cost_elements
+        space.entries_used += cost_entries
         entry = self._insert(QueueType(qtype), name, data, recoverable, entry_id, put_time,
                              dmap, not_before if where == READY else None)
         entry.home = (QueueType(home[0]), home[1]) if home else None
@@ -672,14 +599,14 @@ class Structure:
         if where == LOCKED:
             assert owner is not None, f"entry {entry_id} locked by nobody"
             self._unplace(entry)
-            self._lock(entry, owner)
+            self.locks.lock(entry, owner)
             if lease is not None:
                 left = max(0, lease[1] - self.ids.clock()) / 1e9
-                self._arm(entry, (lease[0], lease[1], self.timed.ticks() + left))
+                self.timed.arm(entry, (lease[0], lease[1], self.timed.ticks() + left),
+                               self.locks.all_locked)
         elif where == COLD:
             self._unplace(entry)
-            entry.where, entry.owner = COLD, owner
-            self._cold[entry_id] = entry
+            self.locks.chill(entry, owner)
         entry.delivery_count = delivery_count
         return entry
 
@@ -697,10 +624,10 @@ class Structure:
         overflow.watched = self.watched
         self.readable |= overflow.readable
         overflow.readable = self.readable
-        self._serial_busy |= overflow._serial_busy
-        overflow._serial_busy = self._serial_busy
+        self.locks.serial_busy |= overflow.locks.serial_busy
+        overflow.locks.serial_busy = self.locks.serial_busy
         self.events += overflow.events
-        overflow.events = self.events
+        overflow.events = overflow.space.events = self.events
         self._peer, overflow._peer = overflow._queues, self._queues
 
     def transfer(self, entry_id: int, target: "Structure") -> Entry:
@@ -716,7 +643,7 @@ class Structure:
             what = "offloaded" if entry.map is not None else entry.where
             raise CQSError(
                 Reason.INVALID_REQUEST,
-                f"entry {entry_id} on {_show(entry.key)} is {what}; only ready messages "
+                f"entry {entry_id} on {show(entry.key)} is {what}; only ready messages "
                 "kept in memory move to the overflow structure",
             )
         target._admit(entry)  # placed there first, so the queue is never seen empty
@@ -727,7 +654,8 @@ class Structure:
         return entry
 
     def _admit(self, e: Entry) -> None:
-        self._reserve(e.total_elements, e.total_entries, f"overflow move of entry {e.entry_id}")
+        self.space.reserve(e.total_elements, e.total_entries,
+                           f"overflow move of entry {e.entry_id}")
         self._entries[e.entry_id] = e
         if e.segments is not None:
             self._headers[e.segments.lh][e.segments.name] = e.segments
@@ -750,12 +678,12 @@ class Structure:
         """The message with this id. Raises ENTRY_NOT_FOUND."""
         return self._find(entry_id)
 
-    def head_id(self, key: Key) -> int | None:
+    def head_id(self, key: QueueKey) -> int | None:
         """The id of the first ready message of a queue, or None if it has none."""
         queue = self._queues.get(key)
         return None if queue is None else queue.entries.peekitem(0)[0]
 
-    def movable(self, key: Key, limit: int) -> list[Entry]:
+    def movable(self, key: QueueKey, limit: int) -> list[Entry]:
         """Up to ``limit`` ready messages of a queue that overflow processing can
         move, in id order: those kept in memory (an offloaded one costs one
         element, and its data set belongs to this structure)."""
@@ -769,14 +697,14 @@ class Structure:
                         break
         return out
 
-    def has_ready(self, key: Key) -> bool:
+    def has_ready(self, key: QueueKey) -> bool:
         return key in self._queues
 
-    def ready_keys(self) -> Iterator[Key]:
+    def ready_keys(self) -> Iterator[QueueKey]:
         """Every queue holding ready messages (staging queues are not queues here)."""
         return iter(self._queues)
 
-    def ready_elements(self) -> Iterator[tuple[int, Key]]:
+    def ready_elements(self) -> Iterator[tuple[int, QueueKey]]:
         """(data elements, key) of every queue holding ready messages, their staging
         segments included, as ``queue_stats`` counts them."""
         return ((queue.held, key) for key, queue in self._queues.items())
@@ -785,7 +713,7 @@ class Structure:
 
     def client_locks(self, client: str) -> list[Entry]:
         """The messages ``client`` holds, oldest first (what a warm restart resyncs)."""
-        return sorted(self._locks.get(client, {}).values(), key=lambda e: e.entry_id)
+        return self.locks.held_by(client)
 
     def release_client(self, client: str, failed: bool = True) -> list[Entry]:
         """Peer recovery: every lock of a client that died goes back to its place, or to
@@ -803,9 +731,7 @@ class Structure:
         moved = self.client_locks(client)
         for entry in moved:
             self._release(entry)
-            entry.where = COLD
-            entry.owner = client  # kept so the operator can see whose it was
-            self._cold[entry.entry_id] = entry
+            self.locks.chill(entry, client)
             if entry.recoverable:
                 self.effects.append((COLD_BY, entry.entry_id, client))
         return moved
@@ -814,20 +740,21 @@ class Structure:
 
     def stats(self) -> Row:
         """Structure totals as ``cqsctl display structures`` shows them."""
+        space = self.space
         return {
             "name": self.name,
-            "size": self.size,
-            "current_size": self.current_size,
-            "elements_used": self.elements_used,
-            "elements_total": self.elements_total,
-            "entries_used": self.entries_used,
-            "entries_total": self.entries_total,
-            "percent_full": round(100 * self.elements_used / max(1, self.elements_total), 2),
-            "full": self.full,
+            "size": space.size,
+            "current_size": space.current_size,
+            "elements_used": space.elements_used,
+            "elements_total": space.elements_total,
+            "entries_used": space.entries_used,
+            "entries_total": space.entries_total,
+            "percent_full": round(100 * space.elements_used / max(1, space.elements_total), 2),
+            "full": space.full,
             "messages": len(self._entries),
             "queues": len(self._queues),
-            "locked": sum(len(locks) for locks in self._locks.values()),
-            "cold": len(self._cold),
+            "locked": self.locks.count(),
+            "cold": len(self.locks.cold),
             "delayed": len(self.timed.delayed),
         }
 
@@ -842,26 +769,27 @@ class Structure:
             "depth": len(queue.entries) if queue else 0,
             "elements": queue.held if queue else 0,
             "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
-            "locked": self._locked_per_key.get(key, 0),
+            "locked": self.locks.per_key.get(key, 0),
             "delayed": self.timed.per_key.get(key, 0),
         }
 
-    def queues(self, also: Iterable[Key] = ()) -> list[Row]:
+    def queues(self, also: Iterable[QueueKey] = ()) -> list[Row]:
         """Every queue that holds or has lent out a message (and those in ``also``),
         in list-header order."""
         return [self.queue_stats(*k) for k in in_header_order(self.queue_keys(also))]
 
-    def queue_keys(self, also: Iterable[Key] = ()) -> set[Key]:
+    def queue_keys(self, also: Iterable[QueueKey] = ()) -> set[QueueKey]:
         """The keys ``queues`` reports on."""
-        keys = {*self._queues, *self._locked_per_key, *self.timed.per_key, *also}
+        keys = {*self._queues, *self.locks.per_key, *self.timed.per_key, *also}
         return {k for k in keys if k[0] not in STAGING_TYPES}
 
     def header_stats(self) -> list[Row]:
         """Entries and data elements on each list header that holds any."""
         rows = []
-        cleanup = self._deleted + [e for _, e in self._cleanup]
-        for lh, pool in ((COLD_LH, list(self._cold.values())), (LOCK_LH, list(self._all_locked())),
-                         (DELETE_LH, cleanup), (DELAYED_LH, list(self.timed.delayed.values()))):
+        for lh, pool in ((COLD_LH, list(self.locks.cold.values())),
+                         (LOCK_LH, list(self.locks.all_locked())),
+                         (DELETE_LH, list(self.cleanup)),
+                         (DELAYED_LH, list(self.timed.delayed.values()))):
             if pool:  # heads only: a long message's segments stay on its staging queue
                 rows.append({"lh": lh, "entries": len(pool),
                              "elements": sum(e.elements for e in pool)})
@@ -874,7 +802,7 @@ class Structure:
 
     def client_stats(self) -> dict[str, int]:
         """Locks held per client."""
-        return {client: len(locks) for client, locks in self._locks.items() if locks}
+        return self.locks.per_client()
 
     def take_events(self) -> list[Event]:
         """The events since the last call. The list is emptied in place, not replaced:
@@ -885,17 +813,7 @@ class Structure:
 
     def cost(self, nbytes: int) -> tuple[int, int]:
         """(data elements, list entries) a message of ``nbytes`` occupies, segments included."""
-        step = self.entry_max
-        if nbytes <= step:
-            return elements(nbytes), 1
-        whole, rest = divmod(nbytes, step)
-        return whole * elements(step) + (elements(rest) if rest else 0), whole + (1 if rest else 0)
-
-    def _cost(self, nbytes: int, dmap: DataMap | None) -> tuple[int, int]:
-        """(data elements, list entries) of a message, offloaded to ``dmap`` or not."""
-        if dmap is None:
-            return self.cost(nbytes)
-        return elements(len(msgpack.packb(dmap.encode()))), 1
+        return self.space.cost(nbytes)
 
     def __iter__(self) -> Iterator[Entry]:
         """Every message head, in entry-id order (for images and checks)."""
@@ -911,67 +829,6 @@ class Structure:
                 Reason.ENTRY_NOT_FOUND, f"entry {entry_id!r} is not in structure {self.name}"
             ) from None
 
-    def _check_held(self, client: str, entry: Entry) -> None:
-        if entry.where != LOCKED or entry.owner != client:
-            holder = f"locked by {entry.owner}" if entry.where == LOCKED else "not locked"
-            raise CQSError(
-                Reason.LOCK_NOT_HELD,
-                f"entry {entry.entry_id} on {_show(entry.key)} is {holder}, not by {client}",
-            )
-
-    def _check_deletable(self, client: str | None, entry: Entry, operator: bool = False) -> None:
-        if operator or client is None:
-            self._check_movable(client, entry)
-        else:
-            self._check_held(client, entry)
-
-    def _check_movable(self, client: str | None, entry: Entry) -> None:
-        if entry.where == LOCKED and entry.owner != client:
-            self._check_held(client or "the operator", entry)
-
-    def _target(self, entry: Entry, qtype: int | str | None, name: str | None) -> Key | None:
-        if qtype is None and name is None:
-            return None
-        return (parse_qtype(qtype if qtype is not None else entry.qtype),
-                check_name(name or entry.name))
-
-    def _check_fits(self, need_elements: int, need_entries: int, what: str) -> int | None:
-        """None if a request needing this much space fits now; the size it must alter
-        to first if it fits only once grown toward ``size`` (seed 004, "Structure
-        Alter": the step overflow processing takes, for the use it needs). Raises
-        STRUCTURE_FULL if even ``size`` cannot hold it."""
-        used = self.elements_used + need_elements
-        entries_fit = self.entries_used + need_entries <= self.entries_total
-        if used <= self.elements_total and entries_fit:
-            return None
-        if entries_fit and used <= self.size // ELEMENT:
-            return grown_size(used, self.elements_total, self.size)
-        if not self.full:
-            self.full = True
-            self._fullness()
-        room = (f"{self.size // ELEMENT - self.elements_used} elements even at its maximum "
-                f"size" if entries_fit else f"{self.entries_total - self.entries_used} entries")
-        raise CQSError(
-            Reason.STRUCTURE_FULL,
-            f"structure {self.name} is full: {what} needs {need_elements} data elements "
-            f"and {need_entries} list entries; {room} are free",
-        )
-
-    def _reserve(self, need_elements: int, need_entries: int, what: str) -> None:
-        grow_to = self._check_fits(need_elements, need_entries, what)
-        if grow_to is not None:
-            self.alter(grow_to, GROWN)
-        self.elements_used += need_elements
-        self.entries_used += need_entries
-        if self.full:
-            self.full = False
-            self._fullness()
-
-    def _fullness(self) -> None:
-        self.events.append(
-            FullnessChanged(self.name, self.full, self.elements_used, self.elements_total)
-        )
-
     def _new_id(self, now: int) -> int:
         ids = self.ids
         ids.last = now if now > ids.last else ids.last + 1
@@ -979,7 +836,8 @@ class Structure:
 
     def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool,
                          dmap: DataMap | None, not_before: int | None) -> Entry:
-        self._reserve(*self._cost(len(data), dmap), "commit")
+        space = self.space
+        space.reserve(*space.cost_of(len(data), dmap), "commit")
         return self._put_effect(
             self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
 
@@ -1027,7 +885,7 @@ class Structure:
         an offloaded one (``dmap``) has none and keeps no payload. One whose
         ``not_before`` is still to come is delayed instead of placed."""
         now = self.ids.clock()
-        step = self.entry_max
+        step = self.space.entry_max
         segments = None
         if dmap is not None:
             data = b""
@@ -1050,7 +908,7 @@ class Structure:
             self.last_id = max(self.last_id, entry_id)
         entry = Entry(
             entry_id, qtype, name, data, recoverable, put_time or now,
-            self._cost(0, dmap)[0] if dmap is not None else elements(min(len(data), step)),
+            self.space.cost_of(0, dmap)[0] if dmap is not None else elements(min(len(data), step)),
         )
         entry.segments = segments
         if dmap is not None:
@@ -1058,7 +916,7 @@ class Structure:
         self._entries[entry_id] = entry
         if not_before is not None and not_before > now:
             entry.not_before = not_before
-            self._delay(entry)
+            self.timed.delay(entry)
         else:
             self._place(entry)
         return entry
@@ -1092,104 +950,45 @@ class Structure:
         """Detach an entry from wherever it is (ready, lock or cold queue)."""
         if entry.where == READY:
             self._unplace(entry)
-        elif entry.where == LOCKED:
-            self._release(entry)
+        elif entry.where == LOCKED:  # _release spelt out: this runs on every delete
+            if self.locks.release(entry):
+                self._serial_free(entry)
         elif entry.where == DELAYED:
-            self._undelay(entry)
+            self.timed.undelay(entry)
         else:
-            del self._cold[entry.entry_id]
-            entry.owner = None
+            self.locks.thaw(entry)
 
     def _free(self, entry: Entry) -> None:
         del self._entries[entry.entry_id]
         if entry.map is not None:  # to the clean-up queue, still charged (stamp_deleted)
-            entry.where = DELETED
-            self._deleted.append(entry)
+            self.cleanup.add(entry)
             return
-        self._discard(entry)
-
-    def _discard(self, entry: Entry) -> None:
-        self.elements_used -= entry.total_elements
-        self.entries_used -= entry.total_entries
+        self.space.discard(entry)
         if entry.segments is not None:
             del self._headers[entry.segments.lh][entry.segments.name]
 
-    def _lock(self, entry: Entry, client: str) -> None:
-        entry.where = LOCKED
-        entry.owner = client
-        entry.delivery_count += 1
-        locks = self._locks.get(client)
-        if locks is None:
-            locks = self._locks[client] = {}
-        locks[entry.entry_id] = entry
-        key = (entry.qtype, entry.name)
-        self._locked_per_key[key] = self._locked_per_key.get(key, 0) + 1
-        if entry.qtype == SERIAL:
-            self._serial_busy.add(key)
-
     def _release(self, entry: Entry) -> None:
         """Take an entry off the lock queue; it is nowhere until placed again."""
-        owner = entry.owner
-        assert owner is not None, f"entry {entry.entry_id} is on the lock queue without an owner"
-        locks = self._locks[owner]
-        del locks[entry.entry_id]
-        if not locks:
-            del self._locks[owner]
-        entry.owner = None
-        if entry.lease is not None:
-            entry.lease = None
-            self.timed.leased -= 1
+        if self.locks.release(entry):
+            self._serial_free(entry)
+
+    def _serial_free(self, entry: Entry) -> None:
+        """A SERIAL queue's message in flight was released: the queue is readable
+        again for its waiters, if it has a message in either structure of a pair."""
         key = (entry.qtype, entry.name)
-        left = self._locked_per_key[key] - 1
-        if left:
-            self._locked_per_key[key] = left
-        else:
-            del self._locked_per_key[key]
-        if entry.qtype == SERIAL:
-            self._serial_busy.discard(key)
-            if key in self.watched and (key in self._queues or key in self._peer):
-                self.readable.add(key)
+        if key in self.watched and (key in self._queues or key in self._peer):
+            self.readable.add(key)
 
     def _lease(self, entry: Entry, seconds: float) -> None:
         """Set a lock's lease to ``seconds`` from now, logged as a T effect."""
         lease_ns = int(seconds * 1e9)
         deadline = self.ids.clock() + lease_ns
-        self._arm(entry, (lease_ns, deadline, self.timed.ticks() + seconds))
+        self.timed.arm(entry, (lease_ns, deadline, self.timed.ticks() + seconds),
+                       self.locks.all_locked)
         if entry.recoverable:
             self.effects.append((LEASED, entry.entry_id, lease_ns, deadline))
 
-    def _arm(self, entry: Entry, lease: tuple[int, int, float]) -> None:
-        if entry.lease is None:
-            self.timed.leased += 1
-        entry.lease = lease
-        heap = self.timed.leases
-        if len(heap) > 4 * self.timed.leased + 1024:  # mostly stale: renewed or released
-            heap[:] = [(e.lease[2], e.entry_id) for e in self._all_locked() if e.lease]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (lease[2], entry.entry_id))
-        self.timed.armed = True
-
-    def _delay(self, entry: Entry) -> None:
-        """Hold a message off its queue until its ``not_before`` (``ripen``)."""
-        assert entry.not_before is not None
-        entry.where = DELAYED
-        self.timed.delayed[entry.entry_id] = entry
-        key = (entry.qtype, entry.name)
-        self.timed.per_key[key] = self.timed.per_key.get(key, 0) + 1
-        heapq.heappush(self.timed.due, (entry.not_before, entry.entry_id))
-        self.timed.armed = True
-
-    def _undelay(self, entry: Entry) -> None:
-        """Take a delayed message out of waiting; it is nowhere until placed again."""
-        del self.timed.delayed[entry.entry_id]
-        key = (entry.qtype, entry.name)
-        left = self.timed.per_key[key] - 1
-        if left:
-            self.timed.per_key[key] = left
-        else:
-            del self.timed.per_key[key]
-
-    def _return(self, entry: Entry, target: Key | None, failed: bool) -> None:
+    def _return(self, entry: Entry, target: QueueKey | None, failed: bool) -> None:
         if failed and entry.delivery_count >= self.max_deliveries:
             self.counts.suspends += 1
             if entry.home is None:
@@ -1199,73 +998,6 @@ class Structure:
             entry.qtype, entry.name = target
             entry.home = None
         self._place(entry)
-
-    def _all_locked(self) -> Iterator[Entry]:
-        for locks in self._locks.values():
-            yield from locks.values()
-
-    def _walk(self, lhs: Iterable[int], only: str | None, after: Cursor | None) -> Iterator[Entry]:
-        """Entries strictly after the cursor, in (list header, name, entry id) order."""
-        a_lh, a_name, a_id = _check_cursor(after)
-        for lh in lhs:
-            if lh < a_lh:
-                continue
-            if lh in (COLD_LH, LOCK_LH, DELAYED_LH):
-                pool = (self._cold.values() if lh == COLD_LH else
-                        self._all_locked() if lh == LOCK_LH else self.timed.delayed.values())
-                for entry in sorted(pool, key=lambda e: e.entry_id):
-                    if lh > a_lh or entry.entry_id > a_id:
-                        yield entry
-                continue
-            header = self._headers[lh]
-            if only is not None:
-                names: Iterable[str] = [only] if only in header else []
-            else:
-                names = header.irange(minimum=a_name) if lh == a_lh else header.keys()
-            for name in list(names):
-                queue = header[name]
-                if lh == a_lh and name == a_name:
-                    ids: Iterable[int] = queue.entries.irange(minimum=a_id, inclusive=(False, True))
-                elif lh == a_lh and name < a_name:
-                    continue
-                else:
-                    ids = queue.entries.keys()
-                for entry_id in ids:
-                    yield queue.entries[entry_id]
-
-
-def in_header_order(keys: Iterable[Key]) -> list[Key]:
-    return sorted(keys, key=lambda k: (list_header(*k), k[1]))
-
-
-def position(entry: Entry) -> Cursor:
-    """Where browse shows an entry, as a cursor: the cold and lock queues are in id
-    order alone, a ready entry in (list header, queue name, id) order."""
-    if entry.where == LOCKED:
-        return (LOCK_LH, "", entry.entry_id)
-    if entry.where == COLD:
-        return (COLD_LH, "", entry.entry_id)
-    if entry.where == DELAYED:
-        return (DELAYED_LH, "", entry.entry_id)
-    return (list_header(entry.qtype, entry.name), entry.name, entry.entry_id)
-
-
-def _check_cursor(after: object) -> Cursor:
-    if after is None:
-        return (-1, "", -1)
-    if (
-        isinstance(after, (tuple, list))
-        and len(after) == 3
-        and type(after[0]) is int
-        and type(after[1]) is str
-        and type(after[2]) is int
-    ):
-        return (after[0], after[1], after[2])
-    raise CQSError(Reason.INVALID_REQUEST, f"browse cursor {after!r} is not one this server gave")
-
-
-def _show(key: Key) -> str:
-    return f"{QueueType(key[0]).name}:{key[1]}"
 
 
 def _base36(n: int) -> str:

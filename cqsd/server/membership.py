@@ -106,6 +106,8 @@ class Membership:
             rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
             self.datadir.srds, cut)
         loaded = now()
+        if self.node.owned.get(name) != takeover.epoch or not self.node.valid():
+            raise RuntimeError(f"lost the lease while rebuilding {name}: not served here")
         # the epoch's first record repeats the seal; its stamp, and all after it, come
         # after every sealed record's, whatever this node's clock says
         self.journal.writer.stamp_after(takeover.timestamp)

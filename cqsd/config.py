@@ -392,12 +392,6 @@ def _sha256(value: object) -> str:
     return text.lower()
 
 
-def _boolean(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise _Bad(f"expected true or false, got {_show(value)}")
-    return value
-
-
 def _socket_mode(value: object) -> int:
     """An integer (TOML's 0o660) or an octal string ("0660") of permission bits."""
     if isinstance(value, str) and re.fullmatch(r"0?[0-7]{3}", value):
@@ -562,7 +556,7 @@ class _Reader:
         if not isinstance(value, list):
             self.add(name, f"expected an array of tables ([[{name}]]), got {_show(value)}")
             return []
-        tables = []
+        tables: list[tuple[str, Mapping[str, object]]] = []
         for i, item in enumerate(value):
             if isinstance(item, dict):
                 tables.append((f"{name}[{i}]", item))

@@ -3,6 +3,7 @@ that SIGHUP reopens so logrotate can move it away."""
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -15,13 +16,13 @@ class _Sink:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.file = None
+        self.file: TextIO = sys.stderr
         self.reopen()
 
     def reopen(self) -> None:
         old = self.file
         self.file = open(self.path, "a", buffering=1) if self.path else sys.stderr
-        if old is not None and old is not sys.stderr:
+        if old is not sys.stderr:
             old.close()
 
     def msg(self, message: str) -> None:

@@ -38,11 +38,13 @@ def modules() -> Iterator[tuple[str, Path]]:
 MODULES = dict(modules())
 
 
-def imported(module: str, path: Path) -> set[str]:
-    """The modules (of ours or not) that *module* imports anywhere in its source."""
+def imported(module: str, path: Path, type_checking: bool = False) -> set[str]:
+    """The modules (of ours or not) that *module* imports anywhere in its source (with
+    *type_checking*, under ``if TYPE_CHECKING:`` too)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree) if type_checking else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

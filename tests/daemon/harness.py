@@ -17,6 +17,10 @@ from pathlib import Path
 
 from cqsproto import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, encode_frame
 
+# Seconds a daemon left running by its test gets to stop on SIGTERM (it takes
+# milliseconds) before it is killed.
+STOP_GRACE = 10
+
 STRUCTURES = """
 [[structure]]
 name = "MSGQ01"
@@ -120,6 +124,15 @@ class Daemon:
         return self.start()
 
     def cleanup(self) -> None:
+        """After the test: stop the daemon if it still runs, gracefully (so it ends as
+        a daemon does, and saves what coverage measured in it: `make test`), or kill
+        it if it has not stopped within STOP_GRACE seconds; then remove its files."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 

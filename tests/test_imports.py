@@ -1,4 +1,4 @@
-"""Imports go one way (STYLE §14, issue 12): read from the source with ``ast``, not by
+"""Imports go one way (docs/architecture.md, issue 12): read from the source with ``ast``, not by
 importing, so a lazy import inside a function counts as much as one at the top (one
 under ``if TYPE_CHECKING:`` never runs, and does not count).
 
@@ -146,7 +146,7 @@ SMDS_STORAGE = "cqsd.smds.dataset"  # the one module of cqsd.smds that touches f
 
 
 def test_the_smds_core_imports_no_server_and_does_no_io():
-    """cqsd.smds is pure (STYLE §1) but for its storage module: the rest reaches only
+    """cqsd.smds is pure (docs/architecture.md) but for its storage module: the rest reaches only
     the protocol's name rule, nothing that awaits or touches files, and not the
     storage module either."""
     smds = {a: targets for a, targets in GRAPH.items()

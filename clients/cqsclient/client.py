@@ -437,7 +437,7 @@ class Client:
         result: dict[str, Any] = self._do(ops.delete_structure(structure), timeout)
         return result
 
-    # --- shared message data sets (DESIGN §11) ---
+    # --- shared message data sets (docs/smds.md) ---
 
     def reset_smds(
         self, structure: str, owner: str, *, access: SmdsAccess | None = None,

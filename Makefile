@@ -31,13 +31,12 @@ run: $(STAMP) java
 	$(BIN)/cqsd run $(if $(CONFIG),--config $(CONFIG))
 
 # The whole suite, with branch coverage of our packages reported at the end, of
-# the test process and of every Python process it starts (the daemons, their Spark
-# jobs, cqsctl: [tool.coverage] in pyproject.toml, whose patch=subprocess hands
-# each child its configuration through COVERAGE_PROCESS_CONFIG, the variable
-# coverage's .pth hook reads besides COVERAGE_PROCESS_START, with the data file's
-# absolute path); pytest-cov combines the processes' data at the end. Below
-# COVERAGE_MIN percent, the run fails (CI runs this target).
-COVERAGE_MIN := 0
+# the test process and of the daemons it starts and their Spark jobs (their
+# COVERAGE_PROCESS_START is set by tests/daemon/harness.py; [tool.coverage] in
+# pyproject.toml); pytest-cov combines the processes' data at the end. Below
+# COVERAGE_MIN percent, the run fails (CI runs this target): 91.9 % measured on
+# 2026-11-26 with every Python child traced, 79 % before the daemons were.
+COVERAGE_MIN := 90
 test: $(STAMP) java
 	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_MIN)
 

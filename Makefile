@@ -55,14 +55,21 @@ promtool:
 run: $(STAMP) java
 	$(BIN)/cqsd run $(if $(CONFIG),--config $(CONFIG))
 
-# The whole suite, with branch coverage of our packages reported at the end
-# ([tool.coverage] in pyproject.toml; the daemons the tests start are not traced).
+# The whole suite, with branch coverage of our packages reported at the end, of
+# the test process and of the daemons it starts and their Spark jobs (their
+# COVERAGE_PROCESS_START is set by tests/daemon/harness.py; [tool.coverage] in
+# pyproject.toml); pytest-cov combines the processes' data at the end. Below
+# COVERAGE_MIN percent, the run fails (CI runs this target): 91.9 % measured on
+# 2026-11-26 with every Python child traced, 79 % before the daemons were.
+COVERAGE_MIN := 90
 test: $(STAMP) java promtool
-	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered
+	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_MIN)
 
 # ruff (with the bugbear, import-order and async rules) over everything, and
-# mypy --strict on the engine, the record formats, the protocol, the client,
-# logstream and the examples ([tool.ruff] and [tool.mypy] in pyproject.toml).
+# mypy over all of cqsd, logstream, clients and the examples: --strict on the
+# engine, the record formats, SMDS, the protocol, the client, logstream and the
+# examples, mypy's default mode elsewhere ([tool.ruff] and [tool.mypy] in
+# pyproject.toml).
 # CI runs it first.
 lint: $(STAMP)
 	$(BIN)/ruff check cqsd logstream clients tests benchmarks examples

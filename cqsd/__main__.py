@@ -1,4 +1,4 @@
-"""``cqsd run [--config FILE]``: the daemon in the foreground (DESIGN §7)."""
+"""``cqsd run [--config FILE]``: the daemon in the foreground (docs/operations.md)."""
 
 import argparse
 import os

@@ -2,7 +2,7 @@
 
 Design note
 -----------
-The keys are a contract (DESIGN §9).  Reading a config is a pure function from
+The keys are a contract (docs/operations.md).  Reading a config is a pure function from
 TOML text to frozen dataclasses; the only I/O is reading the file itself and
 checking that named TLS files exist, so the daemon can validate before it
 creates or opens any data.
@@ -59,7 +59,7 @@ __all__ = [
     "parse_size",
 ]
 
-DATA_ELEMENT = 512  # bytes per data element, the unit of structure capacity (DESIGN §3)
+DATA_ELEMENT = 512  # bytes per data element, the unit of structure capacity (docs/protocol.md)
 MAX_CLIENTS_LIMIT = 1024  # the IMS limit is 32 per structure; 1024 is generous headroom
 MAX_MESSAGE_LIMIT = GiB  # a message is held whole in memory by the reader; MQ's MAXMSGL is 100 MiB
 MAX_STRUCTURE_SIZE = 1024 * GiB  # a CF structure's SIZE tops out at 1 TiB
@@ -154,7 +154,7 @@ class StructureConfig:
     queue_space_exit: str  # "module:function" asked before a put to an overflow name; "" = none
     overflow_share: int  # percent of data elements a selection's candidates cover (seed: 20)
     overflow_candidates: int  # queue names a selection takes at most (seed: 512)
-    # SMDS (DESIGN §11): offload "smds" keeps large payloads in data sets, one per client
+    # SMDS (docs/smds.md): offload "smds" keeps large payloads in data sets, one per client
     offload: str  # "none" or "smds"
     dsblock: int  # bytes of a logical block and of a buffer: 8KiB..1MiB, a power of two
     dsbufs: int  # buffers of the structure's pool
@@ -416,12 +416,6 @@ def _sha256(value: object) -> str:
     return text.lower()
 
 
-def _boolean(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise _Bad(f"expected true or false, got {_show(value)}")
-    return value
-
-
 def _socket_mode(value: object) -> int:
     """An integer (TOML's 0o660) or an octal string ("0660") of permission bits."""
     if isinstance(value, str) and re.fullmatch(r"0?[0-7]{3}", value):
@@ -642,7 +636,7 @@ class _Reader:
         if not isinstance(value, list):
             self.add(name, f"expected an array of tables ([[{name}]]), got {_show(value)}")
             return []
-        tables = []
+        tables: list[tuple[str, Mapping[str, object]]] = []
         for i, item in enumerate(value):
             if isinstance(item, dict):
                 tables.append((f"{name}[{i}]", item))
@@ -948,7 +942,7 @@ def load(path: str | os.PathLike[str] | None) -> Config:
     return loads(text, source)
 
 
-# The embedded default (DESIGN §7, §9): what `cqsd run` uses without --config.
+# The embedded default (docs/operations.md): what `cqsd run` uses without --config.
 # config/cqsd.toml is the same configuration with every key explained; a test
 # keeps the two equal.
 DEFAULT_TOML = """\

@@ -24,7 +24,7 @@ class _Sink:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.file = None
+        self.file: TextIO = sys.stderr
         self.journal = False
         self.reopen()
 
@@ -32,7 +32,7 @@ class _Sink:
         old = self.file
         self.file = open(self.path, "a", buffering=1) if self.path else sys.stderr
         self.journal = self.file is sys.stderr and _is_journal(sys.stderr)
-        if old is not None and old is not sys.stderr:
+        if old is not sys.stderr:
             old.close()
 
     def _write(self, message: str, priority: int) -> None:

@@ -47,7 +47,7 @@ def structure(**keys: str) -> str:
 
 
 def test_embedded_default_is_the_design_default():
-    """load(None) gives the daemon and structures of DESIGN §7 and §9."""
+    """load(None) gives the daemon and structures of docs/operations.md."""
     c = load(None)
     d = c.daemon
     assert (d.data_dir, d.socket, d.tcp, d.tls_cert, d.tls_key) == (
@@ -650,7 +650,7 @@ def test_spark_master_must_not_be_blank():
     ("dssize", '"32GiB"', "larger than dsmax"),
 ])
 def test_bad_smds_keys_are_named(tmp_path, key, value, says):
-    """Each SMDS key of DESIGN §11 is checked, and the error names the key and why."""
+    """Each SMDS key of docs/smds.md is checked, and the error names the key and why."""
     path = tmp_path / "c.toml"
     path.write_text(f'[[structure]]\nname = "S"\nsize = "1MiB"\n{key} = {value}\n')
     with pytest.raises(config.ConfigError) as caught:

@@ -1,4 +1,4 @@
-"""Imports go one way (STYLE §14, issue 12): read from the source with ``ast``, not by
+"""Imports go one way (docs/architecture.md, issue 12): read from the source with ``ast``, not by
 importing, so a lazy import inside a function counts as much as one at the top (one
 under ``if TYPE_CHECKING:`` never runs, and does not count).
 
@@ -38,11 +38,13 @@ def modules() -> Iterator[tuple[str, Path]]:
 MODULES = dict(modules())
 
 
-def imported(module: str, path: Path) -> set[str]:
-    """The modules (of ours or not) that *module* imports anywhere in its source."""
+def imported(module: str, path: Path, type_checking: bool = False) -> set[str]:
+    """The modules (of ours or not) that *module* imports anywhere in its source (with
+    *type_checking*, under ``if TYPE_CHECKING:`` too)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree) if type_checking else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -144,7 +146,7 @@ SMDS_STORAGE = "cqsd.smds.dataset"  # the one module of cqsd.smds that touches f
 
 
 def test_the_smds_core_imports_no_server_and_does_no_io():
-    """cqsd.smds is pure (STYLE §1) but for its storage module: the rest reaches only
+    """cqsd.smds is pure (docs/architecture.md) but for its storage module: the rest reaches only
     the protocol's name rule, nothing that awaits or touches files, and not the
     storage module either."""
     smds = {a: targets for a, targets in GRAPH.items()

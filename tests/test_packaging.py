@@ -34,7 +34,8 @@ def test_every_package_is_listed_in_its_pyproject(root):
 @pytest.mark.parametrize(("module", "name", "package"), [
     ("cqsd", "cqsd", "cqsd"), ("cqsclient.ctl", "cqsctl", "cqsclient")])
 def test_the_commands_print_their_version(module, name, package):
-    """`cqsd --version` and `cqsctl --version` (DESIGN §7) print the package's __version__."""
+    """`cqsd --version` and `cqsctl --version` (docs/operations.md) print the package's
+    __version__."""
     done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout == f"{name} {importlib.import_module(package).__version__}\n"

@@ -1,4 +1,4 @@
-"""cqsclient: the client SDK of cqsd (DESIGN §6).
+"""cqsclient: the client SDK of cqsd (docs/sdk.md).
 
 ::
 

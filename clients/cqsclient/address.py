@@ -4,7 +4,7 @@
 any path not starting with ``/``) is relative to the current directory. IPv6
 hosts are written in brackets: ``tcp://[::1]:7410``. The default address is
 ``$CQSD_ADDRESS``, else ``unix://./cqsd-data/cqsd.sock``, where the daemon's
-embedded default configuration puts its socket (DESIGN §9).
+embedded default configuration puts its socket (docs/operations.md).
 """
 
 from __future__ import annotations

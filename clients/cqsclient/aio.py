@@ -67,6 +67,7 @@ from .model import (
 )
 from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
 from .reconnect import LockBook, Reconnect, Resync, policy
+from .source import HandleSource
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
 __all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
@@ -702,7 +703,8 @@ class StructureHandle:
     ) -> Consumer:
         """Messages of the queue as they come: ``async for m in s.consume(q)``; see
         the blocking client and :mod:`cqsclient.consume`."""
-        return Consumer(self, queue, qtype, prefetch, wait, timeout, lease)
+        source = _Source(self, self.name, self.client)
+        return Consumer(source, queue, qtype, prefetch, wait, timeout, lease)
 
     async def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
@@ -875,6 +877,16 @@ class _BrowseAll:
         message = self._page[self._index]
         self._index += 1
         return message
+
+
+class _Source(HandleSource[Client]):
+    """A structure handle as its consumer sees it (:class:`cqsclient.source.AsyncSource`)."""
+
+    async def request(self, call: Call, timeout: Timeout) -> Any:
+        return await self.client._do(call, timeout)
+
+    async def give_back(self, entry_id: int) -> None:
+        await self.client._release(self.name, entry_id)
 
 
 class UnitOfWork(UnitOfWorkBase):

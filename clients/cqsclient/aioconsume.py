@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -19,10 +19,8 @@ from .consume import SHUTDOWN_PAUSE, ConsumerBase, Handout
 from .errors import ConnectionLost, CQSError, RequestTimeout, ShuttingDown
 from .model import Message
 from .ops import CLIENT_TIMEOUT, Timeout
+from .source import AsyncSource
 from .unitofwork import ALREADY_RELEASED
-
-if TYPE_CHECKING:
-    from .aio import StructureHandle
 
 __all__ = ["Consumer", "Delivery"]
 
@@ -41,39 +39,38 @@ class Consumer(ConsumerBase):
     ahead; ``async with s.consume(q) as messages:`` closes on exit.
     """
 
-    handle: StructureHandle
+    source: AsyncSource
     _scope: anyio.CancelScope | None = None  # the read waiting on the daemon, for stop()
 
     def __aiter__(self) -> Consumer:
         return self
 
     async def __anext__(self) -> Delivery:
-        client = self.handle.client
         while True:
             if self._stopping:
                 await self.close()
                 raise StopAsyncIteration
-            message = self._next_ahead(client)
+            message = self._next_ahead()
             if message is not None:
                 delivery: Delivery = self._deliver(Delivery, message)
                 return delivery
             await self._fill()
 
     async def _fill(self) -> None:
-        client = self.handle.client
+        source = self.source
         with anyio.CancelScope() as self._scope:
             if self._stopping:
                 return
             try:
-                got = await client._do(self._read_call(self.handle.name), self.timeout)
+                got = await source.request(self._read_call(source.name), self.timeout)
             except ShuttingDown:
-                if client.reconnect is None:
+                if not source.reconnects:
                     self._stopping = True
                     return
                 await anyio.sleep(SHUTDOWN_PAUSE)
                 return
             except RequestTimeout as timeout:
-                if client.reconnect is None:
+                if not source.reconnects:
                     raise
                 log.warning("cqsd consumer of %s: %s; reading again", self.queue, timeout)
                 return
@@ -93,29 +90,29 @@ class Consumer(ConsumerBase):
             self._scope.cancel()
         with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
             for message in ahead:
-                await self.handle.client._release(self.handle.name, message.entry_id)
+                await self.source.give_back(message.entry_id)
 
     async def _settle(self, message: Delivery, failed: bool | None, timeout: Timeout) -> bool:
         if not self._start_settling(message):
             return False
-        client = self.handle.client
-        call = self._settle_call(self.handle.name, message.entry_id, failed)
+        source = self.source
+        call = self._settle_call(source.name, message.entry_id, failed)
         while True:
             try:
-                got = await client._do(call, timeout)
+                got = await source.request(call, timeout)
             except ALREADY_RELEASED:
                 return False
             except ConnectionLost:
-                if client.reconnect is None or client.closed:
+                if not source.reconnects or source.closed:
                     raise
-                if not client.holds(self.handle.name, message.entry_id):
+                if not source.holds(source.name, message.entry_id):
                     return False
                 continue
             extra = self._refill(call, got)
             if extra:
                 with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
                     for m in extra:
-                        await client._release(self.handle.name, m.entry_id)
+                        await source.give_back(m.entry_id)
             return True
 
     async def __aenter__(self) -> Consumer:

@@ -50,6 +50,7 @@ from .model import (
 )
 from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
 from .reconnect import LockBook, Reconnect, Resync, policy
+from .source import HandleSource
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
 __all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
@@ -537,7 +538,7 @@ class Client:
         result: dict[str, Any] = self._do(ops.delete_structure(structure), timeout)
         return result
 
-    # --- shared message data sets (DESIGN §11) ---
+    # --- shared message data sets (docs/smds.md) ---
 
     def reset_smds(
         self, structure: str, owner: str, *, access: SmdsAccess | None = None,
@@ -752,7 +753,8 @@ class StructureHandle:
         ``stop()`` ends the loop (from another thread or a signal handler too); see
         :class:`Consumer`.
         """
-        return Consumer(self, queue, qtype, prefetch, wait, timeout, lease)
+        source = _Source(self, self.name, self.client)
+        return Consumer(source, queue, qtype, prefetch, wait, timeout, lease)
 
     def delete(self, entry_id: int, *, timeout: Timeout = CLIENT_TIMEOUT) -> None:
         """Delete a message this client holds locked (LOCK_NOT_HELD otherwise)."""
@@ -871,6 +873,24 @@ class StructureHandle:
     def query(self, kind: str, *, timeout: Timeout = CLIENT_TIMEOUT) -> list[dict[str, Any]]:
         """The rows of a display, for this structure only."""
         return self.client.query(kind, self.name, timeout=timeout)
+
+
+class _Source(HandleSource[Client]):
+    """A structure handle as its consumer sees it (:class:`cqsclient.source.Source`)."""
+
+    def request(
+        self, call: Call, timeout: Timeout, cancelled: Callable[[], bool] | None = None
+    ) -> Any:
+        return self.client._do(call, timeout, cancelled)
+
+    def give_back(self, entry_id: int) -> None:
+        self.client._release(self.name, entry_id)
+
+    def pause(self, seconds: float) -> None:
+        self.client._conn.nap(seconds)
+
+    def wake(self) -> None:
+        self.client._conn.poke()
 
 
 class UnitOfWork(UnitOfWorkBase):

@@ -49,6 +49,10 @@ raising. A daemon shutting down ends the loop of a client without
 
 The bookkeeping here is shared with the async consumer (``cqsclient.aio``);
 the blocking :class:`Consumer` and :class:`Delivery` follow it.
+
+A consumer reaches its structure and client only through the
+:class:`~cqsclient.source.Source` that ``StructureHandle.consume`` hands it,
+so this module imports no client module and calls no client's private method.
 """
 
 from __future__ import annotations
@@ -57,17 +61,15 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field, fields
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from . import ops
 from .connection import Abandoned
 from .errors import ConnectionLost, CQSError, RequestTimeout, ShuttingDown
 from .model import Message, QType
 from .ops import CLIENT_TIMEOUT, Timeout
+from .source import Source, SourceBase
 from .unitofwork import ALREADY_RELEASED
-
-if TYPE_CHECKING:
-    from .client import StructureHandle
 
 __all__ = ["Consumer", "ConsumerBase", "Delivery", "Handout"]
 
@@ -94,9 +96,11 @@ class Handout:
 class ConsumerBase:
     """What both consumers keep: their queue and settings, and the messages read ahead."""
 
+    source: SourceBase
+
     def __init__(
         self,
-        handle: Any,
+        source: SourceBase,
         queue: str,
         qtype: QType,
         prefetch: int,
@@ -108,7 +112,8 @@ class ConsumerBase:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         if not wait > 0:
             raise ValueError(f"wait must be a positive number of seconds, got {wait}")
-        self.handle = handle
+        self.source = source  # what the consumer needs of its structure and client
+        self.handle = source.handle
         self.queue = queue
         self.qtype = qtype
         self.prefetch = prefetch
@@ -120,7 +125,7 @@ class ConsumerBase:
         self._resync: object = None  # the client's last_resync when the buffer was checked
 
     def __repr__(self) -> str:
-        return f"<{type(self).__module__}.Consumer {self.qtype}:{self.queue} of {self.handle.name}>"
+        return f"<{type(self).__module__}.Consumer {self.qtype}:{self.queue} of {self.source.name}>"
 
     @property
     def stopping(self) -> bool:
@@ -131,12 +136,13 @@ class ConsumerBase:
         return ops.read_batch(structure, self.queue, self.prefetch, self.qtype, self.wait,
                               self.lease)
 
-    def _next_ahead(self, client: Any) -> Message | None:
+    def _next_ahead(self) -> Message | None:
         """The next message read ahead whose lock this client still holds, or None."""
-        if client.last_resync is not self._resync:
+        source = self.source
+        if source.last_resync is not self._resync:
             # A reconnect: what it did not hand back is someone else's now.
-            self._resync = client.last_resync
-            kept = [m for m in self._ahead if client.holds(m.structure, m.entry_id)]
+            self._resync = source.last_resync
+            kept = [m for m in self._ahead if source.holds(m.structure, m.entry_id)]
             self._ahead = deque(kept)
         return self._ahead.popleft() if self._ahead else None
 
@@ -187,37 +193,36 @@ class Consumer(ConsumerBase):
     so that leaving the loop early gives the rest back at once.
     """
 
-    handle: StructureHandle
+    source: Source
 
     def __iter__(self) -> Consumer:
         return self
 
     def __next__(self) -> Delivery:
-        client = self.handle.client
         while True:
             if self._stopping:
                 self.close()
                 raise StopIteration
-            message = self._next_ahead(client)
+            message = self._next_ahead()
             if message is not None:
                 delivery: Delivery = self._deliver(Delivery, message)
                 return delivery
             self._fill()
 
     def _fill(self) -> None:
-        client = self.handle.client
+        source = self.source
         try:
-            got = client._do(self._read_call(self.handle.name), self.timeout, self._cancelled)
+            got = source.request(self._read_call(source.name), self.timeout, self._cancelled)
         except Abandoned:
             return
         except ShuttingDown:
-            if client.reconnect is None:
+            if not source.reconnects:
                 self._stopping = True
                 return
-            client._conn.nap(SHUTDOWN_PAUSE)
+            source.pause(SHUTDOWN_PAUSE)
             return
         except RequestTimeout as timeout:
-            if client.reconnect is None:
+            if not source.reconnects:
                 raise
             log.warning("cqsd consumer of %s: %s; reading again", self.queue, timeout)
             return
@@ -229,32 +234,32 @@ class Consumer(ConsumerBase):
     def stop(self) -> None:
         """End the loop at the next message; a read waiting on the daemon is abandoned."""
         self._stopping = True
-        self.handle.client._conn.poke()
+        self.source.wake()
 
     def close(self) -> None:
         """Stop, and give back the messages read ahead and not handed out. Idempotent."""
         for message in self._take_ahead():
-            self.handle.client._release(self.handle.name, message.entry_id)
+            self.source.give_back(message.entry_id)
 
     def _settle(self, message: Delivery, failed: bool | None, timeout: Timeout) -> bool:
         if not self._start_settling(message):
             return False
-        client = self.handle.client
-        call = self._settle_call(self.handle.name, message.entry_id, failed)
+        source = self.source
+        call = self._settle_call(source.name, message.entry_id, failed)
         while True:
             try:
-                got = client._do(call, timeout)
+                got = source.request(call, timeout)
             except ALREADY_RELEASED:
                 return False
             except ConnectionLost:
-                if client.reconnect is None or client.closed:
+                if not source.reconnects or source.closed:
                     raise
                 # Reconnected: if the lock came back, the request was not applied.
-                if not client.holds(self.handle.name, message.entry_id):
+                if not source.holds(source.name, message.entry_id):
                     return False
                 continue
             for extra in self._refill(call, got):
-                client._release(self.handle.name, extra.entry_id)
+                source.give_back(extra.entry_id)
             return True
 
     def __enter__(self) -> Consumer:

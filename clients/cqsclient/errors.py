@@ -1,4 +1,4 @@
-"""The exceptions of the cqsclient SDK: one class per reason code of DESIGN §4.
+"""The exceptions of the cqsclient SDK: one class per reason code of docs/protocol.md.
 
 Every failed request raises a :class:`CQSError` subclass whose ``reason`` is
 the server's reason code and whose ``message`` is the server's text, so code
@@ -252,7 +252,7 @@ def _rebuild_timeout(message: str, applied: bool | None) -> RequestTimeout:
     return RequestTimeout(message, applied=applied)
 
 
-# The reason codes of DESIGN §4 (a contract), in its order, and their classes.
+# The reason codes of docs/protocol.md (a contract), in its order, and their classes.
 REASONS: dict[str, type[CQSError]] = {
     cls.reason: cls
     for cls in (

@@ -35,16 +35,16 @@ QueueTypeName = Literal[
     "USER1",
     "USER2",
 ]
-"""The queue types of DESIGN §3, by name, in number order (1-11)."""
+"""The queue types of docs/protocol.md, by name, in number order (1-11)."""
 
 QType = QueueTypeName | int
 """A queue type as a request takes it: its name, or its number (1-11)."""
 
 SmdsAccess = Literal["enabled", "disabled"]
-"""What ``reset_smds`` may set a data set's ACCESS to (DESIGN §11)."""
+"""What ``reset_smds`` may set a data set's ACCESS to (docs/smds.md)."""
 
 SmdsStatus = Literal["failed", "recovered"]
-"""What ``reset_smds`` may set a data set's STATUS to (DESIGN §11)."""
+"""What ``reset_smds`` may set a data set's STATUS to (docs/smds.md)."""
 
 SmdsExpand = Literal["yes", "no", "default"]
 """An ``alter_smds`` DSEXPAND override; ``"default"`` drops it (the structure's applies)."""

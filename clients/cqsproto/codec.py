@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 # Bumped whenever a peer of the previous version could misread a frame or a
-# request; the two sides compare it in the `register` handshake (DESIGN §5).
+# request; the two sides compare it in the `register` handshake (docs/protocol.md).
 PROTOCOL_VERSION: Final = 1
 
 _MiB: Final = 1024 * 1024

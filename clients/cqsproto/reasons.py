@@ -1,4 +1,4 @@
-"""Reason codes (DESIGN §4, a contract): the one word every failure carries.
+"""Reason codes (docs/protocol.md, a contract): the one word every failure carries.
 
 They live in the protocol because they are what travels: the engine raises
 them, the daemon puts them in error replies, and the SDK turns each back into

@@ -1,4 +1,4 @@
-"""The spelling of sizes: ``"64MiB"``, ``"32kib"``, ``"512"`` (DESIGN §9).
+"""The spelling of sizes: ``"64MiB"``, ``"32kib"``, ``"512"`` (docs/operations.md).
 
 Both sides read it — the daemon's config and cqsctl's ``--size`` — so an
 operator writes a size the same way wherever it goes.

@@ -62,7 +62,7 @@ class Buffer:
 
 @dataclass(frozen=True)
 class PoolStatistics:
-    """The pool's figures for the usage row (DESIGN §11): ``buffers``, ``hits``,
+    """The pool's figures for the usage row (docs/smds.md): ``buffers``, ``hits``,
     ``misses``, ``lru_hit_percent`` (hits of all lookups, 0 before any),
     ``waits`` (requests that found no free buffer), ``lowest_free`` (the fewest
     free buffers seen since the pool was made), and the buffers ``in_use`` and

@@ -1,6 +1,6 @@
 """One data set file, ``<data_dir>/smds/<STRUCTURE>/<CLIENT>.smds``: the storage shell.
 
-The only module of ``cqsd.smds`` that touches files (STYLE §1); the formats,
+The only module of ``cqsd.smds`` that touches files (docs/architecture.md); the formats,
 the space map and the checks are the pure modules beside it, and this one
 applies them in the order docs/smds.md gives:
 
@@ -19,7 +19,7 @@ applies them in the order docs/smds.md gives:
 - ``close``: the space map after the extent, fdatasync, the header naming it
   with OPEN clear, fdatasync.
 
-Write errors are sticky (STYLE §7): once a write or fdatasync fails, every
+Write errors are sticky, as the log's (docs/logstream.md): once a write or fdatasync fails, every
 later write, sync, expansion and close raises the same ``WriteFailed``. The
 methods block; the daemon calls them from a worker thread.
 """
@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 
 def path_of(data_dir: str | os.PathLike[str], structure: str, owner: str) -> Path:
-    """Where the data set of (``structure``, ``owner``) lives (DESIGN §11)."""
+    """Where the data set of (``structure``, ``owner``) lives (docs/smds.md)."""
     return Path(data_dir) / "smds" / structure / f"{owner}{SUFFIX}"
 
 

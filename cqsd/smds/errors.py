@@ -1,7 +1,7 @@
 """The named errors of shared message data sets (docs/smds.md, "Errors at a glance").
 
-Damage has names (STYLE §6): the daemon turns each into a status (seed 000's
-FAILED, SUSPENDED, OPENFAIL…) by its class, never by parsing a message. Three
+Damage has names: the daemon turns each into a status (seed 000's FAILED,
+SUSPENDED, OPENFAIL…) by its class, never by parsing a message. Three
 families: ``DataSetDamage`` (the data set cannot be trusted), the space map's
 own errors (``NoSpace`` is ordinary, ``BadFree`` is a bug, ``BadSpaceMap``
 only costs a rebuild), and ``BadDataMap`` for a map that breaks the rules.
@@ -76,9 +76,10 @@ class OverlappingRanges(DataSetDamage):
 class WriteFailed(DataSetDamage):
     """A write or fdatasync of the data set failed (``reason`` ``write`` or ``sync``).
 
-    Sticky (STYLE §7): after an fdatasync fails, the page cache no longer says
-    what the disk holds, so every later write, sync, expansion or close of that
-    data set raises this same error; seed 000's "permanent I/O error": FAILED."""
+    Sticky, as the log's (docs/logstream.md, "Write errors"): after an fdatasync
+    fails, the page cache no longer says what the disk holds, so every later
+    write, sync, expansion or close of that data set raises this same error;
+    seed 000's "permanent I/O error": FAILED."""
 
     def __init__(self, reason: str, detail: str, errno: int | None = None) -> None:
         super().__init__(reason, detail)

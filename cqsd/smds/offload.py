@@ -1,4 +1,4 @@
-"""Which payloads go to the data set: IBM MQ's three offload rules (DESIGN §11).
+"""Which payloads go to the data set: IBM MQ's three offload rules (docs/smds.md).
 
 Large payloads always; smaller ones only as the structure fills, so a lightly
 used structure keeps its messages in memory, where reads cost no I/O.

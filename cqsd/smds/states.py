@@ -1,5 +1,5 @@
 """The states of a shared message data set and of the daemon's connection to it
-(seed 000, "Status and availability information"; DESIGN §11).
+(seed 000, "Status and availability information"; docs/smds.md, "States").
 
 Design note. IBM MQ keeps two pairs of states, and so does cqsd. The data
 set's shared ``STATUS`` and ``ACCESS`` say whether it may be used at all; they

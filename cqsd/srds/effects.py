@@ -10,7 +10,7 @@ This runs in Spark's Python workers (inside ``mapInArrow``) and on the driver
 for in-memory records, so it uses pyarrow and nothing of pyspark.
 """
 
-from collections.abc import Collection, Iterator
+from collections.abc import Container, Iterator
 
 import msgpack
 import pyarrow as pa
@@ -84,7 +84,7 @@ KIND_COLUMN = SCHEMA.get_field_index("kind")
 DATA_COLUMN = SCHEMA.get_field_index("data")
 
 
-def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int,
+def rows_of(body, structures: Container[str], ts: int, writer: str, lsn: int,
             at: int | None = None) -> list[tuple]:
     """The effect rows of one record body for the structures in ``structures``;
     ``at`` given, P and I rows carry it instead of their data.
@@ -96,7 +96,7 @@ def rows_of(body, structures: Collection[str], ts: int, writer: str, lsn: int,
         return []
     rows: list[tuple] = []
     s = body.get(STRUCTURE)
-    if s in structures:
+    if isinstance(s, str) and s in structures:
         _add(rows, s, body.get(EFFECTS) or [], ts, writer, lsn, 0, at)
     other = body.get(OTHERS)
     if other:
@@ -194,7 +194,7 @@ def _array(values: tuple, type_: pa.DataType) -> pa.Array:
     return pa.array(values, type=type_)
 
 
-def batches(records, structures: Collection[str]) -> Iterator[pa.RecordBatch]:
+def batches(records, structures: Container[str]) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the effect rows of ``(writer, lsn, timestamp, body)`` records."""
     gathered = Batches()
     for writer, lsn, ts, body in records:

@@ -170,7 +170,7 @@ def _plan(stages: Stages, layout: DataDir, structure: str, cut: dict[str, int] |
         base = slots.newest_valid(layout.srds, structure)
         start = dict(base.lsn) if base else {}
         for writer, lsn in taken.items():
-            if lsn < start.get(writer, 0):
+            if base is not None and lsn < start.get(writer, 0):
                 raise JobError(f"the cut {writer}={lsn} is behind slot {base.name} of "
                                f"{structure}, which holds {writer} up to LSN {start[writer]}")
         attempt["lsn_from"], attempt["lsn_to"] = start, {**start, **taken}

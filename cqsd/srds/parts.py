@@ -52,7 +52,9 @@ def writer(tasks: list[Task], staged: str, kind: str):
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext  # in the worker, where the task is known
 
-        name = f"part-{TaskContext.get().partitionId():05d}"
+        context = TaskContext.get()
+        assert context is not None, "a task's function runs in the task"
+        name = f"part-{context.partitionId():05d}"
         payloads = Payloads(tasks)
         try:
             folded = entryfold.fold_sorted(batches, payloads)

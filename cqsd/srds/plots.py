@@ -158,7 +158,7 @@ def _overflow(minutes: pd.DataFrame | None, episodes: pd.DataFrame | None,
     if not moves and (episodes is None or episodes.empty):
         return None
     fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT))
-    if moves:
+    if moves and minutes is not None:
         per = minutes.groupby(["minute", "structure"])["moved_out"].sum().unstack(fill_value=0)
         for structure in per.columns[per.sum() > 0]:
             ax.plot(per.index, per[structure], marker="o", markersize=3,

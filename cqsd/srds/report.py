@@ -1,4 +1,4 @@
-"""The traffic report (DESIGN §6): what the logstream says happened to each queue,
+"""The traffic report (docs/srds.md): what the logstream says happened to each queue,
 as Parquet tables for further analysis; ``plots.py`` draws them.
 
 Design note. The log holds the effect of every request on every recoverable

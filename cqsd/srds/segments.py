@@ -14,7 +14,7 @@ the cause); it stops and says so in its summary.
 
 import mmap
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +76,7 @@ def plan(directory: Path, start: dict[str, int], cut: dict[str, int]) -> list[Ta
     return tasks
 
 
-def scan(task: Task, structures: set[str], summary: dict,
+def scan(task: Task, structures: Container[str], summary: dict,
          number: int | None = None) -> Iterator[pa.RecordBatch]:
     """Yield the effect rows of one segment's records in range, as Arrow batches.
 
@@ -193,7 +193,7 @@ def check(tasks: list[Task], summaries: list[dict]) -> Coverage:
     for task in tasks:
         by_writer.setdefault(task.writer, []).append(task)
     for writer, group in sorted(by_writer.items()):
-        expected = None
+        expected: int | None = None
         for task in group:
             summary = seen.get((writer, task.first_lsn))
             if summary is None:
@@ -202,6 +202,7 @@ def check(tasks: list[Task], summaries: list[dict]) -> Coverage:
             if expected is not None and task.first_lsn != expected:
                 raise CorruptLog(task.path, 0, Damage.LSN_GAP, f"expected first LSN {expected}")
             expected = summary["next_lsn"]
+        assert expected is not None, "a writer's group holds a segment at least"
         if expected - 1 < group[-1].cut:
             raise LogTooShort(f"{group[-1].path}: writer {writer!r} ends at LSN {expected - 1}, "
                               f"before the cut at LSN {group[-1].cut}")

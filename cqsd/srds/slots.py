@@ -25,9 +25,10 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pyarrow as pa
@@ -166,6 +167,7 @@ def _valid(srds_dir: Path, structure: str) -> Iterator[Slot]:
         if problem is not None:
             log.warning("srds_slot_skipped", structure=structure, slot=name, problem=problem)
             continue
+        assert slot is not None, "_check makes the slot of an entry it finds no problem with"
         yield slot
 
 
@@ -307,7 +309,8 @@ def _batch_rows(parquet: pq.ParquetFile) -> int:
 def table_of(rows: Iterable[list]) -> pa.Table:
     """Image rows (recoverable ones) as a table in the slot schema, sorted by id."""
     ordered = sorted(rows, key=lambda row: row[0])
-    columns = list(zip(*ordered, strict=True)) if ordered else [[]] * ROW_FIELDS
+    columns: list[Sequence[Any]] = (list(zip(*ordered, strict=True)) if ordered
+                                     else [[]] * ROW_FIELDS)
     eid, qtype, name, data, _, put_time, count, where, owner, home, maps, leases, later = columns
     return pa.table({
         "id": eid, "qtype": qtype, "name": name, "data": data,

@@ -3,7 +3,7 @@
 IBM MQ keeps the name of each structure backup, its log range and its time in
 a shared Db2 repository (seeds 002, 003), with the CFSTRUCT definitions; ours
 is ``<data_dir>/repository.db``: backups, data sets, and each structure's
-SIZE, INITSIZE and current size (DESIGN §8), which outlive the config file
+SIZE, INITSIZE and current size (docs/datadir.md), which outlive the config file
 that first set them.
 The daemon and the SRDS jobs open it at the same time, so it runs in WAL mode
 with a busy timeout, and every write is one short transaction.

@@ -13,7 +13,7 @@ from cqsclient import ctl
 
 from .fakeserver import ok
 
-# DESIGN §7, a contract: the subcommands and the display kinds.
+# docs/operations.md, a contract: the subcommands and the display kinds.
 CONTRACT_COMMANDS = {
     "display", "put", "read", "browse", "delete", "dequeue", "requeue", "checkpoint", "recover",
     "alter", "rebuild", "delete-structure", "reset-smds", "start-smdsconn", "stop-smdsconn",
@@ -41,7 +41,7 @@ def subcommands(parser):
 
 
 def test_command_set_matches_the_contract():
-    """Every subcommand and display kind of DESIGN §7 is known to the parser."""
+    """Every subcommand and display kind of docs/operations.md is known to the parser."""
     commands = subcommands(ctl.build_parser())
     assert CONTRACT_COMMANDS <= set(commands)
     kinds = next(a for a in commands["display"]._actions if a.dest == "kind").choices

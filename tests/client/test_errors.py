@@ -8,7 +8,7 @@ import pytest
 
 from cqsclient import errors
 
-# DESIGN §4, a contract: every reason code, in its order.
+# docs/protocol.md, "Reason codes", a contract: every reason code, in its order.
 DESIGN_REASONS = [
     "NO_MESSAGE", "STRUCTURE_FULL", "OVERFLOW_REJECTED", "STRUCTURE_FAILED", "SMDS_UNAVAILABLE",
     "MESSAGE_TOO_LARGE", "ENTRY_NOT_FOUND", "LOCK_NOT_HELD", "NOT_AUTHORIZED", "NOT_REGISTERED",
@@ -18,7 +18,8 @@ DESIGN_REASONS = [
 
 
 def test_every_design_reason_has_its_own_class():
-    """The mapping covers exactly the reason codes of DESIGN §4, each with a distinct CQSError."""
+    """The mapping covers exactly the reason codes of docs/protocol.md, each with a
+    distinct CQSError."""
     assert list(errors.REASONS) == DESIGN_REASONS
     classes = list(errors.REASONS.values())
     assert len(set(classes)) == len(classes)

@@ -1,4 +1,4 @@
-"""The blocking and the async SDK have the same names (DESIGN §6): every public
+"""The blocking and the async SDK have the same names (docs/sdk.md): every public
 method of ``cqsclient.client`` has its ``cqsclient.aio`` counterpart with the same
 parameters (names, kinds, defaults, annotations up to async), and the other way
 round; the async one is awaited exactly where the blocking one does I/O."""

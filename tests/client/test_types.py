@@ -14,7 +14,7 @@ from cqsd.engine import QueueType
 
 
 def test_the_queue_type_literal_names_every_queue_type_in_number_order():
-    """QueueTypeName lists DESIGN §3's queue types, as the daemon numbers them."""
+    """QueueTypeName lists the queue types of docs/protocol.md, as the daemon numbers them."""
     assert typing.get_args(cqsclient.QueueTypeName) == tuple(t.name for t in QueueType)
 
 

@@ -5,22 +5,22 @@ out (queue key, lock owner, cold), and nothing else: capacity, overflow routing
 and the split of a pair into primary and overflow structure are the daemon's to
 decide, so the model allows a put to be refused for space but never lets a
 message appear, vanish or move unless a request it saw said so. It is written
-from docs/protocol.md and DESIGN §3-§6; where those are silent it follows the
+from docs/protocol.md and docs/sdk.md; where those are silent it follows the
 engine and says so.
 """
 
 import math
 import zlib
 
-from cqsd.engine.qtypes import list_header  # the stable name hash (DESIGN §3)
+from cqsd.engine.qtypes import list_header  # the stable name hash (docs/protocol.md)
 
-# DESIGN §3 (contract): queue types by number; the staging types are internal.
+# docs/protocol.md (a contract): queue types by number; the staging types are internal.
 QTYPES = {"TRAN": 1, "TRAN_STAGING": 2, "TRAN_SUSPEND": 3, "TRAN_SERIAL": 4, "LTERM": 5,
           "LTERM_STAGING": 6, "APPC": 7, "REMOTE": 8, "OTMA": 9, "USER1": 10, "USER2": 11}
 NAMES = {number: name for name, number in QTYPES.items()}
 STAGING = {"TRAN_STAGING", "LTERM_STAGING"}
 COLD_LH, LOCK_LH = 1, 2
-ELEMENT, ENTRY_CONTROLS = 512, 64  # DESIGN §3: ⌈(payload + 64)/512⌉ data elements
+ELEMENT, ENTRY_CONTROLS = 512, 64  # docs/protocol.md: ⌈(payload + 64)/512⌉ data elements
 
 Key = tuple[str, str]  # (queue type name, queue name)
 
@@ -35,7 +35,7 @@ def qtype_name(value: object) -> str | None:
 
 
 def valid_queue(name: object) -> bool:
-    """DESIGN §3: names up to 15 bytes, ASCII (printable: they are shown to operators)."""
+    """docs/protocol.md: names up to 15 bytes, ASCII (printable: they are shown to operators)."""
     return type(name) is str and 0 < len(name) <= 15 and name.isascii() and name.isprintable()
 
 
@@ -145,7 +145,7 @@ class Model:
     # -- what acknowledged requests did ----------------------------------------
 
     def added(self, structure: str, eid: int, key: Key, data_digest, recoverable: bool) -> Msg:
-        """A put the daemon acknowledged. Entry ids only grow (DESIGN §3)."""
+        """A put the daemon acknowledged. Entry ids only grow (docs/protocol.md)."""
         assert type(eid) is int, f"entry id {eid!r} is not an int"
         assert eid > self.last_id[structure], (
             f"entry id {eid} of {structure} is not above {self.last_id[structure]}, "

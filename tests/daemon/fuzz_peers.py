@@ -3,7 +3,7 @@ send what no SDK would, and the SDK itself; both give every reply back as a
 checked ``Reply``, so the rules of test_fuzz.py treat them alike.
 
 Every reply is checked on arrival: it echoes the request id, and a refusal
-carries one reason code of DESIGN §4 and a message. No wait here is a sleep: a
+carries one reason code of docs/protocol.md and a message. No wait here is a sleep: a
 peer waits for bytes with a deadline, and a daemon that misses it is reported
 as unresponsive.
 """
@@ -25,7 +25,7 @@ from cqsproto import (
     encode_frame,
 )
 
-# DESIGN §4 and §11 (contract): the only reason codes a refusal may carry.
+# docs/protocol.md, "Reason codes" (a contract): the only reason codes a refusal may carry.
 REASONS = frozenset({
     "NO_MESSAGE", "STRUCTURE_FULL", "OVERFLOW_REJECTED", "STRUCTURE_FAILED", "SMDS_UNAVAILABLE",
     "MESSAGE_TOO_LARGE", "ENTRY_NOT_FOUND", "LOCK_NOT_HELD", "NOT_AUTHORIZED", "NOT_REGISTERED",
@@ -65,7 +65,7 @@ def checked(frame: dict) -> Reply:
         assert isinstance(frame.get("result"), dict), f"ok reply without a result: {_short(frame)}"
         return Reply(True, frame["result"], rid=frame.get("id"))
     reason, message = frame.get("reason"), frame.get("message")
-    assert reason in REASONS, f"refusal without a DESIGN §4 reason code: {_short(frame)}"
+    assert reason in REASONS, f"refusal without a reason code of docs/protocol.md: {_short(frame)}"
     assert isinstance(message, str) and message, f"refusal without a message: {_short(frame)}"
     return Reply(False, reason=reason, message=message, rid=frame.get("id"))
 
@@ -239,7 +239,7 @@ class SdkPeer:
             self.closed = True
             return None
         except CQSError as err:
-            assert err.reason in REASONS, f"SDK error without a DESIGN §4 reason: {err!r}"
+            assert err.reason in REASONS, f"SDK error without a reason of docs/protocol.md: {err!r}"
             return Reply(False, reason=err.reason, message=err.message)
         finally:
             timer.cancel()

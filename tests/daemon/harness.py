@@ -15,7 +15,28 @@ import tempfile
 import threading
 from pathlib import Path
 
+import coverage
+
 from cqsproto import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, encode_frame
+
+
+def measured() -> dict[str, str]:
+    """The environment that has coverage's .pth hook measure a daemon we start, and
+    the Spark jobs it starts, when the tests are measured (`make test`), else {}:
+    the configuration the tests run under, and its data file's absolute path (each
+    process writes its own beside it; pytest-cov combines them at the end). Only
+    the daemons get it: a child that checks what an import loads must not see
+    coverage's own imports (tests/protocol/test_codec.py)."""
+    cov = coverage.Coverage.current()
+    if cov is None or cov.config.config_file is None:
+        return {}
+    return {"COVERAGE_PROCESS_START": cov.config.config_file,
+            "COVERAGE_FILE": os.path.abspath(cov.config.data_file)}
+
+
+# Seconds a daemon left running by its test gets to stop on SIGTERM (it takes
+# milliseconds) before it is killed.
+STOP_GRACE = 10
 
 STRUCTURES = """
 [[structure]]
@@ -59,7 +80,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "cqsd", "run", "--config", str(self.config)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env=None if self.env is None else {**os.environ, **self.env},
+            env={**os.environ, **measured(), **(self.env or {})},
         )
         threading.Thread(target=self._read_log, args=(self.proc,), daemon=True).start()
         if not self._ready.wait(timeout):
@@ -120,6 +141,15 @@ class Daemon:
         return self.start()
 
     def cleanup(self) -> None:
+        """After the test: stop the daemon if it still runs, gracefully (so it ends as
+        a daemon does, and saves what coverage measured in it: `make test`), or kill
+        it if it has not stopped within STOP_GRACE seconds; then remove its files."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 

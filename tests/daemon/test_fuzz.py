@@ -9,7 +9,7 @@ After every step the daemon must still be running and answering on a fresh
 connection, its log must hold no traceback, and what it stores must be what
 the model (fuzz_model.py) says: every acknowledged message where the requests
 left it, nothing a refused request touched changed, the space accounted for.
-A refusal must carry a DESIGN §4 reason code; a protocol error may close its
+A refusal must carry a reason code of docs/protocol.md; a protocol error may close its
 connection but never the daemon.
 
 Budgets. In the suite the machine runs a fixed set of examples (derandomized:
@@ -589,7 +589,7 @@ class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
         m = self.model.find(structure, eid)
         # the structure first, then next (checked before the delete), then the entry
         faults = self.structure_faults(structure) or faults or self.entry_faults(m)
-        # DESIGN §6: a client deletes what it holds; an operator, anything not
+        # docs/protocol.md (delete): a client deletes what it holds; an operator, anything not
         # locked by another client
         if not faults and (m.owner != peer.client if m.where == "locked" else not operator):
             faults.add("LOCK_NOT_HELD")

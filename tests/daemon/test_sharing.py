@@ -78,7 +78,7 @@ def test_clients_share_a_queue_and_no_message_goes_to_two(daemon):
 
 
 def test_an_operator_delete_takes_any_message_not_locked_by_another(daemon):
-    """DESIGN §6: an operator delete takes a ready message and one the caller holds
+    """docs/protocol.md (delete): an operator delete takes a ready message and one the caller holds
     locked, and refuses one another client holds."""
     with connect(daemon, "OPA") as a, connect(daemon, "OPB") as b:
         sa, sb = a.structure("MSGQ01"), b.structure("MSGQ01")

@@ -1,4 +1,4 @@
-"""Offloaded messages in the engine (DESIGN §11): a data map instead of a payload,
+"""Offloaded messages in the engine (docs/smds.md): a data map instead of a payload,
 one element whatever the size, the log's B/P/M effects, the clean-up queue (LH 4),
 and overflow processing leaving them where they are."""
 

@@ -1,4 +1,4 @@
-"""The Spark fold against the reference fold and the live engine (STYLE §8).
+"""The Spark fold against the reference fold and the live engine (one contract suite: docs/srds.md).
 
 Hand-written cases run against both folds through one interface; generated
 engine histories are folded by Spark all in one job, each history under its

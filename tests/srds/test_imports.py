@@ -1,4 +1,4 @@
-"""Imports go one way (STYLE §14): the daemon's half never starts a JVM, the jobs never
+"""Imports go one way (docs/architecture.md): the daemon's half never starts a JVM, the jobs never
 reach into the server."""
 
 import subprocess

@@ -29,7 +29,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -121,7 +121,7 @@ class GroupNode:
         cut.pop(self.host.writer, None)
         return cut
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         """``display owners``: each pair's owner, epoch, lease left and standbys."""
         at = now()
         rows = []
@@ -140,7 +140,8 @@ class GroupNode:
 
     # -- running ---------------------------------------------------------------
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
         """Join, then keep the lease and watch the group; after a fence, join again.
         Started before etcd answers: meanwhile the node owns nothing."""
         task_status.started()

@@ -38,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     heap.tune()
 
     try:
-        daemon = Daemon(config, sink)
-        daemon.config_path = args.config
+        daemon = Daemon(config, sink, args.config)
     except ConfigError as err:
         print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
         return 2

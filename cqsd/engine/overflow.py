@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .entry import ELEMENT
-from .qtypes import QueueType, parse_qtype
+from .qtypes import QueueKey, QueueType, parse_qtype
 from .reports import Row
 
 DEFAULT_THRESHOLD = 70  # percent of data elements in use (seed 004); 100 turns overflow off
@@ -22,7 +22,7 @@ RELIEF_POINTS = 20  # percentage points a growth aims to free (seed 004)
 DEFAULT_SHARE = 20  # percent of data elements the candidates cover (seed 004)
 MAX_CANDIDATES = 512  # queue names selected at most per selection (seed 004)
 
-Key = tuple[int, str]
+Key = QueueKey  # the engine's local name for it
 # exit(structure name, candidates) -> the candidates it keeps (seed 004: "User exit
 # can override CQS decision to put QNAME in overflow status")
 OverflowExit = Callable[[str, list[Row]], Iterable[Row]]

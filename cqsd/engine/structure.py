@@ -91,6 +91,7 @@ from .qtypes import (
     LIST_HEADERS,
     LOCK_LH,
     STAGING_TYPES,
+    QueueKey,
     QueueType,
     check_name,
     headers_of,
@@ -114,7 +115,7 @@ BROWSE_ALL_LHS = (COLD_LH, LOCK_LH, DELAYED_LH) + tuple(
 )
 
 
-Key = tuple[int, str]
+Key = QueueKey  # the engine's local name for it
 Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
 
 

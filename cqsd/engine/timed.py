@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 
 from .entry import Entry
+from .qtypes import QueueKey
 
-Key = tuple[int, str]
+Key = QueueKey  # the engine's local name for it
 
 
 class Timed:

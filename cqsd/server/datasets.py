@@ -49,7 +49,7 @@ from ..smds import (
 )
 from ..smds.dataset import DataSet, path_of
 from ..smds.states import Access, Avail, Conn, Event, IllegalTransition, Status
-from .availability import Availability, Key
+from .availability import Availability, DataSetKey
 from .limits import Limits, offload_bound
 from .registry import Registry
 from .restartprocessing import AllocFailed, rebuild, restart
@@ -65,12 +65,12 @@ class DataSets:
         self.data_dir = data_dir
         self.registry = registry
         self.states = Availability(repository_path)
-        self._open: dict[Key, DataSet] = {}
+        self._open: dict[DataSetKey, DataSet] = {}
         self._pools: dict[str, BufferPool] = {}
-        self._last: dict[Key, tuple[int, float]] = {}  # size and % used when last open
+        self._last: dict[DataSetKey, tuple[int, float]] = {}  # size and % used when last open
         self._lost: set[int] = set()  # entries deleted because their data is gone
-        self._errors: dict[Key, str] = {}  # why each data set last failed, for refusals
-        self.short: set[Key] = set()  # a put found no room since the last expansion
+        self._errors: dict[DataSetKey, str] = {}  # why each data set last failed, for refusals
+        self.short: set[DataSetKey] = set()  # a put found no room since the last expansion
         self._dirty: set[DataSet] = set()  # written since the last sync
         self._syncing = trio.Lock()  # held while a worker thread fdatasyncs open data sets
         self.unsynced = False  # a recoverable offloaded put since the last take_unsynced
@@ -237,12 +237,12 @@ class DataSets:
             return "dsexpand is off"
         return "it is at dsmax"
 
-    def dsexpand(self, key: Key) -> bool:
+    def dsexpand(self, key: DataSetKey) -> bool:
         """Whether the data set may expand: its alter-smds override, else the structure's."""
         override = self.states.record(key).get("dsexpand")
         return override == "YES" if override else self.config.structure(key[0]).dsexpand
 
-    def dsbufs(self, key: Key) -> int:
+    def dsbufs(self, key: DataSetKey) -> int:
         """The buffers the data set asks of its structure's pool: its override, else the
         structure's dsbufs."""
         return self.states.record(key).get("dsbufs") or self.config.structure(key[0]).dsbufs
@@ -331,7 +331,7 @@ class DataSets:
                 if self.states.state(key).may_open():
                     self.try_open(key, "daemon start")
 
-    def keys(self, structures: list[str]) -> list[Key]:
+    def keys(self, structures: list[str]) -> list[DataSetKey]:
         """The data sets of ``structures``: known to the repository, on disk, or named by
         an entry."""
         keys = set()
@@ -356,7 +356,7 @@ class DataSets:
             raise self._refusal(key)
         return self._open_dataset(key, "needed by a request")
 
-    def try_open(self, key: Key, why: str) -> bool:
+    def try_open(self, key: DataSetKey, why: str) -> bool:
         """Open the data set if its states allow; whether it is open now (a failure
         is named by its states and events)."""
         if key in self._open:
@@ -369,14 +369,14 @@ class DataSets:
             return False
         return True
 
-    def _refusal(self, key: Key, prefix: str = "") -> CQSError:
+    def _refusal(self, key: DataSetKey, prefix: str = "") -> CQSError:
         error = self._errors.get(key)
         return CQSError(Reason.SMDS_UNAVAILABLE,
                         f"{prefix}the data set of {key[1]} in {key[0]} is unavailable: "
                         f"{self.states.state(key).why_unavailable()}"
                         + (f"; the last error: {error}" if error else ""))
 
-    def _open_dataset(self, key: Key, why: str) -> DataSet:
+    def _open_dataset(self, key: DataSetKey, why: str) -> DataSet:
         """Open the data set for update and run restart processing; its connection
         OPEN and its status ACTIVE. Raises SMDS_UNAVAILABLE naming the failure."""
         self.states.fire(key, Event.OPEN, why)
@@ -412,7 +412,7 @@ class DataSets:
         s = self.registry.physical(structure)
         return s.offloaded() if s is not None else iter(())
 
-    def _owned(self, key: Key) -> list[Entry]:
+    def _owned(self, key: DataSetKey) -> list[Entry]:
         """The entries whose data is in the data set (the clean-up queue's included)."""
         return [e for e in self._entries(key[0]) if e.map is not None and e.map.owner == key[1]]
 
@@ -447,7 +447,7 @@ class DataSets:
 
     # -- damage and closing -------------------------------------------------------------
 
-    def _damaged(self, key: Key, where: str, err: BaseException,
+    def _damaged(self, key: DataSetKey, where: str, err: BaseException,
                  dataset: DataSet | None = None) -> None:
         """A permanent error (I/O, or contents that are not what the maps say) in a
         data set in use: it is closed without its space map and goes FAILED."""
@@ -460,14 +460,14 @@ class DataSets:
         self._errors[key] = f"{where}: {err}"
         self.states.fire(key, Event.DATA_FAIL, f"{where}: {err}")
 
-    def _drop(self, key: Key) -> DataSet:
+    def _drop(self, key: DataSetKey) -> DataSet:
         dataset = self._open.pop(key)
         self._dirty.discard(dataset)
         if dataset.space is not None:
             self._last[key] = (dataset.size, dataset.space.usage().used_percent)
         return dataset
 
-    async def close_one(self, key: Key, why: str, *, save: bool = True) -> None:
+    async def close_one(self, key: DataSetKey, why: str, *, save: bool = True) -> None:
         """Close an open data set (a stop, ACCESS(DISABLED), STATUS(FAILED), a purge):
         normally with ``save`` — its space map saved, so the next open needs no
         rebuild — else abandoned. Requests that need it get SMDS_UNAVAILABLE from
@@ -541,12 +541,12 @@ class DataSets:
         """`display smdsconn`: the daemon's connection to each activated data set."""
         return [self.smdsconn_row(k) for k in self._activated(structure)]
 
-    def _activated(self, structure: str | None) -> list[Key]:
+    def _activated(self, structure: str | None) -> list[DataSetKey]:
         """Data sets shown by the displays: NOTFOUND ones are not (seed 000)."""
         return [k for k in self.states.known(structure)
                 if self.states.state(k).status != Status.NOTFOUND]
 
-    def row(self, key: Key) -> dict[str, Any]:
+    def row(self, key: DataSetKey) -> dict[str, Any]:
         state = self.states.state(key)
         dataset = self._open.get(key)
         if dataset is not None and dataset.space is not None:
@@ -563,19 +563,19 @@ class DataSets:
             "waits": pool.waits, "lowest_free": pool.lowest_free, "available": state.usable,
         }
 
-    def cfstatus_row(self, key: Key) -> dict[str, Any]:
+    def cfstatus_row(self, key: DataSetKey) -> dict[str, Any]:
         state, record = self.states.state(key), self.states.record(key)
         return {"structure": key[0], "owner": key[1], "status": str(state.status),
                 "access": str(state.access), "rcvtime": record.get("rcvtime"),
                 "failtime": record.get("failtime")}
 
-    def smdsconn_row(self, key: Key) -> dict[str, Any]:
+    def smdsconn_row(self, key: DataSetKey) -> dict[str, Any]:
         state = self.states.state(key)
         return {"structure": key[0], "owner": key[1], "status": str(state.conn),
                 "avail": str(state.avail),
                 "openmode": "UPDATE" if state.conn == Conn.OPEN else "NONE"}
 
-    def opened(self, key: Key) -> DataSet | None:
+    def opened(self, key: DataSetKey) -> DataSet | None:
         """The data set, if it is open."""
         return self._open.get(key)
 

@@ -36,7 +36,7 @@ from ..smds import BufferPool, DataMap, DataSetDamage, SmdsError
 from ..smds.dataset import DataSet
 from ..smds.pages import PAGE
 from ..smds.states import Access, Avail, Event, Status
-from .availability import Key
+from .availability import DataSetKey
 
 if TYPE_CHECKING:
     from .datasets import DataSets
@@ -49,9 +49,9 @@ class Plan:
     """The data sets one recovery restores, each open for recovery, and those whose
     restoring failed (and why)."""
 
-    datasets: dict[Key, DataSet] = field(default_factory=dict)
-    failed: dict[Key, str] = field(default_factory=dict)
-    written: dict[Key, int] = field(default_factory=dict)  # messages written back
+    datasets: dict[DataSetKey, DataSet] = field(default_factory=dict)
+    failed: dict[DataSetKey, str] = field(default_factory=dict)
+    written: dict[DataSetKey, int] = field(default_factory=dict)  # messages written back
 
     def writer(self, structure: str) -> Callable[[list[Any]], None]:
         """What the loading of ``structure`` calls with each offloaded row, in its
@@ -111,7 +111,7 @@ class MediaRecovery:
                      size=plan.datasets[key].size)
         return plan
 
-    def _probe(self, key: Key) -> str | None:
+    def _probe(self, key: DataSetKey) -> str | None:
         """Why recovery finds the data set invalid when it opens it, or None when it
         passes its checks (or cannot be opened for a reason not its own)."""
         record = self.states.record(key)
@@ -126,7 +126,7 @@ class MediaRecovery:
             return None  # not allowed to open it: the operator's to look at
         return None
 
-    def _prepare(self, key: Key, pool: BufferPool) -> DataSet:
+    def _prepare(self, key: DataSetKey, pool: BufferPool) -> DataSet:
         """Open for recovery (made anew without a valid header), PARTIAL_RECOVERY set;
         its writes go past ``pool``, forgetting what it holds of them."""
         structure, owner = key

@@ -16,7 +16,6 @@ most ``MAX_SCRAPERS`` are served at once; others are closed unanswered.
 import json
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import psutil
 import structlog
@@ -28,9 +27,7 @@ from prometheus_client.registry import Collector
 from ..engine import QueueType
 from ..engine.entry import ELEMENT
 from . import status
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .rooms import Rooms
 
 log = structlog.get_logger()
 READ_TIMEOUT = 5.0  # seconds a scraper has to send its request head
@@ -47,11 +44,11 @@ COUNTS = {"puts": "messages put", "reads": "messages read with a lock",
           "expiries": "leased locks that expired unrenewed"}
 
 
-class Monitor:
-    """The daemon's metrics registry and its HTTP listener."""
+class Fsyncs:
+    """The metrics registry, with the histograms the journal feeds (made before the
+    journal, which reports each fsync to ``flushed``)."""
 
-    def __init__(self, d: "Daemon") -> None:
-        self.d = d
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.fsync_seconds = Histogram(
             "cqsd_fsync_seconds", "Time one group-commit fsync of the log took",
@@ -59,13 +56,21 @@ class Monitor:
         self.fsync_records = Histogram(
             "cqsd_fsync_records", "Log records one fsync made durable (acknowledgements "
             "per fsync: group commit)", buckets=RECORD_BUCKETS, registry=self.registry)
-        self.registry.register(_Collector(d))
-        self._slots = trio.Semaphore(MAX_SCRAPERS)
 
     def flushed(self, seconds: float, records: int) -> None:
         """The journal's report of one fsync."""
         self.fsync_seconds.observe(seconds)
         self.fsync_records.observe(records)
+
+
+class Monitor:
+    """The daemon's metrics registry and its HTTP listener."""
+
+    def __init__(self, d: Rooms, fsyncs: Fsyncs) -> None:
+        self.d = d
+        self.registry = fsyncs.registry
+        self.registry.register(_Collector(d))
+        self._slots = trio.Semaphore(MAX_SCRAPERS)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -123,7 +128,7 @@ class Monitor:
 class _Collector(Collector):
     """Everything read at scrape time."""
 
-    def __init__(self, d: "Daemon") -> None:
+    def __init__(self, d: Rooms) -> None:
         self.d = d
         self.process = psutil.Process(os.getpid())
 
@@ -182,7 +187,7 @@ CHECKPOINT_GAUGES = (
 )
 
 
-def _structures(d: "Daemon", rows: list[dict]) -> Iterator[Metric]:
+def _structures(d: Rooms, rows: list[dict]) -> Iterator[Metric]:
     labels = ["structure"]
     available = GaugeMetricFamily("cqsd_structure_available",
                                   "1 if available, 0 while failed or being recovered",
@@ -208,7 +213,7 @@ def _structures(d: "Daemon", rows: list[dict]) -> Iterator[Metric]:
     yield from counters.values()
 
 
-def _queues(d: "Daemon") -> Iterator[Metric]:
+def _queues(d: Rooms) -> Iterator[Metric]:
     labels = ["structure", "qtype", "queue"]
     depth = GaugeMetricFamily("cqsd_queue_depth", "Ready messages on a queue", labels=labels)
     locked = GaugeMetricFamily("cqsd_queue_locked", "Messages of a queue locked by readers",
@@ -230,7 +235,7 @@ def _queues(d: "Daemon") -> Iterator[Metric]:
     yield from (depth, locked, used, overflow, waiting)
 
 
-def _smds(d: "Daemon") -> Iterator[Metric]:
+def _smds(d: Rooms) -> Iterator[Metric]:
     """Each data set's size and fullness, and its structure's buffer pool (DESIGN §11)."""
     labels = ["structure", "owner"]
     families = [(GaugeMetricFamily(f"cqsd_smds_{field}", doc, labels=labels), field)

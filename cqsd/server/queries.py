@@ -2,15 +2,13 @@
 its structures, queues, list headers, locks, clients and checkpoints."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..engine import CQSError, QueueType, Reason, StructurePair
 from ..engine.reports import Row
 from ..storage import repository
 from . import status, wire
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .rooms import Rooms
 
 KINDS = ("structures", "queues", "clients", "locks", "headers", "backups", "smds", "usage",
          "cfstatus", "smdsconn", "status", "jobs")
@@ -21,25 +19,25 @@ USAGE_COLUMNS = ("structure", "owner", "size", "used_percent", "buffers", "lru_h
                  "waits", "lowest_free")
 
 
-def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
+def rows(rooms: Rooms, kind: str, structure: str | None) -> list[Row]:
     """The rows of ``kind`` for one structure, or all; INVALID_REQUEST for an
     unknown kind, UNKNOWN_STRUCTURE or STRUCTURE_FAILED for the structure."""
     if kind == "backups":
-        return repository.backups(d.datadir.repository, structure)
+        return repository.backups(rooms.datadir.repository, structure)
     if kind in ("smds", "usage", "cfstatus", "smdsconn"):
-        if structure is not None and structure not in d.registry.names():
-            d.registry.pair_of(structure)  # UNKNOWN_STRUCTURE (a failed one is shown)
+        if structure is not None and structure not in rooms.registry.names():
+            rooms.registry.pair_of(structure)  # UNKNOWN_STRUCTURE (a failed one is shown)
         if kind == "cfstatus":
-            return d.datasets.cfstatus(structure)
+            return rooms.datasets.cfstatus(structure)
         if kind == "smdsconn":
-            return d.datasets.smdsconn(structure)
+            return rooms.datasets.smdsconn(structure)
         columns = SMDS_COLUMNS if kind == "smds" else USAGE_COLUMNS
-        return [{c: row[c] for c in columns} for row in d.datasets.rows(structure)]
+        return [{c: row[c] for c in columns} for row in rooms.datasets.rows(structure)]
     if kind == "status":
-        return [status.snapshot(d)]
+        return [status.snapshot(rooms)]
     if kind == "jobs":
-        return [j for j in d.checkpoints.jobs.rows() if structure in (None, j["structure"])]
-    registry = d.registry
+        return [j for j in rooms.checkpoints.jobs.rows() if structure in (None, j["structure"])]
+    registry = rooms.registry
     described = registry.definitions.describe
     if kind == "structures" and structure in registry.failed:
         return [_failed(structure, described)]
@@ -51,7 +49,7 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
             [_failed(name, described) for name in registry.failed] if structure is None else [])
     if kind == "queues":
         return [{"structure": s.name, **q,
-                 "waiting": d.waiters.count(s.name, (QueueType[q["qtype"]], q["queue"]))}
+                 "waiting": rooms.waiters.count(s.name, (QueueType[q["qtype"]], q["queue"]))}
                 for s in chosen for q in s.queues(also=s.watched)]
     if kind == "headers":
         return [{"structure": s.name, **h} for s in chosen for h in s.header_stats()]
@@ -65,7 +63,7 @@ def rows(d: "Daemon", kind: str, structure: str | None) -> list[Row]:
                  "tcp": session.over_tcp,
                  "interests": len(session.interests),
                  "locks": sum(s.client_stats().get(name, 0) for s in chosen)}
-                for name, session in sorted(d.clients.sessions.items())]
+                for name, session in sorted(rooms.clients.sessions.items())]
     raise CQSError(Reason.INVALID_REQUEST, f"query: unknown kind {kind!r} ({', '.join(KINDS)})")
 
 

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-from typing import TYPE_CHECKING
 
 import structlog
 
 from .. import logs
 from ..config import Config, ConfigError, load
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .connections import Connections
+from .rooms import Rooms
 
 log = structlog.get_logger()
 RELOADABLE = ("log_level", "log_file", "tls_cert", "tls_key", "tls_client_ca")
@@ -61,27 +59,28 @@ def merged(old: Config, new: Config, reload: list[str]) -> Config:
                                clients=new.clients)
 
 
-def apply(d: Daemon) -> dict:
-    """Reload ``d``'s config file; returns what was reloaded and what needs a restart."""
-    if d.log_sink is not None:
-        d.log_sink.reopen()
+def apply(d: Rooms, connections: Connections) -> dict:
+    """Reload the config file into ``d.config``, and ``connections``' TLS
+    certificates; returns what was reloaded and what needs a restart."""
+    if d.life.log_sink is not None:
+        d.life.log_sink.reopen()
     log.info("logs_reopened")
     try:
-        new = load(d.config_path)
+        new = load(d.life.config_path)
     except ConfigError as err:
         log.error("reload_failed", problems=err.problems, action="nothing changed")
         return {"reloaded": [], "restart_needed": [], "error": str(err)}
-    reload, restart = changes(d.config, new)
-    config = merged(d.config, new, reload)
+    reload, restart = changes(d.config.current, new)
+    config = merged(d.config.current, new, reload)
     if config.daemon.tls_cert and "daemon.tls_cert" not in restart:
         try:  # re-read even when the paths are the same: certificates renewed in place
-            d.connections.reload_tls(config.daemon)
+            connections.reload_tls(config.daemon)
             reload.append("tls certificates")
         except (OSError, ssl.SSLError) as err:
             log.error("reload_failed", problems=[f"TLS: {err}"],
                       action="the TLS certificates stay as they were")
             reload = [k for k in reload if k.removeprefix("daemon.") not in TLS]
-            config = merged(d.config, new, reload)
+            config = merged(d.config.current, new, reload)
     _install(d, config)
     if restart:
         log.warning("restart_needed", keys=restart,
@@ -92,11 +91,11 @@ def apply(d: Daemon) -> dict:
     return {"reloaded": reload, "restart_needed": restart}
 
 
-def _install(d: Daemon, config: Config) -> None:
-    for room in (d, d.clients, d.connections, d.registry, d.checkpoints, d.operations):
-        room.config = config
-    if d.log_sink is not None and d.log_sink.path != config.daemon.log_file:
-        d.log_sink.path = config.daemon.log_file
-        d.log_sink.reopen()
+def _install(d: Rooms, config: Config) -> None:
+    d.config.install(config)  # the one place every room reads it from
+    sink = d.life.log_sink
+    if sink is not None and sink.path != config.daemon.log_file:
+        sink.path = config.daemon.log_file
+        sink.reopen()
     logs.set_level(config.daemon.log_level)
-    d.clients.reauthorize(config)
+    d.clients.reauthorize()

@@ -12,7 +12,6 @@ not allow is refused with INVALID_REQUEST naming the state, before anything
 is closed.
 """
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,11 +19,12 @@ import structlog
 
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
 
-from ..config import Config
 from ..engine import CQSError, Reason
 from ..smds.states import Conn, Event, IllegalTransition, Status
-from .availability import Key
+from .availability import DataSetKey
 from .datasets import DataSets
+from .liveconfig import LiveConfig
+from .runtime import Runtime
 
 log = structlog.get_logger()
 
@@ -35,11 +35,11 @@ MAX_DSBUFS = 9999  # as the dsbufs config key (MQ's DSBUFS range)
 
 
 class SmdsCommands:
-    def __init__(self, config: Config, datasets: DataSets, settle: Callable[[], int]) -> None:
+    def __init__(self, config: LiveConfig, datasets: DataSets, runtime: Runtime) -> None:
         self.config = config
         self.datasets = datasets
         self.states = datasets.states
-        self.settle = settle
+        self.runtime = runtime
 
     async def reset(self, structure: str, owner: str, access: str | None,
                     status: str | None) -> dict[str, Any]:
@@ -58,7 +58,7 @@ class SmdsCommands:
         for event, words in events:
             self._fire(key, event, words)
         self.datasets.try_open(key, "reset-smds")
-        self.settle()  # deletes of messages a restart found lost
+        self.runtime.settle()  # deletes of messages a restart found lost
         return self.datasets.cfstatus_row(key)
 
     async def stop(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
@@ -77,7 +77,7 @@ class SmdsCommands:
         for key in keys:
             self.states.fire(key, Event.START, "start-smdsconn")
             self.datasets.try_open(key, "start-smdsconn")
-        self.settle()
+        self.runtime.settle()
         return [self.datasets.smdsconn_row(key) for key in keys]
 
     def alter(self, structure: str, owner: str, dsbufs: int | str | None,
@@ -111,7 +111,7 @@ class SmdsCommands:
 
     # -- inside ----------------------------------------------------------------------
 
-    def _key(self, structure: str, owner: str) -> Key:
+    def _key(self, structure: str, owner: str) -> DataSetKey:
         """(structure, owner) of an offloading structure; raises UNKNOWN_STRUCTURE or
         INVALID_REQUEST."""
         self._offloading(structure)
@@ -127,7 +127,7 @@ class SmdsCommands:
         if self.config.structure(structure).offload_rules is None:
             raise _bad(f"structure {structure} keeps no data sets (offload = \"none\")")
 
-    def _keys(self, structure: str, owner: str | None) -> list[Key]:
+    def _keys(self, structure: str, owner: str | None) -> list[DataSetKey]:
         """One data set, or every activated data set of the structure."""
         if owner is not None:
             return [self._key(structure, owner)]
@@ -135,7 +135,7 @@ class SmdsCommands:
         return [k for k in self.datasets.keys([structure])
                 if self.states.state(k).status != Status.NOTFOUND]
 
-    def _fire(self, key: Key, event: Event, words: str) -> None:
+    def _fire(self, key: DataSetKey, event: Event, words: str) -> None:
         """``fire``, a refusal being the operator's (another command may have changed
         the state while this one closed the data set)."""
         try:
@@ -143,7 +143,7 @@ class SmdsCommands:
         except IllegalTransition as err:
             raise _bad(f"{words}: {err}") from None
 
-    def _check(self, key: Key, events: list[Event], command: str) -> None:
+    def _check(self, key: DataSetKey, events: list[Event], command: str) -> None:
         """Refuse, before anything changes, a command the data set's state does not
         allow (taken as it will be once the command has closed the data set)."""
         state = replace(self.states.state(key), conn=Conn.CLOSED)
@@ -155,7 +155,7 @@ class SmdsCommands:
                 raise _bad(f"{command}: the data set of {key[1]} in {key[0]} is {now.status}, "
                            f"ACCESS({now.access}): {err}") from None
 
-    def _check_all(self, keys: list[Key], event: Event, command: str) -> None:
+    def _check_all(self, keys: list[DataSetKey], event: Event, command: str) -> None:
         for key in keys:
             self._check(key, [event], command)
 

@@ -417,6 +417,18 @@ def _bad(message: str) -> CQSError:
     return CQSError(Reason.INVALID_REQUEST, message)
 
 
+# The handler of each op, the one table of them (the ops themselves and their
+# fields are cqsproto/requests.py's): the dispatcher (dispatch.py) calls
+# ``HANDLERS[op](rooms, session, rid, **fields)``.
 HANDLERS: dict[str, Callable[..., Any]] = {
-    name.removeprefix("op_"): fn for name, fn in dict(globals()).items() if name.startswith("op_")}
+    "register": op_register, "deregister": op_deregister, "connect": op_connect, "put": op_put,
+    "read": op_read, "browse": op_browse, "delete": op_delete, "move": op_move, "renew": op_renew,
+    "unlock": op_unlock, "commit": op_commit, "register_interest": op_register_interest,
+    "deregister_interest": op_deregister_interest, "query": op_query, "requeue": op_requeue,
+    "dequeue": op_dequeue, "alter": op_alter, "rebuild": op_rebuild,
+    "delete_structure": op_delete_structure, "fail_structure": op_fail_structure,
+    "checkpoint": op_checkpoint, "recover": op_recover, "reset_smds": op_reset_smds,
+    "start_smdsconn": op_start_smdsconn, "stop_smdsconn": op_stop_smdsconn,
+    "alter_smds": op_alter_smds,
+}
 assert set(HANDLERS) == set(requests.OPS), "every op of the protocol has one handler"

@@ -6,17 +6,9 @@ import sys
 import structlog
 import trio
 
-from logstream import LogstreamError
-
 from . import __version__, logs
 from .config import ConfigError, load
-from .records import FoldError
-from .recovery.restart import LogBehindImage
-from .srds.manifest import ManifestError
-from .srds.slots import SlotError
-from .storage.datadir import DataDirError
-from .storage.image import ImageError
-from .storage.repository import RepositoryError
+from .errors import DaemonError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,30 +21,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load(args.config)
     except ConfigError as err:
-        print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
-        return 2
+        return _stopped(err)
     sink = logs.configure(config.daemon.log_level, config.daemon.log_file)
     from .server import heap
-    from .server.daemon import Daemon, LogFailed  # after logging is configured
+    from .server.daemon import Daemon  # after logging is configured
 
     heap.tune()
-
     try:
-        daemon = Daemon(config, sink, args.config)
-    except ConfigError as err:
-        print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
-        return 2
-    try:
-        trio.run(daemon.run)
-    except LogFailed as err:  # or InternalFailure: stopped without an image
-        print(f"cqsd: {err}", file=sys.stderr)
-        return err.exit_code
-    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, ManifestError,
-            SlotError, RepositoryError, OSError) as err:
-        structlog.get_logger().critical("start_failed", error=str(err), kind=type(err).__name__)
-        print(f"cqsd: cannot start: {err}", file=sys.stderr)
-        return 1
+        trio.run(Daemon(config, sink, args.config).run)
+    except DaemonError as err:  # cqsd/errors.py: each says its exit code and line
+        return _stopped(err)
     return 0
+
+
+def _stopped(err: DaemonError) -> int:
+    """Say why the daemon did not start, or stopped: once in the log (unless it was
+    logged already, or cannot be), once on stderr; its exit code."""
+    if err.logged:
+        structlog.get_logger().critical("start_failed", error=str(err), kind=err.kind)
+    print(f"cqsd: {err.headline()}", file=sys.stderr)
+    return err.exit_code
 
 
 if __name__ == "__main__":

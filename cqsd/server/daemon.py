@@ -29,7 +29,10 @@ from typing import Any
 import structlog
 import trio
 
+from logstream import LogstreamError
+
 from ..config import Config
+from ..errors import CannotStart, DaemonError
 from ..storage import image
 from ..storage.datadir import DataDir
 from . import notify, reload
@@ -56,10 +59,14 @@ from .waiters import ReadWaiters
 log = structlog.get_logger()
 
 
-class LogFailed(Exception):
+class LogFailed(DaemonError):
     """The log could not be written: the daemon stopped so a restart can recover."""
 
     exit_code = 3
+    logged = False  # its critical event is logged already
+
+    def headline(self) -> str:
+        return str(self)
 
 
 class InternalFailure(LogFailed):
@@ -96,7 +103,14 @@ class Daemon:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the data directory, rebuild the structures, serve until SIGTERM/SIGINT
-        (or a log failure), then write the clean-shutdown images."""
+        (or a log failure), then write the clean-shutdown images. Raises a
+        DaemonError (cqsd/errors.py) if it cannot start or stops on a failure."""
+        try:
+            await self._run(task_status)
+        except (LogstreamError, OSError) as err:
+            raise CannotStart(err) from err
+
+    async def _run(self, task_status) -> None:
         self.datadir.open()
         try:
             self.registry.open()

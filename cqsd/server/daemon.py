@@ -39,7 +39,6 @@ from . import notify, reload
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .connections import Connections
-from .datasets import DataSets
 from .definitions import Definitions
 from .dispatch import Dispatcher
 from .journal import WRITER, Journal
@@ -52,7 +51,8 @@ from .registry import Registry
 from .rooms import Life, Rooms
 from .runtime import InternalError, Runtime
 from .session import Session
-from .smdscommands import SmdsCommands
+from .smds.commands import SmdsCommands
+from .smds.datasets import DataSets
 from .timers import Timers
 from .waiters import ReadWaiters
 
@@ -137,7 +137,7 @@ class Daemon:
             monitor = Monitor(rooms, self.fsyncs) if self.fsyncs is not None else None
             notify.status("recovering the structures", extend=True)
             held, crashed = self.operations.restart()
-            self.datasets.start()
+            self.datasets.open_sets.start()
             listeners = await self.connections.listen()
             monitoring = await _monitoring(self.config.daemon.metrics_listen)
             async with trio.open_nursery() as nursery:
@@ -175,7 +175,7 @@ class Daemon:
             self.datasets.durable(journal.durable)
             journal.close()
             self._save_images()
-            self.datasets.close()
+            self.datasets.open_sets.close()
             log.info("stopped")
         finally:
             if self.journal is not None:

@@ -27,14 +27,14 @@ from ..storage.datadir import DataDir
 from . import notify
 from .checkpoints import Checkpoints
 from .clients import Clients
-from .datasets import DataSets
 from .definitions import Definition, Held
 from .jobs import JobFailed
 from .journal import WRITER, Journal
 from .liveconfig import LiveConfig
-from .mediarecovery import MediaRecovery, Plan
 from .registry import Registry
 from .runtime import Runtime
+from .smds.datasets import DataSets
+from .smds.mediarecovery import MediaRecovery, Plan
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
@@ -134,9 +134,9 @@ class Operations:
             self._recovering.discard(name)
         self._install(new)
         if purge:  # the data sets' contents are no longer needed: EMPTY
-            await self.datasets.purged(names, why)
+            await self.datasets.open_sets.purged(names, why)
         else:  # what the data sets hold is now what the log says
-            self.datasets.reopen(names)
+            self.datasets.open_sets.reopen(names)
         for owner in sorted(set(new.client_stats()) - set(self.clients.sessions)):
             new.release_client(owner)
         self.runtime.settle()

@@ -94,12 +94,12 @@ def _usage(rooms: Rooms, structure: str | None) -> list[Row]:
 
 def _cfstatus(rooms: Rooms, structure: str | None) -> list[Row]:
     _smds_structure(rooms, structure)
-    return rooms.datasets.cfstatus(structure)
+    return rooms.datasets.displays.cfstatus(structure)
 
 
 def _smdsconn(rooms: Rooms, structure: str | None) -> list[Row]:
     _smds_structure(rooms, structure)
-    return rooms.datasets.smdsconn(structure)
+    return rooms.datasets.displays.smdsconn(structure)
 
 
 def _status(rooms: Rooms, structure: str | None) -> list[Row]:

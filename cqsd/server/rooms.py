@@ -19,7 +19,6 @@ from typing import Any
 from ..storage.datadir import DataDir
 from .checkpoints import Checkpoints
 from .clients import Clients
-from .datasets import DataSets
 from .journal import Journal
 from .limits import Limits
 from .liveconfig import LiveConfig
@@ -27,7 +26,8 @@ from .operations import Operations
 from .registry import Registry
 from .runtime import Runtime
 from .session import Session
-from .smdscommands import SmdsCommands
+from .smds.commands import SmdsCommands
+from .smds.datasets import DataSets
 from .waiters import ReadWaiters
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import structlog
 
-from ..smds.states import Access, Avail, Conn, Event, SmdsState, Status
-from ..storage import repository
+from ...smds.states import Access, Avail, Conn, Event, SmdsState, Status
+from ...storage import repository
 
 log = structlog.get_logger()
 DataSetKey = tuple[str, str]  # (structure, owner): one data set

@@ -19,12 +19,12 @@ import structlog
 
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
 
-from ..engine import CQSError, Reason
-from ..smds.states import Conn, Event, IllegalTransition, Status
+from ...engine import CQSError, Reason
+from ...smds.states import Conn, Event, IllegalTransition, Status
+from ..liveconfig import LiveConfig
+from ..runtime import Runtime
 from .availability import DataSetKey
 from .datasets import DataSets
-from .liveconfig import LiveConfig
-from .runtime import Runtime
 
 log = structlog.get_logger()
 
@@ -52,14 +52,14 @@ class SmdsCommands:
         events = [(event, words) for event, words in events if event is not None]
         self._check(key, [event for event, _ in events], "reset-smds")
         if status == "failed":  # it must stop being used at once: no space map saved
-            await self.datasets.close_one(key, "reset-smds --status failed", save=False)
+            await self.datasets.open_sets.close_one(key, "reset-smds --status failed", save=False)
         if access == "disabled":  # closed normally, its space map saved
-            await self.datasets.close_one(key, "reset-smds --access disabled")
+            await self.datasets.open_sets.close_one(key, "reset-smds --access disabled")
         for event, words in events:
             self._fire(key, event, words)
-        self.datasets.try_open(key, "reset-smds")
+        self.datasets.open_sets.try_open(key, "reset-smds")
         self.runtime.settle()  # deletes of messages a restart found lost
-        return self.datasets.cfstatus_row(key)
+        return self.datasets.displays.cfstatus_row(key)
 
     async def stop(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """STOP SMDSCONN: each data set closed normally, its connection STOPPED, which a
@@ -67,18 +67,18 @@ class SmdsCommands:
         keys = self._keys(structure, owner)
         self._check_all(keys, Event.STOP, "stop-smdsconn")
         for key in keys:
-            await self.datasets.close_one(key, "stop-smdsconn")
+            await self.datasets.open_sets.close_one(key, "stop-smdsconn")
             self._fire(key, Event.STOP, "stop-smdsconn")
-        return [self.datasets.smdsconn_row(key) for key in keys]
+        return [self.datasets.displays.smdsconn_row(key) for key in keys]
 
     def start(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """START SMDSCONN: each connection NORMAL, and its data set opened if it may be."""
         keys = self._keys(structure, owner)
         for key in keys:
             self.states.fire(key, Event.START, "start-smdsconn")
-            self.datasets.try_open(key, "start-smdsconn")
+            self.datasets.open_sets.try_open(key, "start-smdsconn")
         self.runtime.settle()
-        return [self.datasets.smdsconn_row(key) for key in keys]
+        return [self.datasets.displays.smdsconn_row(key) for key in keys]
 
     def alter(self, structure: str, owner: str, dsbufs: int | str | None,
               dsexpand: str | None) -> dict[str, Any]:
@@ -101,13 +101,13 @@ class SmdsCommands:
         self.states.set(key, **fields)
         log.info("smds_altered", structure=structure, owner=owner, **fields)
         if "dsbufs" in fields:
-            self.datasets.pool(structure)  # resized to what its data sets ask for now
-        dataset = self.datasets.opened(key)
-        if dsexpand is not None and self.datasets.dsexpand(key) and dataset is not None \
+            self.datasets.tuning.pool(structure)  # resized to what its data sets ask for now
+        dataset = self.datasets.open_sets.open.get(key)
+        if dsexpand is not None and self.datasets.tuning.dsexpand(key) and dataset is not None \
                 and dataset.space is not None \
-                and (dataset.space.wants_growth or key in self.datasets.short):
-            self.datasets.expand(dataset)
-        return self.datasets.row(key)
+                and (dataset.space.wants_growth or key in self.datasets.space.short):
+            self.datasets.space.expand(dataset)
+        return self.datasets.displays.row(key)
 
     # -- inside ----------------------------------------------------------------------
 
@@ -132,7 +132,7 @@ class SmdsCommands:
         if owner is not None:
             return [self._key(structure, owner)]
         self._offloading(structure)
-        return [k for k in self.datasets.keys([structure])
+        return [k for k in self.datasets.open_sets.keys([structure])
                 if self.states.state(k).status != Status.NOTFOUND]
 
     def _fire(self, key: DataSetKey, event: Event, words: str) -> None:

@@ -5,7 +5,7 @@ and declared once in rooms.py: the structures by name (registry.py),
 registered clients with their interests and peer recovery (clients.py),
 listeners and connections (connections.py), the log and its group commit
 (journal.py), checkpoints (checkpoints.py), operator actions on whole
-structures (operations.py), the SMDS data sets (datasets.py), overflow moves
+structures (operations.py), the SMDS data sets (smds/), overflow moves
 (overflowmoves.py) and the handlers of the requests (handlers.py). The two
 steps of every request, dispatch and settle, are dispatch.py's; what a room
 may ask of the running daemon (settle, spawn a supervised task, stop on a

@@ -3,8 +3,8 @@
 Design note. A request is parsed and handed to its handler (``dispatch``,
 after the checks every op shares: registered, not stopping, allowed), then
 what it did is turned into notifications, waiter hand-offs and log records
-(``settle``) — only this room writes the log, and it logs effects (STYLE.md:
-the dispatcher logs). Everything that changes structures outside a request
+(``settle``) — only this room writes the log, and it logs effects
+(docs/architecture.md, "The rules"). Everything that changes structures outside a request
 (peer recovery, an overflow move, an expired lease, an operator's recovery)
 settles through here too, by the runtime (runtime.py). A message a waiting
 reader takes in ``settle`` goes to its lock as if put there (seed 004:

@@ -23,7 +23,7 @@ recovers from what is really on disk.
 A record that names message blocks of a data set (an offloaded recoverable put)
 must not reach the log before those blocks are on disk: the rule is kept here,
 whole, against the ``DataSync`` the journal is made with (the data sets,
-datasets.py; as etcd's wal takes its ``Storage``). ``log`` asks it whether
+smds/datasets.py; as etcd's wal takes its ``Storage``). ``log`` asks it whether
 blocks were written since the last record (``take_unsynced``); if so that
 record, and every record after it (the log keeps request order), is held back
 in memory with the LSN it will get; the flusher fsyncs the data sets

@@ -236,7 +236,7 @@ def _queues(d: Rooms) -> Iterator[Metric]:
 
 
 def _smds(d: Rooms) -> Iterator[Metric]:
-    """Each data set's size and fullness, and its structure's buffer pool (DESIGN §11)."""
+    """Each data set's size and fullness, and its structure's buffer pool (docs/smds.md)."""
     labels = ["structure", "owner"]
     families = [(GaugeMetricFamily(f"cqsd_smds_{field}", doc, labels=labels), field)
                 for field, doc in (

@@ -5,7 +5,7 @@ shared STATUS and ACCESS and the stopped-connection flag in the repository
 The tables are ``cqsd/smds/states.py``; this room holds one ``SmdsState`` per
 (structure, owner), fires events at it, writes what must survive a restart,
 and logs every change as one event with the old state, the new one and why
-(DESIGN §10): ``smds_status_changed``, ``smds_access_changed``,
+(docs/architecture.md, "The rules"): ``smds_status_changed``, ``smds_access_changed``,
 ``smdsconn_status_changed``, ``smdsconn_avail_changed``.
 """
 

@@ -1,4 +1,4 @@
-"""The operator's SMDS commands (seed 000; DESIGN §11): ``reset-smds``,
+"""The operator's SMDS commands (seed 000; docs/smds.md): ``reset-smds``,
 ``start-smdsconn``, ``stop-smdsconn`` and ``alter-smds``.
 
 Each is a state change of the tables (cqsd/smds/states.py) with what the

@@ -8,18 +8,10 @@ import sys
 import structlog
 import trio
 
-from logstream import LogstreamError
-
 from . import __version__, logs
 from .config import ConfigError, check_host, load
-from .records import FoldError
-from .recovery.restart import LogBehindImage
-from .srds.manifest import ManifestError
-from .srds.slots import SlotError
+from .errors import DaemonError
 from .storage import fscheck
-from .storage.datadir import DataDirError
-from .storage.image import ImageError
-from .storage.repository import RepositoryError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,35 +29,30 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config)
         check_host(config, args.config)
     except ConfigError as err:
-        print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
-        return 2
+        return _stopped(err)
     sink = logs.configure(config.daemon.log_level, config.daemon.log_file)
     from .server import heap
-    from .server.daemon import Daemon, LogFailed  # after logging is configured
+    from .server.daemon import Daemon  # after logging is configured
 
     heap.tune()
     structlog.get_logger().info(
         "starting", version=__version__, pid=os.getpid(),
         config=os.path.abspath(args.config) if args.config else "(the embedded default)",
         data_dir=os.path.abspath(config.daemon.data_dir), user=_user())
-
     try:
-        daemon = Daemon(config, sink)
-        daemon.config_path = args.config
-    except ConfigError as err:
-        print(f"cqsd: configuration refused:\n{err}", file=sys.stderr)
-        return 2
-    try:
-        trio.run(daemon.run)
-    except LogFailed as err:  # or InternalFailure: stopped without an image
-        print(f"cqsd: {err}", file=sys.stderr)
-        return err.exit_code
-    except (DataDirError, ImageError, FoldError, LogBehindImage, LogstreamError, ManifestError,
-            SlotError, RepositoryError, OSError) as err:
-        structlog.get_logger().critical("start_failed", error=str(err), kind=type(err).__name__)
-        print(f"cqsd: cannot start: {err}", file=sys.stderr)
-        return 1
+        trio.run(Daemon(config, sink, args.config).run)
+    except DaemonError as err:  # cqsd/errors.py: each says its exit code and line
+        return _stopped(err)
     return 0
+
+
+def _stopped(err: DaemonError) -> int:
+    """Say why the daemon did not start, or stopped: once in the log (unless it was
+    logged already, or cannot be), once on stderr; its exit code."""
+    if err.logged:
+        structlog.get_logger().critical("start_failed", error=str(err), kind=err.kind)
+    print(f"cqsd: {err.headline()}", file=sys.stderr)
+    return err.exit_code
 
 
 def _user() -> str:

@@ -44,6 +44,7 @@ from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, sizes
 from cqsproto.sizes import GiB, KiB, MiB, format_size
 
 from .engine.qtypes import STAGING_TYPES, QueueType
+from .errors import DaemonError
 
 __all__ = [
     "DEFAULT_TOML",
@@ -74,7 +75,7 @@ _STRUCTURE_NAME_RE = re.compile(r"[A-Z0-9@#$_]{1,16}")  # an MVS CF structure na
 _SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
 
 
-class ConfigError(Exception):
+class ConfigError(DaemonError):
     """A config that cannot be used; `problems` lists everything wrong with it.
 
     Each problem reads ``<key path>: <what is wrong>``; `str()` gives one line
@@ -89,6 +90,12 @@ class ConfigError(Exception):
     def __str__(self) -> str:
         prefix = f"{self.source}: " if self.source else ""
         return "\n".join(prefix + problem for problem in self.problems)
+
+    exit_code = 2
+    logged = False  # logging is configured from the config
+
+    def headline(self) -> str:
+        return f"configuration refused:\n{self}"
 
 
 @dataclasses.dataclass(frozen=True)

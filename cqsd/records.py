@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from .errors import DaemonError
+
 Body = dict[str, Any]
 Effect = list[Any] | tuple[Any, ...]
 
@@ -135,5 +137,5 @@ def rows_of(entries: Iterable[Entry]) -> dict[int, list[Any]]:
     return {e.entry_id: row_of(e) for e in entries}
 
 
-class FoldError(Exception):
+class FoldError(DaemonError):
     """A record that does not fit the image it is applied to."""

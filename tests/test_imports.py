@@ -170,3 +170,48 @@ def test_the_smds_storage_module_never_awaits_nor_reaches_the_server():
 def test_the_cycle_finder_finds_a_cycle():
     """A two-package loop is reported, so the test above can fail."""
     assert cycle({("a", "b"), ("b", "a"), ("b", "c")}) in (["a", "b", "a"], ["b", "a", "b"])
+
+
+def every_import(module: str, path: Path) -> set[str]:
+    """The modules of ours *module* imports anywhere, ``if TYPE_CHECKING:`` bodies
+    included: an import for the type checker alone still ties two rooms together."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, [package.rsplit(".", node.level - 1)[0], base]))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {n for n in found if ours(n)}
+
+
+def server_arrows() -> set[tuple[str, str]]:
+    """Module-to-module arrows inside cqsd.server, TYPE_CHECKING imports included
+    (the package itself, cqsd.server, is left out: its __init__ imports nothing)."""
+    inside = {m: p for m, p in MODULES.items() if m.startswith("cqsd.server.")}
+    return {(a, b) for a, path in inside.items() for b in every_import(a, path) if b in inside}
+
+
+def test_no_import_circle_among_the_servers_modules():
+    """No module of cqsd.server reaches itself again through the modules it imports,
+    counting those imported only for type checking (docs/architecture.md, the rooms)."""
+    assert cycle(server_arrows()) is None
+
+
+def test_the_server_graph_sees_type_checking_imports(tmp_path):
+    """An import under ``if TYPE_CHECKING:`` is an arrow to the circle check, so the
+    test above would catch the daemon imported back for its type."""
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from .daemon import Daemon\n")
+    assert "cqsd.server.daemon" in every_import("cqsd.server.m", source)
+    assert "cqsd.server.daemon" not in imported("cqsd.server.m", source)
+
+
+def test_no_server_module_imports_the_daemon():
+    """The daemon makes the rooms; no room reaches back into it, not even for a type."""
+    assert not {a for a, b in server_arrows() if b == "cqsd.server.daemon"}

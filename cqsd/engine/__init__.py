@@ -5,12 +5,12 @@ from .errors import CQSError, Reason
 from .events import Altered, ExitFailed, FullnessChanged, OverflowMode, OverflowStatus, QueueWork
 from .overflow import Relief
 from .pair import StructurePair
-from .qtypes import QueueType, parse_qtype
+from .qtypes import QueueKey, QueueType, parse_qtype
 from .structure import Delete, Move, Put, Structure, Unlock
 
 __all__ = [
     "ELEMENT", "ENTRY_CONTROLS", "Altered", "CQSError", "Delete", "Entry", "ExitFailed",
-    "FullnessChanged", "Move", "OverflowMode", "OverflowStatus", "Put", "QueueType",
+    "FullnessChanged", "Move", "OverflowMode", "OverflowStatus", "Put", "QueueKey", "QueueType",
     "QueueWork", "Reason", "Relief", "Structure", "StructurePair", "Unlock", "elements",
     "parse_qtype",
 ]

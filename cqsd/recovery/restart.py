@@ -11,6 +11,7 @@ from logstream.durable import fsync_dir
 from logstream.series import list_segments
 
 from ..engine import Structure
+from ..errors import DaemonError
 from ..records import DATA, MAP, OWNER, RECOVERABLE, WHERE
 from ..srds import slots
 from ..storage import image
@@ -30,7 +31,7 @@ class Rebuilt:
     lock_owners: set[str] = field(default_factory=set)
 
 
-class LogBehindImage(Exception):
+class LogBehindImage(DaemonError):
     """An image covers log records the log no longer has: the two do not belong together."""
 
 

@@ -1,2 +1,3 @@
-"""The daemon: the only part of cqsd that awaits (STYLE §1). It moves bytes
-between sockets and the pure engine, and turns engine events into notifications."""
+"""The daemon: the only part of cqsd that awaits (docs/architecture.md, "The
+rules"). It moves bytes between sockets and the pure engine, and turns engine
+events into notifications."""

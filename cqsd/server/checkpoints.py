@@ -21,7 +21,6 @@ import trio
 import logstream
 from logstream.series import list_segments
 
-from ..config import Config
 from ..engine import Structure
 from ..srds import slots
 from ..srds.manifest import ManifestError
@@ -32,6 +31,8 @@ from ..storage.image import ImageError
 from ..storage.repository import RepositoryError
 from .jobs import JobFailed, Jobs
 from .journal import Journal
+from .liveconfig import LiveConfig
+from .runtime import Runtime
 
 log = structlog.get_logger()
 TRIGGER_POLL = 5.0  # seconds between checks of the automatic triggers
@@ -49,16 +50,15 @@ class Checkpoints:
     (and a checkpoint a crash interrupted starts again at once), and a structure
     with little traffic of its own cannot hold the log back for ever."""
 
-    def __init__(self, config: Config, datadir: DataDir, journal: Journal,
-                 physical: Callable[[str], Structure | None],
-                 spawn: Callable[..., None]) -> None:
+    def __init__(self, config: LiveConfig, datadir: DataDir, journal: Journal,
+                 physical: Callable[[str], Structure | None], runtime: Runtime) -> None:
         """``physical(name)`` is the live structure of that name (None while it is
-        failed); ``spawn`` starts a supervised task in the daemon's nursery."""
+        failed); ``runtime`` starts a checkpoint as a supervised task."""
         self.config = config
         self.datadir = datadir
         self.journal = journal
         self.physical = physical
-        self.spawn = spawn
+        self.runtime = runtime
         self.srds = datadir.srds
         self.jobs = Jobs()  # checkpoint and recovery jobs, for display jobs
         self.names = [sc.name for sc in self.config.structures]  # overflow structures too
@@ -184,7 +184,7 @@ class Checkpoints:
         run = self._running.get(name)
         if run is None:
             run = self._running[name] = _Run()
-            self.spawn(f"checkpoint of {name}", self._take, name, why, run)
+            self.runtime.spawn(f"checkpoint of {name}", self._take, name, why, run)
         return run
 
     async def finished(self, name: str) -> None:
@@ -235,8 +235,9 @@ class Checkpoints:
             return await self._empty(name, self.journal.position, s.last_id)
         async with self._one_job:
             cuts = [f"{w}={n}" for w, n in self._covered(name, cut).items()]
-            return await self.jobs.run(self.config, ["checkpoint", "--structure", name,
-                                                     *(a for c in cuts for a in ("--cut", c))],
+            return await self.jobs.run(self.config.current, ["checkpoint", "--structure", name,
+                                                             *(a for c in cuts
+                                                               for a in ("--cut", c))],
                                        background=True)
 
     async def _empty(self, name: str, position: int, last_id: int) -> dict:
@@ -267,7 +268,7 @@ class Checkpoints:
             if name in self._running or s is None or self._positions(name) != []:
                 continue  # running, failed (its recovery decides), or covered
             if s.stats()["messages"]:
-                self.spawn(f"checkpoint of {name}", self._quietly, name, "first")
+                self.runtime.spawn(f"checkpoint of {name}", self._quietly, name, "first")
             else:
                 await self._quietly(name, "first")
 
@@ -338,7 +339,7 @@ class Checkpoints:
             return
         while True:
             for name, why in list(self._due()):
-                self.spawn(f"checkpoint of {name}", self._quietly, name, why)
+                self.runtime.spawn(f"checkpoint of {name}", self._quietly, name, why)
             volume = d.checkpoint_log_volume
             self._next_due = min((self.mark[name] + volume for name in self._waiting()),
                                  default=NEVER) if volume else NEVER

@@ -14,18 +14,18 @@ start instead moves them to the cold queue for the operator.
 
 import hmac
 import secrets
-from collections.abc import Callable
 
 import structlog
 import trio
 
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE, encode_frame
 
-from ..config import Config
 from ..engine import CQSError, QueueType, Reason, StructurePair
 from . import wire
 from .access import OPERATOR_MARK, Access, is_operator_session
+from .liveconfig import LiveConfig
 from .registry import Registry
+from .runtime import Runtime
 from .session import Session
 
 log = structlog.get_logger()
@@ -33,17 +33,15 @@ Interest = tuple[str, int, str]  # (structure, queue type, queue name)
 
 
 class Clients:
-    def __init__(self, config: Config, registry: Registry, settle: Callable[[], int],
-                 spawn: Callable[..., None]) -> None:
+    def __init__(self, config: LiveConfig, registry: Registry, runtime: Runtime) -> None:
         self.config = config
         self.registry = registry
-        self.settle = settle
-        self.spawn = spawn
+        self.runtime = runtime
         self.sessions: dict[str, Session] = {}  # the connection each registered name holds
         self.pending: dict[str, trio.CancelScope] = {}  # grace timers of dropped clients
         self.tokens: dict[str, str] = {}  # the takeover token of each registered name
         self.interest: dict[Interest, set[Session]] = {}
-        self.access = Access(config)
+        self.access = Access(config.current)
         self.operators = 0  # operator sessions among ``sessions``: they take no client slot
         # clients whose locks a restart found, until they register again or peer
         # recovery ends them: their leases' expiries are no failed deliveries
@@ -105,11 +103,10 @@ class Clients:
         log.debug("register", client=session.client, peer=session.peer, operator=True)
         return []
 
-    def reauthorize(self, config: Config) -> None:
-        """After a reload: each session gets its client's rights as they are now; one
-        whose client is no longer listed is cut off."""
-        self.config = config
-        self.access.reload(config)
+    def reauthorize(self) -> None:
+        """After a reload: each session gets its client's rights as they are now (in
+        the live config); one whose client is no longer listed is cut off."""
+        self.access.reload(self.config.current)
         for session in list(self.sessions.values()):
             try:
                 session.rights = self.access.rights_for(session.name, session.operator,
@@ -159,7 +156,7 @@ class Clients:
             return
         scope = trio.CancelScope()
         self.pending[client] = scope
-        self.spawn(f"resync grace of {client}", self._grace, client, scope, grace, failed)
+        self.runtime.spawn(f"resync grace of {client}", self._grace, client, scope, grace, failed)
 
     async def _grace(self, client: str, scope: trio.CancelScope, grace: float,
                      failed: bool) -> None:
@@ -180,7 +177,7 @@ class Clients:
                 log.info("peer_recovery", client=client, structure=s.name,
                          returned=len(released) - suspended, suspended=suspended,
                          failed=failed)
-        self.settle()
+        self.runtime.settle()
 
     # -- interests and notifications -------------------------------------------------
 

@@ -22,8 +22,8 @@ import os
 import resource
 import socket as stdlib_socket
 import struct
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 import trio
@@ -31,12 +31,12 @@ import trio
 from cqsproto import CLOSED, NEED_DATA, FrameDecoder, ProtocolError, encode_frame
 from cqsproto.requests import MAX_REGISTER_FRAME
 
-from ..config import Config
 from ..engine import Reason
 from ..storage.datadir import DataDirError
 from . import liveness, tls
 from .clients import Clients
 from .journal import Journal
+from .liveconfig import LiveConfig
 from .poller import RECEIVE_SIZE, TLS_TURN_FRAMES, TURN_FRAMES, Poller, Turn
 from .session import Session
 
@@ -51,21 +51,30 @@ DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdo
 SEND_BUFFER = 8 * 1024 * 1024
 
 
+class Requests(Protocol):
+    """What connections hand their requests to (the dispatcher, dispatch.py)."""
+
+    def dispatch(self, session: Session, frame: dict) -> None:
+        """Handle one request to completion and send its reply (or start its wait)."""
+
+    def connection_failed(self, session: Session, err: Exception) -> None:
+        """Hear of an exception that ended a connection (whether the daemon may go on)."""
+
+
 class Connections:
-    def __init__(self, config: Config, journal: Journal, max_frame: int, max_reply: int,
-                 clients: Clients, dispatch: Callable[[Session, dict], None],
-                 failed: Callable[[Session, Exception], None]) -> None:
-        """``dispatch`` handles one request; ``failed`` hears of an exception that
-        ended a connection (the daemon decides whether it may go on)."""
+    def __init__(self, config: LiveConfig, journal: Journal, max_frame: int, max_reply: int,
+                 clients: Clients, requests: Requests, sessions: set[Session]) -> None:
+        """``requests`` handles each request, and hears of an exception that ended a
+        connection; ``sessions`` is where the open connections' sessions are kept
+        (the status counts them)."""
         self.config = config
         self.journal = journal
         self.max_frame = max_frame
         self.max_reply = max_reply
         self.clients = clients
-        self.dispatch = dispatch
-        self.failed = failed
+        self.requests = requests
         self.poller = Poller(self.handle, max_frame) if Poller.available else None
-        self.sessions: set[Session] = set()
+        self.sessions = sessions
         self.closing = False  # no new connections: the daemon is stopping
         self._gone = trio.Event()
         self._socket_made = False
@@ -158,7 +167,7 @@ class Connections:
                     return
             await self._run(session, stream)
         except Exception as err:  # a bug costs this connection, not the daemon
-            self.failed(session, err)
+            self.requests.connection_failed(session, err)
         finally:
             self.sessions.discard(session)
             self.clients.connection_lost(session, self.closing)
@@ -230,7 +239,7 @@ class Connections:
                 return Turn.DONE
             if frame is CLOSED:
                 return Turn.ENDED
-            self.dispatch(session, frame)
+            self.requests.dispatch(session, frame)
             dispatched = True
             if session.deregistered:
                 return Turn.ENDED

@@ -1,5 +1,6 @@
 """The engine's events that operators care about, as structured log events
-(DESIGN §10: every state change an operator acts on is one event)."""
+(docs/architecture.md, "The rules": every state change an operator acts on is
+one event)."""
 
 import structlog
 

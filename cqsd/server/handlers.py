@@ -10,23 +10,31 @@ what the request did. A handler whose reply comes later (a read with
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 import trio
 
 from cqsproto import PROTOCOL_VERSION, requests, timing
 
-from ..engine import CQSError, Delete, Move, Put, QueueType, Reason, Unlock, parse_qtype
+from ..engine import (
+    CQSError,
+    Delete,
+    Move,
+    Put,
+    QueueKey,
+    QueueType,
+    Reason,
+    Unlock,
+    parse_qtype,
+)
 from ..engine.pair import StructurePair
 from ..engine.qtypes import check_name
-from ..engine.structure import Key, Op, position
+from ..engine.structure import Op, position
 from . import queries, wire
+from .rooms import Rooms
 from .session import Session
 from .waiters import Waiter, read_up_to
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
 
 log = structlog.get_logger()
 DEFERRED: Any = object()
@@ -35,110 +43,110 @@ MAX_BROWSE = 10_000
 Result = dict[str, Any]
 
 
-def op_register(d: "Daemon", session: Session, rid: int, client: str, secret: str | None,
+def op_register(rooms: Rooms, session: Session, rid: int, client: str, secret: str | None,
                 cold: bool, version: int, operator: bool, takeover: str | None) -> Result:
     """register {client, secret?, cold?, version, operator?, takeover?}
     -> {version, server, max_message, structures, locks, client, token}"""
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
-    locks, token = d.clients.register(session, client, secret, cold, operator, takeover)
-    d.waiters.drop_client(client)  # reads a connection taken over left waiting
+    locks, token = rooms.clients.register(session, client, secret, cold, operator, takeover)
+    rooms.waiters.drop_client(client)  # reads a connection taken over left waiting
     return {"version": PROTOCOL_VERSION, "server": "cqsd",
-            "max_message": d.config.daemon.max_message,
-            "structures": list(d.registry.pairs), "locks": locks, "client": session.client,
+            "max_message": rooms.config.daemon.max_message,
+            "structures": list(rooms.registry.pairs), "locks": locks, "client": session.client,
             "token": token}
 
 
-def op_deregister(d: "Daemon", session: Session, rid: int) -> Result:
+def op_deregister(rooms: Rooms, session: Session, rid: int) -> Result:
     """deregister {} -> {}"""
-    d.clients.deregister(session)
+    rooms.clients.deregister(session)
     return {}
 
 
-def op_ping(d: "Daemon", session: Session, rid: int) -> Result:
+def op_ping(rooms: Rooms, session: Session, rid: int) -> Result:
     """ping {} -> {}: a sign of life for a client's keepalive (docs/protocol.md)"""
     return {}
 
 
-def op_connect(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
+def op_connect(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
     """connect {structure} -> the structure's figures"""
-    return d.registry.structure(structure).stats()
+    return rooms.registry.structure(structure).stats()
 
 
-def op_put(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
+def op_put(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
            qtype: str | int, data: bytes, recoverable: bool, delay: float | None,
            not_before: float | None) -> Result:
     """put {structure, queue, qtype?, data, recoverable?, delay? | not_before?} -> {entry_id}"""
-    d.limits.check_message(data, recoverable)
-    s = d.registry.structure(structure)
+    rooms.limits.check_message(data, recoverable)
+    s = rooms.registry.structure(structure)
     later = _not_before("put", delay, not_before)
-    return {"entry_id": d.datasets.put(s, _owner(session), qtype, queue, data,
+    return {"entry_id": rooms.datasets.put(s, _owner(session), qtype, queue, data,
                                        recoverable, later).entry_id}
 
 
-def op_read(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
+def op_read(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
             qtype: str | int, n: int, wait: float | None, lease: float | None) -> Result:
     """read {structure, queue, qtype?, n?, wait?, lease?} -> {messages}, each locked"""
-    s = d.registry.structure(structure)
+    s = rooms.registry.structure(structure)
     key = (parse_qtype(qtype), check_name(queue))
     if not 1 <= n <= MAX_READ_BATCH:
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
     if lease is not None:
         lease = timing.lease_seconds("read", lease)
-    got = read_up_to(s, _client(session), key, n, d.limits.reply_bytes, lease)
+    got = read_up_to(s, _client(session), key, n, rooms.limits.reply_bytes, lease)
     if got:
-        return _messages(d, s, _client(session), got)
+        return _messages(rooms, s, _client(session), got)
     if not wait:
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
-    if not 0 < wait <= d.config.daemon.max_wait:
-        raise _bad(f"read: wait must be 0 to {d.config.daemon.max_wait} seconds, got {wait}")
+    if not 0 < wait <= rooms.config.daemon.max_wait:
+        raise _bad(f"read: wait must be 0 to {rooms.config.daemon.max_wait} seconds, got {wait}")
     # parked now, not when the task starts: a put pipelined behind the read is
     # handled before then, and must find it waiting
     waiter = Waiter(_client(session), n, lease)
-    d.waiters.add(s, key, waiter)
-    session.defer(_wait_read, d, session, rid, s, key, waiter, wait)
+    rooms.waiters.add(s, key, waiter)
+    session.defer(_wait_read, rooms, session, rid, s, key, waiter, wait)
     return DEFERRED
 
 
-async def _wait_read(d: "Daemon", session: Session, rid: int, s: StructurePair, key: Key,
+async def _wait_read(rooms: Rooms, session: Session, rid: int, s: StructurePair, key: QueueKey,
                      waiter: Waiter, wait: float) -> None:
     try:
         with trio.move_on_after(wait):
             await waiter.event.wait()
     finally:
         if waiter.messages is None:
-            d.waiters.remove(s, key, waiter)
-            if d.shutting_down:
+            rooms.waiters.remove(s, key, waiter)
+            if rooms.life.stopping:
                 session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
         else:
             try:
-                session.reply(rid, _messages(d, s, waiter.client, waiter.messages))
+                session.reply(rid, _messages(rooms, s, waiter.client, waiter.messages))
             except CQSError as err:
                 session.fail(rid, err.reason, err.message)
     if waiter.failed:
         session.fail(rid, Reason.STRUCTURE_FAILED, f"structure {s.name} failed during the wait")
-    elif waiter.messages is None and not d.shutting_down:
+    elif waiter.messages is None and not rooms.life.stopping:
         session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
 
 
-def _messages(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> Result:
+def _messages(rooms: Rooms, s: StructurePair, client: str, got: list[Any]) -> Result:
     """{messages}: the messages a read locked, with their payloads; if one cannot be
     read from its data set, every lock goes back untouched (settled at once: a
     waiting read's reply has no dispatcher after it) and the read fails."""
     try:
-        return wire.messages(_payloads(d, s, client, got))
+        return wire.messages(_payloads(rooms, s, client, got))
     except CQSError:
-        d.settle()
+        rooms.runtime.settle()
         raise
 
 
-def _payloads(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> list[Result]:
+def _payloads(rooms: Rooms, s: StructurePair, client: str, got: list[Any]) -> list[Result]:
     """The payloads of ``_messages`` without the settle, for a handler whose
     dispatcher settles: its reply then waits for the record of everything the
     request did."""
     try:
-        return [wire.message(e, d.datasets.payload(e)) for e in got]
+        return [wire.message(e, rooms.datasets.payload(e)) for e in got]
     except CQSError:
         for e in got:
             with contextlib.suppress(CQSError):  # unless peer recovery gave it back already
@@ -146,37 +154,37 @@ def _payloads(d: "Daemon", s: StructurePair, client: str, got: list[Any]) -> lis
         raise
 
 
-def op_browse(d: "Daemon", session: Session, rid: int, structure: str, queue: str | None,
+def op_browse(rooms: Rooms, session: Session, rid: int, structure: str, queue: str | None,
               qtype: str | int | None, cursor: list[Any] | None, limit: int) -> Result:
     """browse {structure, queue?, qtype?, cursor?, limit?} -> {messages, cursor}"""
     if not 1 <= limit <= MAX_BROWSE:
         raise _bad(f"browse: limit must be 1 to {MAX_BROWSE}, got {limit}")
-    s = d.registry.structure(structure)
+    s = rooms.registry.structure(structure)
     found, after = s.browse(qtype, queue, after=cursor, limit=limit)
     size = 0
     for i, e in enumerate(found):  # a page carries at most one message past reply_bytes
-        if size >= d.limits.reply_bytes:
+        if size >= rooms.limits.reply_bytes:
             found, after = found[:i], position(found[i - 1])
             break
         size += e.length
-    return wire.messages([wire.browsed(e, d.datasets.payload(e)) for e in found],
+    return wire.messages([wire.browsed(e, rooms.datasets.payload(e)) for e in found],
                          cursor=list(after) if after else None)
 
 
-def op_delete(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
+def op_delete(rooms: Rooms, session: Session, rid: int, structure: str, entry_id: int,
               operator: bool, next: dict[str, Any] | None) -> Result:
     """delete {structure, entry_id, operator?, next?: {queue, qtype?, n?, lease?}}
     -> {}, or with next {messages}: the delete, then a read of up to n, in one request"""
-    s = d.registry.structure(structure)
+    s = rooms.registry.structure(structure)
     if next is None:
         s.delete(session.client, entry_id, operator)
         return {}
     key, n, lease = _next_read(next)  # a bad next refuses the request before the delete
     s.delete(session.client, entry_id, operator)
-    return wire.messages(_read_after_delete(d, s, _client(session), key, n, lease))
+    return wire.messages(_read_after_delete(rooms, s, _client(session), key, n, lease))
 
 
-def _next_read(value: dict[str, Any]) -> tuple[Key, int, float | None]:
+def _next_read(value: dict[str, Any]) -> tuple[QueueKey, int, float | None]:
     f = requests.next_read(value)
     key = (parse_qtype(f["qtype"]), check_name(f["queue"]))
     if not 1 <= f["n"] <= MAX_READ_BATCH:
@@ -185,7 +193,7 @@ def _next_read(value: dict[str, Any]) -> tuple[Key, int, float | None]:
     return key, f["n"], None if lease is None else timing.lease_seconds("delete next", lease)
 
 
-def _read_after_delete(d: "Daemon", s: StructurePair, client: str, key: Key,
+def _read_after_delete(rooms: Rooms, s: StructurePair, client: str, key: QueueKey,
                        n: int, lease: float | None) -> list[Result]:
     """The read of a delete's ``next``, as a read sent right after the delete would
     find the queue: readers already waiting on it are served first (a delete on a
@@ -193,47 +201,47 @@ def _read_after_delete(d: "Daemon", s: StructurePair, client: str, key: Key,
     cannot be read gives every lock back and the reply none: the delete stands,
     and a plain read surfaces the error."""
     if s.readable:
-        d.waiters.serve(s)
-    got = read_up_to(s, client, key, n, d.limits.reply_bytes, lease)
+        rooms.waiters.serve(s)
+    got = read_up_to(s, client, key, n, rooms.limits.reply_bytes, lease)
     try:
-        return _payloads(d, s, client, got)
+        return _payloads(rooms, s, client, got)
     except CQSError as err:
         log.warning("delete_next_unread", client=client, structure=s.name,
                     reason=str(err.reason), message=err.message)
         return []
 
 
-def op_move(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int, queue: str,
+def op_move(rooms: Rooms, session: Session, rid: int, structure: str, entry_id: int, queue: str,
             qtype: str | int) -> Result:
     """move {structure, entry_id, queue, qtype?} -> {}"""
-    d.registry.structure(structure).move(session.client, entry_id, qtype, queue)
+    rooms.registry.structure(structure).move(session.client, entry_id, qtype, queue)
     return {}
 
 
-def op_renew(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
+def op_renew(rooms: Rooms, session: Session, rid: int, structure: str, entry_id: int,
              lease: float) -> Result:
     """renew {structure, entry_id, lease} -> {}: the lock's lease runs ``lease`` seconds
     from now"""
     seconds = timing.lease_seconds("renew", lease)
-    d.registry.structure(structure).renew(_client(session), entry_id, seconds)
+    rooms.registry.structure(structure).renew(_client(session), entry_id, seconds)
     return {}
 
 
-def op_unlock(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int,
+def op_unlock(rooms: Rooms, session: Session, rid: int, structure: str, entry_id: int,
               failed: bool, queue: str | None, qtype: str | int | None) -> Result:
     """unlock {structure, entry_id, failed?, queue?, qtype?} -> {qtype, queue}"""
-    e = d.registry.structure(structure).unlock(_client(session), entry_id, failed=failed,
+    e = rooms.registry.structure(structure).unlock(_client(session), entry_id, failed=failed,
                                                qtype=qtype, name=queue)
     return {"qtype": QueueType(e.qtype).name, "queue": e.name}
 
 
-def op_commit(d: "Daemon", session: Session, rid: int, structure: str,
+def op_commit(rooms: Rooms, session: Session, rid: int, structure: str,
               ops: list[Any]) -> Result:
     """commit {structure, ops: [{op: put|delete|move|unlock, ...}]} -> {entry_ids}"""
-    s = d.registry.structure(structure)
+    s = rooms.registry.structure(structure)
     batch = [_commit_op(kind, f) for kind, f in requests.commit_ops(ops)]
-    d.limits.check_commit(batch)
-    results = d.datasets.commit(s, _client(session), _owner(session), batch)
+    rooms.limits.check_commit(batch)
+    results = rooms.datasets.commit(s, _client(session), _owner(session), batch)
     return {"entry_ids": [e.entry_id for op, e in zip(batch, results, strict=True)
                           if type(op) is Put]}
 
@@ -249,115 +257,117 @@ def _commit_op(kind: str, f: dict[str, Any]) -> Op:
     return Unlock(f["entry_id"], f["failed"], f["qtype"], f["queue"])
 
 
-def op_register_interest(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
+def op_register_interest(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
                          qtype: str | int) -> Result:
     """register_interest {structure, queue, qtype?} -> {}; a notification now if it has work"""
-    s = d.registry.structure(structure)
+    s = rooms.registry.structure(structure)
     key = (s.name, parse_qtype(qtype), check_name(queue))
-    d.clients.add_interest(session, key, bool(s.queue_stats(key[1], queue)["depth"]))
+    rooms.clients.add_interest(session, key, bool(s.queue_stats(key[1], queue)["depth"]))
     return {}
 
 
-def op_deregister_interest(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
+def op_deregister_interest(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
                            qtype: str | int) -> Result:
     """deregister_interest {structure, queue, qtype?} -> {}"""
-    key = (d.registry.structure(structure).name, parse_qtype(qtype), check_name(queue))
-    d.clients.drop_interest(session, key)
+    key = (rooms.registry.structure(structure).name, parse_qtype(qtype), check_name(queue))
+    rooms.clients.drop_interest(session, key)
     return {}
 
 
-def op_query(d: "Daemon", session: Session, rid: int, kind: str,
+def op_query(rooms: Rooms, session: Session, rid: int, kind: str,
              structure: str | None) -> Result:
     """query {kind, structure?} -> {rows}"""
-    return {"rows": queries.rows(d, kind, structure)}
+    return {"rows": queries.rows(rooms, kind, structure)}
 
 
-def op_requeue(d: "Daemon", session: Session, rid: int, structure: str, entry_id: int) -> Result:
+def op_requeue(rooms: Rooms, session: Session, rid: int, structure: str, entry_id: int) -> Result:
     """requeue {structure, entry_id} -> {qtype, queue}: from the cold or suspend queue"""
-    e = d.registry.structure(structure).requeue(entry_id)
+    e = rooms.registry.structure(structure).requeue(entry_id)
     log.info("requeue", client=session.client, structure=structure, entry_id=entry_id)
     return {"qtype": QueueType(e.qtype).name, "queue": e.name}
 
 
-def op_dequeue(d: "Daemon", session: Session, rid: int, structure: str, queue: str,
+def op_dequeue(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
                qtype: str | int) -> Result:
     """dequeue {structure, queue, qtype?} -> {count}: every ready message deleted"""
-    gone = d.registry.structure(structure).dequeue(qtype, queue)
+    gone = rooms.registry.structure(structure).dequeue(qtype, queue)
     log.info("dequeue", client=session.client, structure=structure, queue=queue,
              messages=len(gone))
     return {"count": len(gone)}
 
 
-def op_alter(d: "Daemon", session: Session, rid: int, structure: str, size: int) -> Result:
+def op_alter(rooms: Rooms, session: Session, rid: int, structure: str, size: int) -> Result:
     """alter {structure, size} -> the structure's figures"""
     log.info("alter_requested", client=session.client, structure=structure, size=size)
-    return d.operations.alter(structure, size)
+    return rooms.operations.alter(structure, size)
 
 
-def op_rebuild(d: "Daemon", session: Session, rid: int, structure: str,
+def op_rebuild(rooms: Rooms, session: Session, rid: int, structure: str,
                size: int | None) -> Result:
     """rebuild {structure, size?} -> the new structure's figures and seconds"""
     log.info("rebuild_requested", client=session.client, structure=structure, size=size)
-    return d.operations.rebuild(structure, size)
+    return rooms.operations.rebuild(structure, size)
 
 
-def op_delete_structure(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
+def op_delete_structure(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
     """delete_structure {structure} -> what recover --purge returns"""
-    primary = d.registry.overflow_of.get(structure)
+    primary = rooms.registry.overflow_of.get(structure)
     if primary is not None:
         raise _bad(f"{structure} is the overflow structure of {primary}: "
                    f"delete {primary}, which empties both")
-    _recoverable(d, structure)
+    _recoverable(rooms, structure)
     log.warning("delete_structure_requested", client=session.client, structure=structure)
-    return _later(session, rid, d.operations.detached, d.operations.recover, structure, True,
+    operations = rooms.operations
+    return _later(session, rid, operations.detached, operations.recover, structure, True,
                   "delete structure")
 
 
-def op_fail_structure(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
+def op_fail_structure(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
     """fail_structure {structure} -> {structure, status, messages}: failed until recover"""
     log.warning("fail_structure_requested", client=session.client, structure=structure)
-    return d.operations.fail(structure)
+    return rooms.operations.fail(structure)
 
 
-def op_checkpoint(d: "Daemon", session: Session, rid: int, structure: str) -> Result:
+def op_checkpoint(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
     """checkpoint {structure} -> the checkpoint job's result"""
-    d.registry.pair_of(structure)  # a primary or an overflow structure, if available
-    return _later(session, rid, d.checkpoints.take, structure, "operator")
+    rooms.registry.pair_of(structure)  # a primary or an overflow structure, if available
+    return _later(session, rid, rooms.checkpoints.take, structure, "operator")
 
 
-def op_recover(d: "Daemon", session: Session, rid: int, structure: str, purge: bool) -> Result:
+def op_recover(rooms: Rooms, session: Session, rid: int, structure: str, purge: bool) -> Result:
     """recover {structure, purge?} -> {structure, source, messages, records_replayed, seconds}"""
-    _recoverable(d, structure)
+    _recoverable(rooms, structure)
     log.info("recover_requested", client=session.client, structure=structure, purge=purge)
-    return _later(session, rid, d.operations.detached, d.operations.recover, structure, purge)
+    operations = rooms.operations
+    return _later(session, rid, operations.detached, operations.recover, structure, purge)
 
 
-def op_reset_smds(d: "Daemon", session: Session, rid: int, structure: str, owner: str,
+def op_reset_smds(rooms: Rooms, session: Session, rid: int, structure: str, owner: str,
                   access: str | None, status: str | None) -> Result:
     """reset_smds {structure, owner, access?, status?} -> the data set's cfstatus row"""
     log.info("reset_smds_requested", client=session.client, structure=structure, owner=owner,
              access=access, status=status)
-    return _later(session, rid, d.smds_commands.reset, structure, owner, access, status)
+    return _later(session, rid, rooms.smds_commands.reset, structure, owner, access, status)
 
 
-def op_start_smdsconn(d: "Daemon", session: Session, rid: int, structure: str,
+def op_start_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,
                       owner: str | None) -> Result:
     """start_smdsconn {structure, owner?} -> {rows}: the smdsconn rows after it"""
     log.info("start_smdsconn_requested", client=session.client, structure=structure, owner=owner)
-    return {"rows": d.smds_commands.start(structure, owner)}
+    return {"rows": rooms.smds_commands.start(structure, owner)}
 
 
-def op_stop_smdsconn(d: "Daemon", session: Session, rid: int, structure: str,
+def op_stop_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,
                      owner: str | None) -> Result:
     """stop_smdsconn {structure, owner?} -> {rows}: the smdsconn rows after it"""
     log.info("stop_smdsconn_requested", client=session.client, structure=structure, owner=owner)
-    return _later(session, rid, _rows, d.smds_commands.stop, structure, owner)
+    return _later(session, rid, _rows, rooms.smds_commands.stop, structure, owner)
 
 
-def op_alter_smds(d: "Daemon", session: Session, rid: int, structure: str, owner: str,
+def op_alter_smds(rooms: Rooms, session: Session, rid: int, structure: str, owner: str,
                   dsbufs: int | str | None, dsexpand: str | None) -> Result:
     """alter_smds {structure, owner, dsbufs?, dsexpand?} -> the data set's smds row"""
-    row = d.smds_commands.alter(structure, owner, dsbufs, dsexpand)
+    row = rooms.smds_commands.alter(structure, owner, dsbufs, dsexpand)
     return {c: row[c] for c in queries.SMDS_COLUMNS}
 
 
@@ -365,10 +375,10 @@ async def _rows(operation: Callable[..., Awaitable[list[Result]]], *args: Any) -
     return {"rows": await operation(*args)}
 
 
-def _recoverable(d: "Daemon", structure: str) -> None:
+def _recoverable(rooms: Rooms, structure: str) -> None:
     """A structure recover may take: a failed one, or one available now."""
-    if structure not in d.registry.failed:
-        d.registry.structure(structure)
+    if structure not in rooms.registry.failed:
+        rooms.registry.structure(structure)
 
 
 def _later(session: Session, rid: int, operation: Callable[..., Awaitable[Result]],
@@ -412,6 +422,19 @@ def _bad(message: str) -> CQSError:
     return CQSError(Reason.INVALID_REQUEST, message)
 
 
+# The handler of each op, the one table of them (the ops themselves and their
+# fields are cqsproto/requests.py's): the dispatcher (dispatch.py) calls
+# ``HANDLERS[op](rooms, session, rid, **fields)``.
 HANDLERS: dict[str, Callable[..., Any]] = {
-    name.removeprefix("op_"): fn for name, fn in dict(globals()).items() if name.startswith("op_")}
+    "register": op_register, "deregister": op_deregister, "ping": op_ping,
+    "connect": op_connect, "put": op_put,
+    "read": op_read, "browse": op_browse, "delete": op_delete, "move": op_move, "renew": op_renew,
+    "unlock": op_unlock, "commit": op_commit, "register_interest": op_register_interest,
+    "deregister_interest": op_deregister_interest, "query": op_query, "requeue": op_requeue,
+    "dequeue": op_dequeue, "alter": op_alter, "rebuild": op_rebuild,
+    "delete_structure": op_delete_structure, "fail_structure": op_fail_structure,
+    "checkpoint": op_checkpoint, "recover": op_recover, "reset_smds": op_reset_smds,
+    "start_smdsconn": op_start_smdsconn, "stop_smdsconn": op_stop_smdsconn,
+    "alter_smds": op_alter_smds,
+}
 assert set(HANDLERS) == set(requests.OPS), "every op of the protocol has one handler"

@@ -21,20 +21,26 @@ every waiting reply becomes an error, and the daemon stops so that a restart
 recovers from what is really on disk.
 
 A record that names message blocks of a data set (an offloaded recoverable put)
-must not reach the log before those blocks are on disk. Such a record, and
-every record after it (the log keeps request order), is held back in memory
-with the LSN it will get; the flusher fsyncs the data sets (``sync_data``),
-then appends what it held and fsyncs the log, both in one worker thread: such
+must not reach the log before those blocks are on disk: the rule is kept here,
+whole, against the ``DataSync`` the journal is made with (the data sets,
+smds/datasets.py; as etcd's wal takes its ``Storage``). ``log`` asks it whether
+blocks were written since the last record (``take_unsynced``); if so that
+record, and every record after it (the log keeps request order), is held back
+in memory with the LSN it will get; the flusher fsyncs the data sets
+(``DataSync.sync``), then appends what it held and fsyncs the log, both in one worker thread: such
 records carry the blocks' data (a 1 MiB message is a 1 MiB record), and copying
 it into the page cache on the loop cost the loop a sixth of its time (py-spy,
 4 producers and 4 consumers of 1 MiB messages). While the thread writes, the
 records stay held back, so that later ones still queue behind them. A request
-waits for one more fsync, not for a hand-off of its own.
+waits for one more fsync, not for a hand-off of its own. After each flush the
+data sets hear the durable LSN (``DataSync.durable``): pages a delete freed are
+reusable once the delete is on disk.
 """
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 import trio
@@ -61,9 +67,52 @@ def _ignore(why: str) -> None:
     pass
 
 
+class DataSync(Protocol):
+    """What the journal needs of the files that hold message blocks outside the
+    log (the data sets): to know whether blocks were written since the last
+    record, to make them durable before a record naming them, and to hear
+    which LSN is durable."""
+
+    def take_unsynced(self) -> bool:
+        """Whether blocks were written since the last call (then cleared)."""
+
+    async def sync(self) -> None:
+        """Make every block written so far durable (a worker thread's fsyncs)."""
+
+    def sync_now(self) -> None:
+        """``sync`` on the calling thread, for the stop path."""
+
+    def durable(self, lsn: int) -> None:
+        """The log is durable up to ``lsn``."""
+
+
+class NoData:
+    """The ``DataSync`` of a daemon whose records never name blocks elsewhere."""
+
+    def take_unsynced(self) -> bool:
+        return False
+
+    async def sync(self) -> None:
+        pass
+
+    def sync_now(self) -> None:
+        pass
+
+    def durable(self, lsn: int) -> None:
+        pass
+
+
 class Journal:
-    def __init__(self, directory: Path, segment_size: int, writer: str = WRITER) -> None:
+    def __init__(self, directory: Path, segment_size: int, data: DataSync | None = None,
+                 writer: str = WRITER, *,
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 observe: Callable[[float, int], None] | None = None) -> None:
+        """``data``: the data sets whose blocks records name; ``writer``: this
+        daemon's log series (a node of a group writes its own, docs/group.md);
+        ``on_failure`` is called once with the error that ends acknowledgements;
+        ``observe`` after each fsync with its seconds and the records it made durable."""
         self.directory = directory
+        self.data: DataSync = data if data is not None else NoData()
         self.writer_id = writer
         self.writer = logstream.Writer.open(directory, writer, segment_size=segment_size)
         if self.writer.repair is not None:
@@ -85,13 +134,12 @@ class Journal:
         self._flushed = trio.Event()
         self._fsync_average = 0.0
         self._held: set = set()  # sessions with replies waiting for a flush
-        # records waiting for sync_data, in order, each with whether it names blocks
+        # records waiting for DataSync.sync, in order, each with whether it names blocks
         self._held_back: list[tuple[dict, bool]] = []
         self._pending: list[dict] = []  # records taken, written at the flusher's next pass
-        self.sync_data: Callable[[], Awaitable[None]] | None = None  # fsyncs the data sets
-        self.on_durable: Callable[[int], None] | None = None  # after each flush
-        self.on_failure = None  # called once with the error
-        self.observe = None  # called after each fsync with its seconds and records
+        self.sync_data = self.data.sync  # awaited before held-back records are written
+        self.on_failure = on_failure
+        self.observe = observe
 
     @property
     def fsync_average(self) -> float:
@@ -102,10 +150,20 @@ class Journal:
     def position(self) -> int:
         return self._position
 
+    def log(self, parts: list[dict], urgent: bool) -> int:
+        """Append a request's record (``parts``: one, or the pieces it was split
+        into), behind the blocks its puts wrote if there are any (the module note);
+        returns the last LSN, 0 if the log has failed."""
+        after_data = self.data.take_unsynced()
+        lsn = 0
+        for part in parts:
+            lsn = self.append(part, urgent, after_data)
+        return lsn
+
     def append(self, body: dict, urgent: bool = True, after_data: bool = False) -> int:
         """Append a record; returns its LSN (0 if the log has failed: nothing is logged).
         ``urgent``: a reply waits for it, so start an fsync now. ``after_data``: it
-        names data-set blocks, so it waits for ``sync_data`` (see the module note)."""
+        names data-set blocks, so it waits for ``DataSync.sync`` (the module note)."""
         if self.failed is not None:
             return 0
         self._position += 1
@@ -154,9 +212,8 @@ class Journal:
                 self._write_pending()
                 if self.failed is not None:
                     break
-            held = len(self._held_back)  # those whose blocks the sync_data below covers
+            held = len(self._held_back)  # those whose blocks the sync below covers
             if held:
-                assert self.sync_data is not None  # set wherever records are held back
                 await self.sync_data()
             target = self.writer.appended_lsn + held
             if target <= self.durable:
@@ -202,16 +259,16 @@ class Journal:
         durable = self.writer.flush(target)
         return durable, time.perf_counter() - started
 
-    def finish_held_back(self, sync_now: Callable[[], None]) -> None:
+    def finish_held_back(self) -> None:
         """At a clean stop: what is still taken or held back, written (the held-back
-        records after ``sync_now``) and made durable."""
+        records after ``DataSync.sync_now``) and made durable."""
         if self._pending and self.failed is None:
             self._write_pending()
         if self.failed is not None:
             return
         held, self._held_back = self._held_back, []
         if held:
-            sync_now()
+            self.data.sync_now()
         try:
             self.durable, _ = self._append_and_flush(held, self.writer.appended_lsn + len(held))
         except (logstream.LogstreamError, ValueError) as err:
@@ -260,8 +317,8 @@ class Journal:
         for session in held:
             if session.release(self.acknowledged, refused):
                 self._held.add(session)
-        if self.on_durable is not None and self.failed is None:
-            self.on_durable(self.durable)
+        if self.failed is None:
+            self.data.durable(self.durable)
         flushed, self._flushed = self._flushed, trio.Event()
         flushed.set()
 

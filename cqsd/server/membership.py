@@ -9,7 +9,6 @@ under way, no live node of its preference list, etcd out of reach).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -25,6 +24,7 @@ from ..storage.datadir import DataDir
 from .clients import Clients
 from .journal import Fenced, Journal
 from .registry import Registry
+from .runtime import Runtime
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
@@ -34,7 +34,7 @@ class Membership:
     """Implements the node's ``Host``: what a takeover and a fence do to the daemon."""
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
-                 clients: Clients, waiters: ReadWaiters, settle: Callable[[], int]) -> None:
+                 clients: Clients, waiters: ReadWaiters, runtime: Runtime) -> None:
         assert config.group is not None
         self.config = config
         self.datadir = datadir
@@ -42,7 +42,7 @@ class Membership:
         self.journal = journal
         self.clients = clients
         self.waiters = waiters
-        self.settle = settle
+        self.runtime = runtime
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         journal.guard(self.node.valid, self.node.fence)
@@ -121,7 +121,7 @@ class Membership:
         for client in sorted(owners):  # their holders may come back to resync
             self.clients.held_over.add(client)
             self.clients.schedule_peer_recovery(client, failed=False)
-        self.settle()
+        self.runtime.settle()
         takeover.phases["load"] = round(loaded - started, 3)
         takeover.phases["listen"] = round(now() - loaded, 3)
         for r in reports:

@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import psutil
 import structlog
@@ -36,9 +36,7 @@ from .. import __version__
 from ..engine import QueueType
 from ..engine.entry import ELEMENT
 from . import status
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .rooms import Rooms
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -56,11 +54,11 @@ COUNTS = {"puts": "messages put", "reads": "messages read with a lock",
           "expiries": "leased locks that expired unrenewed"}
 
 
-class Monitor:
-    """The daemon's metrics registry and its HTTP listener."""
+class Fsyncs:
+    """The metrics registry, with the histograms the journal feeds (made before the
+    journal, which reports each fsync to ``flushed``)."""
 
-    def __init__(self, d: "Daemon") -> None:
-        self.d = d
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.fsync_seconds = Histogram(
             "cqsd_fsync_seconds", "Time one group-commit fsync of the log took",
@@ -68,16 +66,24 @@ class Monitor:
         self.fsync_records = Histogram(
             "cqsd_fsync_records", "Log records one fsync made durable (acknowledgements "
             "per fsync: group commit)", buckets=RECORD_BUCKETS, registry=self.registry)
-        self.registry.register(_Collector(d))
-        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds …:
-        # the names every Prometheus dashboard for a process expects
-        ProcessCollector(registry=self.registry)
-        self._slots = trio.Semaphore(MAX_SCRAPERS)
 
     def flushed(self, seconds: float, records: int) -> None:
         """The journal's report of one fsync."""
         self.fsync_seconds.observe(seconds)
         self.fsync_records.observe(records)
+
+
+class Monitor:
+    """The daemon's metrics registry and its HTTP listener."""
+
+    def __init__(self, d: Rooms, fsyncs: Fsyncs) -> None:
+        self.d = d
+        self.registry = fsyncs.registry
+        self.registry.register(_Collector(d))
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds …:
+        # the names every Prometheus dashboard for a process expects
+        ProcessCollector(registry=self.registry)
+        self._slots = trio.Semaphore(MAX_SCRAPERS)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -157,7 +163,7 @@ class Monitor:
 class _Collector(Collector):
     """Everything read at scrape time."""
 
-    def __init__(self, d: "Daemon") -> None:
+    def __init__(self, d: Rooms) -> None:
         self.d = d
         self.process = psutil.Process(os.getpid())
 
@@ -165,10 +171,10 @@ class _Collector(Collector):
         d = self.d
         yield _gauge("cqsd_info", "The daemon's version", {"version": __version__}, 1)
         yield _gauge("cqsd_uptime_seconds", "Seconds since the daemon started", {},
-                     round(time.time() - d.started, 3))
+                     round(time.time() - d.life.started, 3))
         yield _gauge("cqsd_ready", "1 while the daemon serves requests", {},
                      int(status.state(d) == "ready"))
-        if d.journal is None or d.connections is None or not d.ready:
+        if not d.life.ready:
             # recovery may be rebuilding the structures in its thread: only what
             # does not touch them (serve_during)
             yield from _jobs(self.process)
@@ -244,7 +250,7 @@ CHECKPOINT_GAUGES = (
 )
 
 
-def _structures(d: "Daemon", rows: list[dict]) -> Iterator[Metric]:
+def _structures(d: Rooms, rows: list[dict]) -> Iterator[Metric]:
     labels = ["structure"]
     available = GaugeMetricFamily("cqsd_structure_available",
                                   "1 if available, 0 while failed or being recovered",
@@ -270,7 +276,7 @@ def _structures(d: "Daemon", rows: list[dict]) -> Iterator[Metric]:
     yield from counters.values()
 
 
-def _queues(d: "Daemon") -> Iterator[Metric]:
+def _queues(d: Rooms) -> Iterator[Metric]:
     labels = ["structure", "qtype", "queue"]
     depth = GaugeMetricFamily("cqsd_queue_depth", "Ready messages on a queue", labels=labels)
     locked = GaugeMetricFamily("cqsd_queue_locked", "Messages of a queue locked by readers",
@@ -301,8 +307,8 @@ def _queues(d: "Daemon") -> Iterator[Metric]:
     yield from (depth, locked, used, overflow, waiting, oldest, delayed)
 
 
-def _smds(d: "Daemon") -> Iterator[Metric]:
-    """Each data set's size and fullness, and its structure's buffer pool (DESIGN §11)."""
+def _smds(d: Rooms) -> Iterator[Metric]:
+    """Each data set's size and fullness, and its structure's buffer pool (docs/smds.md)."""
     labels = ["structure", "owner"]
     families: list[tuple[Metric, str, float]] = [
         (kind(name, doc, labels=labels), field, scale)

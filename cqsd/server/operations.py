@@ -17,7 +17,6 @@ from typing import Any
 import structlog
 import trio
 
-from ..config import Config
 from ..engine import CQSError, Reason, StructurePair
 from ..engine.entry import ELEMENT
 from ..records import rows_of
@@ -28,22 +27,23 @@ from ..storage.datadir import DataDir
 from . import notify
 from .checkpoints import Checkpoints
 from .clients import Clients
-from .datasets import DataSets
 from .definitions import Definition, Held
 from .jobs import JobFailed
 from .journal import WRITER, Journal
-from .mediarecovery import MediaRecovery, Plan
+from .liveconfig import LiveConfig
 from .registry import Registry
+from .runtime import Runtime
+from .smds.datasets import DataSets
+from .smds.mediarecovery import MediaRecovery, Plan
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
 
 
 class Operations:
-    def __init__(self, config: Config, datadir: DataDir, registry: Registry, clients: Clients,
-                 journal: Journal, checkpoints: Checkpoints, waiters: ReadWaiters,
-                 datasets: DataSets, settle: Callable[[], int],
-                 spawn: Callable[..., None]) -> None:
+    def __init__(self, config: LiveConfig, datadir: DataDir, registry: Registry,
+                 clients: Clients, journal: Journal, checkpoints: Checkpoints,
+                 waiters: ReadWaiters, datasets: DataSets, runtime: Runtime) -> None:
         self.config = config
         self.datadir = datadir
         self.registry = registry
@@ -52,8 +52,7 @@ class Operations:
         self.checkpoints = checkpoints
         self.waiters = waiters
         self.datasets = datasets
-        self.settle = settle
-        self.spawn = spawn
+        self.runtime = runtime
         self._recovering: set[str] = set()
         self.media = MediaRecovery(datasets)
 
@@ -91,7 +90,7 @@ class Operations:
         log.info("spark_recovery_started", structure=name)
         try:
             result = self.checkpoints.jobs.run_before_serving(
-                self.config, args, lambda seconds: notify.status(
+                self.config.current, args, lambda seconds: notify.status(
                     f"recovering: {name} with the Spark job ({seconds:.0f} s)", extend=True))
         except JobFailed as err:
             log.error("spark_recovery_failed", structure=name, error=err.message)
@@ -136,12 +135,12 @@ class Operations:
             self._recovering.discard(name)
         self._install(new)
         if purge:  # the data sets' contents are no longer needed: EMPTY
-            await self.datasets.purged(names, why)
+            await self.datasets.open_sets.purged(names, why)
         else:  # what the data sets hold is now what the log says
-            self.datasets.reopen(names)
+            self.datasets.open_sets.reopen(names)
         for owner in sorted(set(new.client_stats()) - set(self.clients.sessions)):
             new.release_client(owner)
-        self.settle()
+        self.runtime.settle()
         messages = new.stats()["messages"]
         source = "purge" if purge else "checkpoint and log"
         seconds = round(time.monotonic() - started, 3)
@@ -196,7 +195,7 @@ class Operations:
                 continue
             path = self.datadir.images / f"{s.name}.recovered"
             await self.checkpoints.jobs.run(
-                self.config, ["recover", "--structure", s.name, "--to-image", str(path)])
+                self.config.current, ["recover", "--structure", s.name, "--to-image", str(path)])
             r = await trio.to_thread.run_sync(
                 load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable},
                 plan.writer(s.name) if plan is not None else None)
@@ -259,7 +258,7 @@ class Operations:
         target = self.registry.physical(name)
         assert target is not None  # its pair is available
         (pair if name == pair.name else target).alter(size)
-        self.settle()
+        self.runtime.settle()
         return target.stats()
 
     async def detached(self, operation: Callable[..., Awaitable[dict[str, Any]]],
@@ -279,7 +278,7 @@ class Operations:
             finally:
                 done.set()
 
-        self.spawn(operation.__name__, run)
+        self.runtime.spawn(operation.__name__, run)
         await done.wait()
         if not outcome:
             raise CQSError(Reason.SHUTTING_DOWN, "the daemon stopped before it finished")

@@ -14,18 +14,18 @@ from collections.abc import Callable
 import structlog
 
 from .. import exits
-from ..config import Config
 from ..engine import CQSError, Reason, Structure, StructurePair
 from ..engine.entry import ELEMENT
 from .definitions import Definitions, Held
+from .liveconfig import LiveConfig
 
 log = structlog.get_logger()
 
 
 class Registry:
-    def __init__(self, config: Config, definitions: Definitions | None = None) -> None:
+    def __init__(self, config: LiveConfig, definitions: Definitions | None = None) -> None:
         self.config = config
-        self.definitions = definitions or Definitions(config)
+        self.definitions = definitions or Definitions(config.current)
         self.overflow_of = {sc.overflow: sc.name for sc in config.structures if sc.overflow}
         self._exits = {
             sc.name: (exits.resolve(sc.overflow_exit, f"structure {sc.name}: overflow_exit"),

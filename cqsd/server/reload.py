@@ -1,37 +1,31 @@
 """SIGHUP: reopen the log file, and re-read the config file to apply what can change
 without a restart.
 
-What reloads: the ``[[client]]`` list (names, secrets, rights),
-``operator_users``, ``log_level``, ``log_file`` and the TLS certificate, key
-and client CA (re-read on every SIGHUP, so certificates renewed in place are
-picked up; for connections made from then on). A registered session's rights
-change at once; a session whose client is no longer listed (or lost the
-operator right its operator session needs) is cut off. Everything else that
-differs from the running config is named in a ``restart_needed`` event and
-left as it runs; a file that does not load is named in ``reload_failed`` and nothing changes.
+What reloads: the ``[[client]]`` list (names, secrets, rights), ``log_level``,
+``log_file`` and the TLS certificate, key and client CA (re-read on every
+SIGHUP, so certificates renewed in place are picked up; for connections made
+from then on). A registered session's rights change at once; a session whose
+client is no longer listed (or lost the operator right its operator session
+needs) is cut off. Everything else that differs from the running config is
+named in a ``restart_needed`` event and left as it runs; a file that does not
+load is named in ``reload_failed`` and nothing changes.
 
 ``changes`` is pure: what differs, split into what reloads and what needs a
-restart; ``apply`` is the daemon's side, and ``signalled`` is a SIGHUP as
-systemd hears it: the file is read first, and only a file that loads is
-announced with ``RELOADING=1`` … ``READY=1``; one that does not is told as a
-``STATUS`` naming the failure, with no ``READY=1`` and no "reloaded", since
-nothing was reloaded (docs/operations.md, "Reload").
+restart; ``apply`` is the daemon's side.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ssl
-from typing import TYPE_CHECKING
 
 import structlog
 
 from .. import logs
 from ..config import Config, ConfigError, load
 from . import notify
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .connections import Connections
+from .rooms import Rooms
 
 log = structlog.get_logger()
 RELOADABLE = ("log_level", "log_file", "tls_cert", "tls_key", "tls_client_ca", "operator_users")
@@ -66,7 +60,7 @@ def merged(old: Config, new: Config, reload: list[str]) -> Config:
                                clients=new.clients)
 
 
-def signalled(d: Daemon) -> dict:
+def signalled(d: Rooms, connections: Connections) -> dict:
     """A SIGHUP: reopen the log, read the file, and tell systemd the truth of it."""
     new = _read(d)
     if isinstance(new, dict):
@@ -74,7 +68,7 @@ def signalled(d: Daemon) -> dict:
                       "configuration (see the reload_failed event)")
         return new
     notify.reloading()
-    result = apply(d, new)
+    result = apply(d, connections, new)
     said = "reloaded"
     if "tls_error" in result:
         said += "; the TLS certificates did not load and stay as they were"
@@ -84,34 +78,35 @@ def signalled(d: Daemon) -> dict:
     return result
 
 
-def _read(d: Daemon) -> Config | dict:
+def _read(d: Rooms) -> Config | dict:
     """Reopen the log and load the file; a reload_failed result if it does not load."""
-    if d.log_sink is not None:
-        d.log_sink.reopen()
+    if d.life.log_sink is not None:
+        d.life.log_sink.reopen()
     log.info("logs_reopened")
     try:
-        return load(d.config_path)
+        return load(d.life.config_path)
     except ConfigError as err:
         log.error("reload_failed", problems=err.problems, action="nothing changed")
         return {"reloaded": [], "restart_needed": [], "error": str(err),
                 "problems": err.problems}
 
 
-def apply(d: Daemon, new: Config) -> dict:
-    """Apply ``new`` (the config file, read again); returns what was reloaded and what
-    needs a restart."""
-    reload, restart = changes(d.config, new)
-    config = merged(d.config, new, reload)
+def apply(d: Rooms, connections: Connections, new: Config) -> dict:
+    """Apply ``new`` (the config file, read again) into ``d.config``, and reload
+    ``connections``' TLS certificates; returns what was reloaded and what needs a
+    restart."""
+    reload, restart = changes(d.config.current, new)
+    config = merged(d.config.current, new, reload)
     tls_error = None
     if config.daemon.tls_cert and "daemon.tls_cert" not in restart:
         try:  # re-read even when the paths are the same: certificates renewed in place
-            d.connections.reload_tls(config.daemon)
+            connections.reload_tls(config.daemon)
             reload.append("tls certificates")
         except (OSError, ssl.SSLError) as err:
             log.error("reload_failed", problems=[f"TLS: {err}"],
                       action="the TLS certificates stay as they were")
             reload = [k for k in reload if k.removeprefix("daemon.") not in TLS]
-            config = merged(d.config, new, reload)
+            config = merged(d.config.current, new, reload)
             tls_error = str(err)
     _install(d, config)
     if restart:
@@ -124,11 +119,11 @@ def apply(d: Daemon, new: Config) -> dict:
     return result if tls_error is None else {**result, "tls_error": tls_error}
 
 
-def _install(d: Daemon, config: Config) -> None:
-    for room in (d, d.clients, d.connections, d.registry, d.checkpoints, d.operations):
-        room.config = config
-    if d.log_sink is not None and d.log_sink.path != config.daemon.log_file:
-        d.log_sink.path = config.daemon.log_file
-        d.log_sink.reopen()
+def _install(d: Rooms, config: Config) -> None:
+    d.config.install(config)  # the one place every room reads it from
+    sink = d.life.log_sink
+    if sink is not None and sink.path != config.daemon.log_file:
+        sink.path = config.daemon.log_file
+        sink.reopen()
     logs.set_level(config.daemon.log_level)
-    d.clients.reauthorize(config)
+    d.clients.reauthorize()

@@ -7,16 +7,14 @@ the JSON is for programs; cqsctl makes them human.
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import __version__
 from ..engine.entry import ELEMENT
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .rooms import Rooms
 
 
-def snapshot(d: "Daemon") -> dict[str, Any]:
+def snapshot(d: Rooms) -> dict[str, Any]:
     """The daemon as a whole: process, clients, structures, log, checkpoints, jobs."""
     now = time.time()
     clients = d.clients
@@ -24,13 +22,13 @@ def snapshot(d: "Daemon") -> dict[str, Any]:
     return {
         "version": __version__,
         "pid": os.getpid(),
-        "started": d.started,
-        "uptime_seconds": round(now - d.started, 3),
+        "started": d.life.started,
+        "uptime_seconds": round(now - d.life.started, 3),
         "state": state(d),
         "clients": len(clients.sessions) - operators,
         "max_clients": d.config.daemon.max_clients,
         "operator_sessions": operators,
-        "connections": len(d.connections.sessions) if d.connections is not None else 0,
+        "connections": len(d.sessions),
         "structures": [_structure(d, name, now) for name in d.registry.names()],
         "recovering": sorted(d.operations.recovering),
         "log": _log(d),
@@ -39,16 +37,16 @@ def snapshot(d: "Daemon") -> dict[str, Any]:
     }
 
 
-def state(d: "Daemon") -> str:
+def state(d: Rooms) -> str:
     """starting, ready, stopping, or log_failed (nothing more is acknowledged)."""
-    if d.journal is not None and d.journal.failed is not None:
+    if d.journal.failed is not None:
         return "log_failed"
-    if d.shutting_down:
+    if d.life.stopping:
         return "stopping"
-    return "ready" if d.ready else "starting"
+    return "ready" if d.life.ready else "starting"
 
 
-def _structure(d: "Daemon", name: str, now: float) -> dict[str, Any]:
+def _structure(d: Rooms, name: str, now: float) -> dict[str, Any]:
     registry, checkpoints = d.registry, d.checkpoints
     primary = registry.overflow_of.get(name)
     row: dict[str, Any] = {"name": name, "overflow_of": primary}
@@ -73,7 +71,7 @@ def _structure(d: "Daemon", name: str, now: float) -> dict[str, Any]:
     return row
 
 
-def _log(d: "Daemon") -> dict[str, Any]:
+def _log(d: Rooms) -> dict[str, Any]:
     journal = d.journal
     size = segments = 0
     try:

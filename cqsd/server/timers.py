@@ -7,7 +7,7 @@ runs on the monotonic clock (``time.monotonic``, the engine's ``ticks``), a
 delay on the wall clock (``time.time_ns``, as put times): the sleep is the
 shorter of the two waits, and at most ``RECHECK`` seconds, so a wall clock set
 forward or back is noticed. A request that sets an earlier deadline (a leased
-read, a renew, a delayed put) pokes the task (``Daemon.settle``), which then
+read, a renew, a delayed put) pokes the task (``Dispatcher.settle``, dispatch.py), which then
 works out its sleep again. Expiries are logged (the engine's R effects, in the
 record ``settle`` writes) and events say how many went; waiting readers and
 interested clients hear of ripened messages through ``settle`` too.
@@ -22,16 +22,17 @@ import trio
 
 from ..engine import QueueType
 from .registry import Registry
+from .runtime import Runtime
 
 log = structlog.get_logger()
 RECHECK = 60.0  # seconds at most between two looks at the wall clock
 
 
 class Timers:
-    def __init__(self, registry: Registry, settle: Callable[[], int],
+    def __init__(self, registry: Registry, runtime: Runtime,
                  spared: Callable[[], Collection[str]]) -> None:
         self.registry = registry
-        self.settle = settle
+        self.runtime = runtime
         self.spared = spared  # owners whose expiries are no failure of theirs (Clients)
         self._poked = trio.Event()
 
@@ -69,4 +70,4 @@ class Timers:
                          entries=[e.entry_id for e in expired[:10]])
             if ripe:
                 log.debug("delayed_ripened", structure=pair.name, messages=len(ripe))
-        self.settle()
+        self.runtime.settle()

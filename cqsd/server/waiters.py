@@ -10,9 +10,7 @@ from collections import deque
 
 import trio
 
-from ..engine import CQSError, Entry, Reason, Structure
-
-Key = tuple[int, str]
+from ..engine import CQSError, Entry, QueueKey, Reason, Structure
 
 
 class Waiter:
@@ -30,20 +28,20 @@ class Waiter:
 class ReadWaiters:
     def __init__(self, budget: int) -> None:
         self.budget = budget  # payload bytes one reply may carry (read_up_to)
-        self._queues: dict[tuple[str, Key], deque[Waiter]] = {}
+        self._queues: dict[tuple[str, QueueKey], deque[Waiter]] = {}
 
-    def add(self, structure: Structure, key: Key, waiter: Waiter) -> None:
+    def add(self, structure: Structure, key: QueueKey, waiter: Waiter) -> None:
         self._queues.setdefault((structure.name, key), deque()).append(waiter)
         structure.watched.add(key)
 
-    def remove(self, structure: Structure, key: Key, waiter: Waiter) -> None:
+    def remove(self, structure: Structure, key: QueueKey, waiter: Waiter) -> None:
         queue = self._queues.get((structure.name, key))
         if queue is not None and waiter in queue:
             queue.remove(waiter)
             if not queue:
                 self._forget(structure, key)
 
-    def count(self, structure: str, key: Key) -> int:
+    def count(self, structure: str, key: QueueKey) -> int:
         return len(self._queues.get((structure, key), ()))
 
     def serve(self, structure: Structure) -> None:
@@ -79,12 +77,12 @@ class ReadWaiters:
                 queue.remove(waiter)
                 waiter.event.set()
 
-    def _forget(self, structure: Structure, key: Key) -> None:
+    def _forget(self, structure: Structure, key: QueueKey) -> None:
         self._queues.pop((structure.name, key), None)
         structure.watched.discard(key)
 
 
-def read_up_to(structure: Structure, client: str, key: Key, n: int, budget: int,
+def read_up_to(structure: Structure, client: str, key: QueueKey, n: int, budget: int,
                lease: float | None = None) -> list[Entry]:
     """Lock up to ``n`` messages for ``client`` (for ``lease`` seconds, if given),
     stopping once their payloads pass ``budget`` bytes, so that a reply holds at

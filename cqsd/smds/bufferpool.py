@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from .pages import PAGE, Range
 
-Key = tuple[str, int]  # (owner, data-set page where the message block starts)
+BlockKey = tuple[str, int]  # (owner, data-set page where the message block starts)
 
 
 class Held(NamedTuple):
@@ -51,7 +51,7 @@ class Buffer:
 
     def __init__(self, size: int) -> None:
         self.memory = bytearray(size)
-        self.key: Key | None = None
+        self.key: BlockKey | None = None
         self.nbytes = 0
         self.pins = 0
         self.held: Held | None = None
@@ -92,9 +92,9 @@ class BufferPool:
         self._buffers = buffers  # what the pool is to hold (resize changes it)
         self._held = buffers  # what it holds: more than _buffers while pinned ones go
         self._empty = [Buffer(size) for _ in range(buffers)]  # free, holding nothing
-        self._lru: OrderedDict[Key, Buffer] = OrderedDict()  # free, holding a block, LRU first
-        self._cached: dict[Key, Buffer] = {}  # every buffer holding a block, pinned or not
-        self._by_block: dict[tuple[str, int], set[Key]] = {}  # (owner, block) -> cached keys
+        self._lru: OrderedDict[BlockKey, Buffer] = OrderedDict()  # free, holding a block, LRU first
+        self._cached: dict[BlockKey, Buffer] = {}  # every buffer holding a block, pinned or not
+        self._by_block: dict[tuple[str, int], set[BlockKey]] = {}  # (owner, block) -> cached keys
         self.hits = self.misses = self.waits = 0
         self.lowest_free = buffers
         self._lock = threading.Lock()
@@ -129,7 +129,7 @@ class BufferPool:
                 self._forget(key)
                 self._held -= 1
 
-    def lookup(self, key: Key, nbytes: int) -> Buffer | None:
+    def lookup(self, key: BlockKey, nbytes: int) -> Buffer | None:
         """The buffer holding at least ``nbytes`` of block ``key``, pinned (a hit), or
         None (a miss: the caller ``take``s a buffer and reads)."""
         with self._lock:
@@ -157,7 +157,7 @@ class BufferPool:
             self._note_free()
             return buffer
 
-    def hold(self, key: Key, nbytes: int, held: Held) -> bool:
+    def hold(self, key: BlockKey, nbytes: int, held: Held) -> bool:
         """Keep block ``key`` (``nbytes`` with its prefix) as just written, ``held``,
         in a free buffer, most recently used; False when every buffer is in use (a
         write never waits for a buffer: its bytes are already in memory)."""
@@ -172,7 +172,7 @@ class BufferPool:
             self._lru[key] = buffer
             return True
 
-    def fill(self, buffer: Buffer, key: Key, nbytes: int) -> None:
+    def fill(self, buffer: Buffer, key: BlockKey, nbytes: int) -> None:
         """Record that ``buffer`` (taken, pinned) now holds ``nbytes`` of block ``key``."""
         with self._lock:
             if buffer.key is not None or not buffer.pins or nbytes > self.size:
@@ -218,7 +218,7 @@ class BufferPool:
     def _pages(self, buffer: Buffer) -> int:
         return max(1, -(-buffer.nbytes // PAGE))
 
-    def _block_of(self, key: Key) -> tuple[str, int]:
+    def _block_of(self, key: BlockKey) -> tuple[str, int]:
         return key[0], key[1] // self._ppb
 
     def _free(self) -> Buffer | None:
@@ -233,7 +233,7 @@ class BufferPool:
         buffer.key, buffer.nbytes, buffer.held = None, 0, None
         return buffer
 
-    def _keep(self, buffer: Buffer, key: Key, nbytes: int) -> None:
+    def _keep(self, buffer: Buffer, key: BlockKey, nbytes: int) -> None:
         """``buffer`` now holds ``nbytes`` of block ``key``: indexed, replacing any
         other buffer's copy (two reads of one block that missed together)."""
         old = self._cached.get(key)
@@ -243,7 +243,7 @@ class BufferPool:
         self._cached[key] = buffer
         self._by_block.setdefault(self._block_of(key), set()).add(key)
 
-    def _forget(self, key: Key) -> None:
+    def _forget(self, key: BlockKey) -> None:
         """Remove ``key`` from the indexes (its buffer is handled by the caller)."""
         del self._cached[key]
         block = self._block_of(key)

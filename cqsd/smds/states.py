@@ -30,7 +30,7 @@ closes it — normally, saving the space map, or abandoning it — and then
 fires the event, so that "open" always means ACTIVE, ENABLED and NORMAL
 (``check`` says what always holds).
 
-Pure: no I/O. ``cqsd/server/availability.py`` keeps, persists and logs them.
+Pure: no I/O. ``cqsd/server/smds/availability.py`` keeps, persists and logs them.
 """
 
 from __future__ import annotations

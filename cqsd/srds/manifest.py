@@ -16,11 +16,13 @@ from crc32c import crc32c
 
 from logstream.durable import fsync_dir, write_all
 
+from ..errors import DaemonError
+
 FORMAT = 1
 NAME = "manifest.json"
 
 
-class ManifestError(Exception):
+class ManifestError(DaemonError):
     """A manifest that cannot be trusted; the message names the file and the problem."""
 
 

@@ -38,6 +38,7 @@ from crc32c import crc32c
 
 from logstream.durable import fsync_dir, make_dirs
 
+from ..errors import DaemonError
 from ..records import ROW_FIELDS
 from . import manifest
 
@@ -84,7 +85,7 @@ _BEFORE_MAPS = [("ref", pa.string()) if name == "map" else (name, t)
 BATCH_BYTES = 64 << 20  # payload bytes per batch read, when messages are large
 
 
-class SlotError(Exception):
+class SlotError(DaemonError):
     """A slot or its manifest cannot be used; the message names the file and why."""
 
 

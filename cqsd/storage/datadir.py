@@ -4,8 +4,10 @@ import fcntl
 import os
 from pathlib import Path
 
+from ..errors import DaemonError
 
-class DataDirError(Exception):
+
+class DataDirError(DaemonError):
     """The data directory cannot be used; the message says why and which path."""
 
 

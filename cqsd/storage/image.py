@@ -34,6 +34,7 @@ from crc32c import crc32c
 from logstream.durable import fsync_dir
 
 from ..engine import Structure
+from ..errors import DaemonError
 from ..records import ROW_FIELDS, row_of
 
 FORMAT = "cqsd-image"
@@ -42,7 +43,7 @@ VERSION = 4
 MISSING = {3: 2, 2: 3}  # 3: before leases and delays; 2: before SMDS too
 
 
-class ImageError(Exception):
+class ImageError(DaemonError):
     """An image file that cannot be trusted; the message names the file and the problem."""
 
 

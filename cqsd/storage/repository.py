@@ -19,6 +19,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..errors import DaemonError
+
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another; a job's commit takes milliseconds
 
 MIGRATIONS: list[list[str]] = [
@@ -73,7 +75,7 @@ SMDS_FIELDS = ("created", "map_time", "status", "access", "stopped", "rcvtime", 
                "dsexpand", "dsbufs")
 
 
-class RepositoryError(Exception):
+class RepositoryError(DaemonError):
     """The repository cannot be used; the message names the file and why."""
 
 

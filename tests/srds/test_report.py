@@ -15,8 +15,9 @@ import pytest
 
 import cqsclient
 from cqsclient.errors import CQSError
-from cqsd.srds import effects, report
+from cqsd.srds import effects
 from cqsd.srds import traffic as traffic_report
+from cqsd.srds.traffic import report
 from cqsd.storage import repository
 from tests.daemon.harness import STRUCTURES, Daemon
 

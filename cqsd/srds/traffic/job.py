@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from logstream.durable import make_dirs
 
-from ..storage.datadir import DataDir
+from ...storage.datadir import DataDir
 from . import plots, report
 
 log = structlog.get_logger()

@@ -1,4 +1,4 @@
-"""The operator's SMDS commands (seed 000; DESIGN §11): ``reset-smds``,
+"""The operator's SMDS commands (seed 000; docs/smds.md): ``reset-smds``,
 ``start-smdsconn``, ``stop-smdsconn`` and ``alter-smds``.
 
 Each is a state change of the tables (cqsd/smds/states.py) with what the
@@ -12,7 +12,6 @@ not allow is refused with INVALID_REQUEST naming the state, before anything
 is closed.
 """
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,10 +19,11 @@ import structlog
 
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
 
-from ..config import Config
-from ..engine import CQSError, Reason
-from ..smds.states import Conn, Event, IllegalTransition, Status
-from .availability import Key
+from ...engine import CQSError, Reason
+from ...smds.states import Conn, Event, IllegalTransition, Status
+from ..liveconfig import LiveConfig
+from ..runtime import Runtime
+from .availability import DataSetKey
 from .datasets import DataSets
 
 log = structlog.get_logger()
@@ -35,11 +35,11 @@ MAX_DSBUFS = 9999  # as the dsbufs config key (MQ's DSBUFS range)
 
 
 class SmdsCommands:
-    def __init__(self, config: Config, datasets: DataSets, settle: Callable[[], int]) -> None:
+    def __init__(self, config: LiveConfig, datasets: DataSets, runtime: Runtime) -> None:
         self.config = config
         self.datasets = datasets
         self.states = datasets.states
-        self.settle = settle
+        self.runtime = runtime
 
     async def reset(self, structure: str, owner: str, access: str | None,
                     status: str | None) -> dict[str, Any]:
@@ -52,14 +52,14 @@ class SmdsCommands:
         events = [(event, words) for event, words in events if event is not None]
         self._check(key, [event for event, _ in events], "reset-smds")
         if status == "failed":  # it must stop being used at once: no space map saved
-            await self.datasets.close_one(key, "reset-smds --status failed", save=False)
+            await self.datasets.open_sets.close_one(key, "reset-smds --status failed", save=False)
         if access == "disabled":  # closed normally, its space map saved
-            await self.datasets.close_one(key, "reset-smds --access disabled")
+            await self.datasets.open_sets.close_one(key, "reset-smds --access disabled")
         for event, words in events:
             self._fire(key, event, words)
-        self.datasets.try_open(key, "reset-smds")
-        self.settle()  # deletes of messages a restart found lost
-        return self.datasets.cfstatus_row(key)
+        self.datasets.open_sets.try_open(key, "reset-smds")
+        self.runtime.settle()  # deletes of messages a restart found lost
+        return self.datasets.displays.cfstatus_row(key)
 
     async def stop(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """STOP SMDSCONN: each data set closed normally, its connection STOPPED, which a
@@ -67,18 +67,18 @@ class SmdsCommands:
         keys = self._keys(structure, owner)
         self._check_all(keys, Event.STOP, "stop-smdsconn")
         for key in keys:
-            await self.datasets.close_one(key, "stop-smdsconn")
+            await self.datasets.open_sets.close_one(key, "stop-smdsconn")
             self._fire(key, Event.STOP, "stop-smdsconn")
-        return [self.datasets.smdsconn_row(key) for key in keys]
+        return [self.datasets.displays.smdsconn_row(key) for key in keys]
 
     def start(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """START SMDSCONN: each connection NORMAL, and its data set opened if it may be."""
         keys = self._keys(structure, owner)
         for key in keys:
             self.states.fire(key, Event.START, "start-smdsconn")
-            self.datasets.try_open(key, "start-smdsconn")
-        self.settle()
-        return [self.datasets.smdsconn_row(key) for key in keys]
+            self.datasets.open_sets.try_open(key, "start-smdsconn")
+        self.runtime.settle()
+        return [self.datasets.displays.smdsconn_row(key) for key in keys]
 
     def alter(self, structure: str, owner: str, dsbufs: int | str | None,
               dsexpand: str | None) -> dict[str, Any]:
@@ -101,17 +101,17 @@ class SmdsCommands:
         self.states.set(key, **fields)
         log.info("smds_altered", structure=structure, owner=owner, **fields)
         if "dsbufs" in fields:
-            self.datasets.pool(structure)  # resized to what its data sets ask for now
-        dataset = self.datasets.opened(key)
-        if dsexpand is not None and self.datasets.dsexpand(key) and dataset is not None \
+            self.datasets.tuning.pool(structure)  # resized to what its data sets ask for now
+        dataset = self.datasets.open_sets.open.get(key)
+        if dsexpand is not None and self.datasets.tuning.dsexpand(key) and dataset is not None \
                 and dataset.space is not None \
-                and (dataset.space.wants_growth or key in self.datasets.short):
-            self.datasets.expand(dataset)
-        return self.datasets.row(key)
+                and (dataset.space.wants_growth or key in self.datasets.space.short):
+            self.datasets.space.expand(dataset)
+        return self.datasets.displays.row(key)
 
     # -- inside ----------------------------------------------------------------------
 
-    def _key(self, structure: str, owner: str) -> Key:
+    def _key(self, structure: str, owner: str) -> DataSetKey:
         """(structure, owner) of an offloading structure; raises UNKNOWN_STRUCTURE or
         INVALID_REQUEST."""
         self._offloading(structure)
@@ -127,15 +127,15 @@ class SmdsCommands:
         if self.config.structure(structure).offload_rules is None:
             raise _bad(f"structure {structure} keeps no data sets (offload = \"none\")")
 
-    def _keys(self, structure: str, owner: str | None) -> list[Key]:
+    def _keys(self, structure: str, owner: str | None) -> list[DataSetKey]:
         """One data set, or every activated data set of the structure."""
         if owner is not None:
             return [self._key(structure, owner)]
         self._offloading(structure)
-        return [k for k in self.datasets.keys([structure])
+        return [k for k in self.datasets.open_sets.keys([structure])
                 if self.states.state(k).status != Status.NOTFOUND]
 
-    def _fire(self, key: Key, event: Event, words: str) -> None:
+    def _fire(self, key: DataSetKey, event: Event, words: str) -> None:
         """``fire``, a refusal being the operator's (another command may have changed
         the state while this one closed the data set)."""
         try:
@@ -143,7 +143,7 @@ class SmdsCommands:
         except IllegalTransition as err:
             raise _bad(f"{words}: {err}") from None
 
-    def _check(self, key: Key, events: list[Event], command: str) -> None:
+    def _check(self, key: DataSetKey, events: list[Event], command: str) -> None:
         """Refuse, before anything changes, a command the data set's state does not
         allow (taken as it will be once the command has closed the data set)."""
         state = replace(self.states.state(key), conn=Conn.CLOSED)
@@ -155,7 +155,7 @@ class SmdsCommands:
                 raise _bad(f"{command}: the data set of {key[1]} in {key[0]} is {now.status}, "
                            f"ACCESS({now.access}): {err}") from None
 
-    def _check_all(self, keys: list[Key], event: Event, command: str) -> None:
+    def _check_all(self, keys: list[DataSetKey], event: Event, command: str) -> None:
         for key in keys:
             self._check(key, [event], command)
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import StructureConfig
-from ..engine import Entry
-from ..smds import (
+from ...config import StructureConfig
+from ...engine import Entry
+from ...smds import (
     BadDataMap,
     BadPrefix,
     BufferPool,
@@ -27,9 +27,9 @@ from ..smds import (
     SpaceMap,
     Unformatted,
 )
-from ..smds.dataset import DataSet, path_of
-from ..smds.pages import PAGE, PREFIX
-from ..smds.states import Status
+from ...smds.dataset import DataSet, path_of
+from ...smds.pages import PAGE, PREFIX
+from ...smds.states import Status
 
 
 class AllocFailed(Exception):

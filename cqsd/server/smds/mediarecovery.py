@@ -26,20 +26,18 @@ objects of their own: no request can touch a failed structure's data sets.
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 import trio
 
-from ..records import DATA, ID, MAP
-from ..smds import BufferPool, DataMap, DataSetDamage, SmdsError
-from ..smds.dataset import DataSet
-from ..smds.pages import PAGE
-from ..smds.states import Access, Avail, Event, Status
-from .availability import Key
-
-if TYPE_CHECKING:
-    from .datasets import DataSets
+from ...records import DATA, ID, MAP
+from ...smds import BufferPool, DataMap, DataSetDamage, SmdsError
+from ...smds.dataset import DataSet
+from ...smds.pages import PAGE
+from ...smds.states import Access, Avail, Event, Status
+from .availability import DataSetKey
+from .datasets import DataSets
 
 log = structlog.get_logger()
 
@@ -49,9 +47,9 @@ class Plan:
     """The data sets one recovery restores, each open for recovery, and those whose
     restoring failed (and why)."""
 
-    datasets: dict[Key, DataSet] = field(default_factory=dict)
-    failed: dict[Key, str] = field(default_factory=dict)
-    written: dict[Key, int] = field(default_factory=dict)  # messages written back
+    datasets: dict[DataSetKey, DataSet] = field(default_factory=dict)
+    failed: dict[DataSetKey, str] = field(default_factory=dict)
+    written: dict[DataSetKey, int] = field(default_factory=dict)  # messages written back
 
     def writer(self, structure: str) -> Callable[[list[Any]], None]:
         """What the loading of ``structure`` calls with each offloaded row, in its
@@ -78,7 +76,7 @@ class Plan:
 
 
 class MediaRecovery:
-    def __init__(self, datasets: "DataSets") -> None:
+    def __init__(self, datasets: DataSets) -> None:
         self.ds = datasets
         self.states = datasets.states
 
@@ -87,9 +85,9 @@ class MediaRecovery:
         each INRECOVER and open for recovery with PARTIAL_RECOVERY set; the others'
         saved space maps are no longer current."""
         plan = Plan()
-        for key in self.ds.keys(structures):
+        for key in self.ds.open_sets.keys(structures):
             state = self.states.state(key)
-            if self.ds.opened(key) is None and state.status in (Status.ACTIVE,
+            if self.ds.open_sets.open.get(key) is None and state.status in (Status.ACTIVE,
                                                                       Status.RECOVERED) \
                     and state.access != Access.DISABLED and state.avail != Avail.STOPPED:
                 problem = await trio.to_thread.run_sync(self._probe, key)
@@ -102,7 +100,7 @@ class MediaRecovery:
             self.states.fire(key, Event.RECOVERY_START, "cqsctl recover")
             try:
                 plan.datasets[key] = await trio.to_thread.run_sync(
-                    self._prepare, key, self.ds.pool(key[0]))
+                    self._prepare, key, self.ds.tuning.pool(key[0]))
             except (SmdsError, OSError) as err:
                 self.states.fire(key, Event.RECOVERY_FAIL, f"cannot be opened for recovery: "
                                                            f"{err}")
@@ -111,7 +109,7 @@ class MediaRecovery:
                      size=plan.datasets[key].size)
         return plan
 
-    def _probe(self, key: Key) -> str | None:
+    def _probe(self, key: DataSetKey) -> str | None:
         """Why recovery finds the data set invalid when it opens it, or None when it
         passes its checks (or cannot be opened for a reason not its own)."""
         record = self.states.record(key)
@@ -126,7 +124,7 @@ class MediaRecovery:
             return None  # not allowed to open it: the operator's to look at
         return None
 
-    def _prepare(self, key: Key, pool: BufferPool) -> DataSet:
+    def _prepare(self, key: DataSetKey, pool: BufferPool) -> DataSet:
         """Open for recovery (made anew without a valid header), PARTIAL_RECOVERY set;
         its writes go past ``pool``, forgetting what it holds of them."""
         structure, owner = key

@@ -5,7 +5,7 @@ shared STATUS and ACCESS and the stopped-connection flag in the repository
 The tables are ``cqsd/smds/states.py``; this room holds one ``SmdsState`` per
 (structure, owner), fires events at it, writes what must survive a restart,
 and logs every change as one event with the old state, the new one and why
-(DESIGN §10): ``smds_status_changed``, ``smds_access_changed``,
+(docs/architecture.md, "The rules"): ``smds_status_changed``, ``smds_access_changed``,
 ``smdsconn_status_changed``, ``smdsconn_avail_changed``.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 import structlog
 
-from ..smds.states import Access, Avail, Conn, Event, SmdsState, Status
-from ..storage import repository
+from ...smds.states import Access, Avail, Conn, Event, SmdsState, Status
+from ...storage import repository
 
 log = structlog.get_logger()
-Key = tuple[str, str]  # (structure, owner)
+DataSetKey = tuple[str, str]  # (structure, owner): one data set
 
 EVENT_NAMES = {"status": "smds_status_changed", "access": "smds_access_changed",
                "conn": "smdsconn_status_changed", "avail": "smdsconn_avail_changed"}
@@ -31,8 +31,8 @@ WORRYING = {Status.FAILED, Access.SUSPENDED, Avail.ERROR, Conn.ALLOCFAIL, Conn.O
 class Availability:
     def __init__(self, repository_path: Path) -> None:
         self.path = repository_path
-        self._states: dict[Key, SmdsState] = {}
-        self._records: dict[Key, dict[str, Any]] = {}  # the repository's row of each
+        self._states: dict[DataSetKey, SmdsState] = {}
+        self._records: dict[DataSetKey, dict[str, Any]] = {}  # the repository's row of each
 
     def load(self) -> None:
         """Read the states the repository keeps (at start, the data directory locked)."""
@@ -43,18 +43,18 @@ class Availability:
                                           Conn.CLOSED,
                                           Avail.STOPPED if row["stopped"] else Avail.NORMAL)
 
-    def state(self, key: Key) -> SmdsState:
+    def state(self, key: DataSetKey) -> SmdsState:
         return self._states.get(key, SmdsState())
 
-    def record(self, key: Key) -> dict[str, Any]:
+    def record(self, key: DataSetKey) -> dict[str, Any]:
         """The repository's row of a data set (empty if it has none)."""
         return self._records.get(key, {})
 
-    def known(self, structure: str | None = None) -> list[Key]:
+    def known(self, structure: str | None = None) -> list[DataSetKey]:
         """Every data set with a state, of one structure or all, in name order."""
         return sorted(k for k in self._states if structure in (None, k[0]))
 
-    def fire(self, key: Key, event: Event, reason: str) -> SmdsState:
+    def fire(self, key: DataSetKey, event: Event, reason: str) -> SmdsState:
         """Apply ``event`` (and what it triggers); persist and log each change.
         Raises IllegalTransition, changing nothing, if the state refuses it."""
         old = self.state(key)
@@ -81,7 +81,7 @@ class Availability:
                   new=change.new, cause=str(change.event), reason=reason)
         return new
 
-    def set(self, key: Key, **fields: Any) -> None:
+    def set(self, key: DataSetKey, **fields: Any) -> None:
         """Write fields of the data set's repository row (and keep them)."""
         repository.update_smds(self.path, key[0], key[1], **fields)
         record = self._records.setdefault(key, {"structure": key[0], "owner": key[1],

@@ -1,10 +1,11 @@
 """Overflow processing between requests (seed 004): a structure past its
 threshold grows, or has its biggest queues selected, and their messages move
 to the overflow structure in batches, each batch one log record, with the
-requests that arrived meanwhile served in between."""
+requests that arrived meanwhile served in between. The engine decides what
+relieves a structure (``engine.Relief``: growth, or the queues selected); this
+room carries it out, one task of moves per pair."""
 
 import time
-from collections.abc import Callable
 
 import structlog
 import trio
@@ -12,16 +13,15 @@ import trio.lowlevel
 
 from ..engine import CQSError, StructurePair
 from .registry import Registry
+from .runtime import Runtime
 
 log = structlog.get_logger()
 
 
-class Relief:
-    def __init__(self, registry: Registry, settle: Callable[[], int],
-                 spawn: Callable[..., None]) -> None:
+class OverflowMoves:
+    def __init__(self, registry: Registry, runtime: Runtime) -> None:
         self.registry = registry
-        self.settle = settle
-        self.spawn = spawn
+        self.runtime = runtime
         self._movers: set[str] = set()  # pairs whose overflow moves are under way
 
     def relieve(self, s: StructurePair) -> None:
@@ -40,14 +40,14 @@ class Relief:
                         pause_ms=round(1000 * (time.perf_counter() - started), 3))
         if s.moving and s.name not in self._movers:
             self._movers.add(s.name)
-            self.spawn(f"overflow move of {s.name}", self._move, s)
+            self.runtime.spawn(f"overflow move of {s.name}", self._move, s)
 
     async def _move(self, s: StructurePair) -> None:
         moved = 0
         try:
             while s.moving and self.registry.pairs.get(s.name) is s:
                 moved += s.move_some()
-                self.settle()
+                self.runtime.settle()
                 await trio.lowlevel.checkpoint()  # the requests waiting meanwhile go first
         finally:
             self._movers.discard(s.name)

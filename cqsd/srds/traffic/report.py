@@ -42,8 +42,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 import logstream
 from logstream.series import list_series
 
-from ..engine.qtypes import QueueType
-from ..records import (
+from ...engine.qtypes import QueueType
+from ...records import (
     BLOCK,
     COLD_BY,
     DELETE,
@@ -56,9 +56,9 @@ from ..records import (
     PUT,
     READY_AT,
 )
-from ..storage.datadir import DataDir
-from . import effects, segments
-from .fold import Summaries
+from ...storage.datadir import DataDir
+from .. import effects, segments
+from ..fold import Summaries
 
 KEPT = ["structure", "id", "ts", "writer", "lsn", "part", "idx", "kind", "qtype", "name",
         "put_time", "count", "home_qtype", "home_name"]

@@ -1,0 +1,160 @@
+"""The two steps of every request: dispatch and settle.
+
+Design note. A request is parsed and handed to its handler (``dispatch``,
+after the checks every op shares: registered, not stopping, allowed), then
+what it did is turned into notifications, waiter hand-offs and log records
+(``settle``) — only this room writes the log, and it logs effects
+(docs/architecture.md, "The rules"). Everything that changes structures outside a request
+(peer recovery, an overflow move, an expired lease, an operator's recovery)
+settles through here too, by the runtime (runtime.py). A message a waiting
+reader takes in ``settle`` goes to its lock as if put there (seed 004:
+"placed on LOCKQ instead of Ready Queue"): a queue it left empty again tells
+no interested client of work.
+
+An exception out of a handler fails that request alone, unless it came out of
+the engine, which may then have applied part of a change: memory may no longer
+match the log, and the daemon stops for a restart (``fatal``,
+docs/robustness.md).
+"""
+
+import os
+
+import structlog
+
+from cqsproto import ProtocolError, requests
+
+from .. import engine
+from ..engine import Altered, CQSError, QueueWork, Reason
+from ..records import waits_for_log
+from .eventlog import log_event
+from .handlers import DEFERRED, HANDLERS
+from .limits import RecordTooLarge, split
+from .overflowmoves import OverflowMoves
+from .rooms import Rooms
+from .session import Session
+from .timers import Timers
+
+log = structlog.get_logger()
+NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged
+ENGINE_FILES = os.path.dirname(engine.__file__) + os.sep
+
+
+class Dispatcher:
+    def __init__(self, rooms: Rooms, moves: OverflowMoves, timers: Timers) -> None:
+        self.rooms = rooms
+        self.moves = moves
+        self.timers = timers
+
+    def dispatch(self, session: Session, frame: dict) -> None:
+        """Handle one request to completion and send its reply (or start its wait)."""
+        rooms = self.rooms
+        try:
+            rid, op, args = requests.parse(frame)
+        except Exception as err:  # nothing has run yet: only this request fails
+            if not isinstance(err, ProtocolError):
+                log.exception("request_internal_error", client=session.client)
+                err = ProtocolError(Reason.INVALID_REQUEST, "request not understood")
+            rid = frame.get("id")
+            session.fail(rid if type(rid) is int else None, err.reason, err.message)
+            return
+        if session.client is None and op != "register":
+            session.fail(rid, Reason.NOT_REGISTERED, f"{op}: register first")
+            return
+        if rooms.life.stopping:
+            session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
+            return
+        result = DEFERRED
+        try:
+            if session.rights is not None:  # a listed client with restricted rights
+                rooms.clients.access.check(session, op, args, rooms.registry.queue_of)
+            result = HANDLERS[op](rooms, session, rid, **args)
+        except (CQSError, ProtocolError) as err:
+            log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
+                      message=err.message)
+            session.fail(rid, err.reason, err.message, err.details)
+        except Exception as err:
+            if raised_in_engine(err):  # the engine may have applied part of it
+                rooms.runtime.fatal("internal_error", err, client=session.client, op=op)
+            else:  # the engine was not reached, or changed nothing: one request fails
+                log.exception("request_internal_error", client=session.client, op=op)
+            session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")
+        # even a refused request settles: a refused put may have changed the fullness state
+        lsn = self.settle()
+        if result is not DEFERRED:
+            session.reply(rid, result, lsn)
+
+    def connection_failed(self, session: Session, err: Exception) -> None:
+        """A connection's task raised: it is gone; the daemon goes on unless the
+        exception came out of the engine."""
+        if raised_in_engine(err):
+            self.rooms.runtime.fatal("internal_error", err, client=session.client,
+                                     peer=session.peer)
+        else:
+            log.exception("connection_failed", client=session.client, peer=session.peer)
+
+    def settle(self) -> int:
+        """Turn what the last request did into notifications, waiter hand-offs and log
+        records; returns the LSN a reply must wait for (0: none; past the log's end
+        if the daemon is stopping on an error, so that nothing more is acknowledged)."""
+        try:
+            return self._settle()
+        except Exception as err:  # the request is applied in memory but maybe not logged
+            self.rooms.runtime.fatal("settle_failed", err)
+            return NEVER
+
+    def _settle(self) -> int:
+        rooms = self.rooms
+        wait_for = 0
+        for s in rooms.registry.pairs.values():
+            if s.pressure and rooms.runtime.running:
+                self.moves.relieve(s)
+            if s.readable:  # waiting readers first: what they take was never work for others
+                rooms.waiters.serve(s)
+            if s.take_armed():  # a lease or a delay may end before the timer wakes
+                self.timers.poke()
+            if s.events:
+                for event in s.take_events():
+                    if type(event) is QueueWork:
+                        if s.has_ready((event.qtype, event.name)):
+                            rooms.clients.notify((s.name, event.qtype, event.name))
+                        continue
+                    log_event(event)
+                    if type(event) is Altered:  # kept: a restart finds the size it left
+                        rooms.registry.definitions.resized(event.structure, event.new_size,
+                                                           event.reason)
+            record = s.take_record()
+            lsn = 0
+            if record is not None:
+                urgent = waits_for_log(record)
+                lsn = self._log(record, urgent)
+                if urgent:
+                    wait_for = lsn or NEVER
+            if s.offloading:
+                for structure in s.structures():
+                    rooms.datasets.freed(structure, lsn)
+        return wait_for
+
+    def _log(self, record: dict, urgent: bool) -> int:
+        """Append a record (split if it must be); the last LSN, 0 if not logged."""
+        journal = self.rooms.journal
+        try:
+            parts = split(record)
+        except RecordTooLarge as err:
+            journal.fail(err, "log_record_refused")
+            return 0
+        lsn = journal.log(parts, urgent)
+        self.rooms.checkpoints.note_logged()
+        return lsn
+
+
+def raised_in_engine(err: BaseException) -> bool:
+    """Whether ``err`` came out of the engine, which may then have applied part of
+    a change: everywhere else an exception leaves the structures as they were."""
+    if isinstance(err, BaseExceptionGroup):
+        return any(raised_in_engine(e) for e in err.exceptions)
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(ENGINE_FILES):
+            return True
+        tb = tb.tb_next
+    return False

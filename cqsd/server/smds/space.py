@@ -1,0 +1,122 @@
+"""The space of the data sets: pages handed out to puts, grown when they run short,
+and freed by deletes once the delete is durable.
+
+Design note. Pages freed by a delete stay pending under the delete's LSN, its
+entry on the clean-up queue (LH 4), until that LSN is durable (``durable``,
+which the journal calls after each flush): a crash before then replays the
+delete's record, and must not find the pages given to another message.
+A data set grows by a fifth when a put finds no room, or ahead of need at 90%
+(``wants_growth``), as far as its dsexpand allows.
+"""
+
+import structlog
+
+from ...engine import CQSError, Reason, Structure
+from ...smds import DataMap, ExpandFailed, NoSpace, Range, SmdsError
+from ...smds.dataset import DataSet
+from ..liveconfig import LiveConfig
+from ..registry import Registry
+from .availability import Availability, DataSetKey
+from .opened import OpenDataSets
+from .tuning import Tuning
+
+log = structlog.get_logger()
+
+
+class Space:
+    def __init__(self, config: LiveConfig, registry: Registry, states: Availability,
+                 tuning: Tuning, opened: OpenDataSets) -> None:
+        self.config = config
+        self.registry = registry
+        self.states = states
+        self.tuning = tuning
+        self.opened = opened
+        self.short: set[DataSetKey] = set()  # a put found no room since the last expansion
+
+    def allocate(self, dataset: DataSet, key: tuple[int, str], nbytes: int) -> list[Range]:
+        """Pages for ``nbytes`` of a message to queue ``key``, the data set grown if it
+        must be; raises SMDS_FULL if it cannot grow."""
+        space = dataset.space
+        assert space is not None
+        while True:
+            try:
+                ranges = space.allocate(key, nbytes)
+                break
+            except NoSpace as err:
+                self.short.add((dataset.structure, dataset.owner))
+                if not self.expand(dataset):
+                    raise CQSError(
+                        Reason.SMDS_FULL,
+                        f"the data set of {dataset.owner} in {dataset.structure} has no room for "
+                        f"{nbytes} bytes ({err}) and cannot expand "
+                        f"({self._why_not_expand(dataset)}); delete messages, or alter-smds "
+                        f"--dsexpand yes with room on disk") from None
+        if space.wants_growth:
+            self.expand(dataset)  # ahead of need, as MQ does at 90%
+        return ranges
+
+    def give_back(self, dataset: DataSet, dmap: DataMap) -> None:
+        """Free at once the space of a put that never became an entry."""
+        assert dataset.space is not None
+        dataset.space.free(dmap.ranges, None)
+
+    def expand(self, dataset: DataSet) -> bool:
+        """Grow the data set by a fifth if its dsexpand allows; a failure turns its
+        dsexpand off (seed 000: DSEXPAND(NO)) and says why."""
+        key = (dataset.structure, dataset.owner)
+        if not self.tuning.dsexpand(key):
+            return False
+        sc = self.config.structure(dataset.structure)
+        old = dataset.size
+        try:
+            dataset.expand(sc.dsmax)
+        except ExpandFailed as err:
+            self.states.set(key, dsexpand="NO")
+            log.warning("smds_expand_failed", structure=dataset.structure, owner=dataset.owner,
+                        size=old, dsmax=sc.dsmax, reason=err.reason, error=str(err),
+                        action="dsexpand is now off for this data set; puts that need space "
+                               "get SMDS_FULL")
+            return False
+        except SmdsError as err:
+            self.opened.damaged(key, "expand", err)
+            return False
+        self.short.discard(key)
+        log.info("smds_expanded", structure=dataset.structure, owner=dataset.owner,
+                 size=old, new_size=dataset.size)
+        return True
+
+    def _why_not_expand(self, dataset: DataSet) -> str:
+        override = self.states.record((dataset.structure, dataset.owner)).get("dsexpand")
+        if override == "NO":
+            return "dsexpand is off for it (alter-smds, or a failed expansion: see the " \
+                   "smds_expand_failed event)"
+        if not self.tuning.dsexpand((dataset.structure, dataset.owner)):
+            return "dsexpand is off"
+        return "it is at dsmax"
+
+    def freed(self, structure: Structure, lsn: int) -> None:
+        """After the record holding a request's deletes is appended at ``lsn``: the
+        pages of the offloaded messages it deleted wait for it to be durable (a
+        non-recoverable message's pages are free at once)."""
+        for entry in structure.stamp_deleted(lsn):
+            assert entry.map is not None and entry.store is not None
+            if entry.entry_id in self.opened.lost:  # its pages were never in the map
+                self.opened.lost.discard(entry.entry_id)
+                continue
+            key = (entry.store, entry.map.owner)
+            dataset = self.opened.open.get(key)
+            if dataset is None or dataset.space is None:
+                if self.states.record(key).get("map_time") is not None:  # saved, now stale
+                    self.states.set(key, map_time=None)
+                continue
+            dataset.space.free(entry.map.ranges, lsn if entry.recoverable and lsn else None)
+
+    def durable(self, lsn: int) -> None:
+        """The log is durable up to ``lsn``: pending pages are free for reuse and the
+        clean-up queues let go of their entries."""
+        for dataset in self.opened.open.values():
+            if dataset.space is not None and dataset.space.pending_pages:
+                dataset.space.release(lsn)
+        for structure in self.registry.structures():
+            if structure.offload_rules is not None:
+                structure.clean_up(lsn)

@@ -1,0 +1,72 @@
+"""The operator's SMDS commands (smds/commands.py) on a daemon run in-process:
+stop-smdsconn closes a data set and start-smdsconn opens it again, alter-smds
+sets the overrides and resizes the pool, and a command the state does not
+allow is refused before anything closes."""
+
+import pytest
+
+from cqsd.engine import CQSError, Reason
+
+from .test_datasets import client, daemon, put_durably  # noqa: F401 - fixtures
+
+KEY = ("SMDS1", "APP1")
+
+
+async def test_stop_then_start_smdsconn(daemon, client):  # noqa: F811
+    """stop closes the data set, saving its map, and its connection is STOPPED; start
+    makes it NORMAL and opens it again, its message still readable."""
+    await put_durably(daemon, *client)
+    commands, sets = daemon.smds_commands, daemon.datasets.open_sets
+    [row] = await commands.stop("SMDS1", "APP1")
+    assert KEY not in sets.open and row["avail"] == "STOPPED"
+    assert daemon.datasets.states.record(KEY)["map_time"] is not None
+    [row] = commands.start("SMDS1", None)
+    assert KEY in sets.open and (row["status"], row["avail"]) == ("OPEN", "NORMAL")
+    [entry] = list(daemon.registry.pairs["SMDS1"])
+    assert bytes(daemon.datasets.payload(entry))[:4] == bytes(range(4))
+
+
+async def test_alter_smds_sets_the_overrides_and_resizes_the_pool(daemon, client):  # noqa: F811
+    """dsbufs resizes the structure's pool to what its data sets ask for; dsexpand
+    no turns expansion off; default drops an override."""
+    await put_durably(daemon, *client)
+    commands, tuning = daemon.smds_commands, daemon.datasets.tuning
+    row = commands.alter("SMDS1", "APP1", 7, "no")
+    assert (row["dsbufs"], row["dsexpand"]) == (7, False)
+    assert tuning.pool("SMDS1").statistics().buffers == max(7, daemon.config.structure(
+        "SMDS1").dsbufs)
+    row = commands.alter("SMDS1", "APP1", "default", "default")
+    assert (row["dsbufs"], row["dsexpand"]) == (daemon.config.structure("SMDS1").dsbufs, True)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("NOPE", "APP1", None, None), "no structure named"),
+    (("SMDS1", "app 1", 5, None), "is not a client name"),
+    (("SMDS1", "APP1", 0, None), "dsbufs must be 1 to"),
+    (("SMDS1", "APP1", None, "maybe"), "dsexpand must be yes, no or default"),
+    (("SMDS1", "APP1", None, None), "give --dsbufs, --dsexpand or both"),
+])
+async def test_alter_smds_refuses_what_it_cannot_do(daemon, args, words):  # noqa: F811
+    """A bad structure, owner or value is refused, naming what is wrong."""
+    with pytest.raises(CQSError) as err:
+        daemon.smds_commands.alter(*args)
+    assert words in err.value.message
+    assert err.value.reason in (Reason.INVALID_REQUEST, Reason.UNKNOWN_STRUCTURE)
+
+
+async def test_reset_smds_failed_abandons_the_data_set_at_once(daemon, client):  # noqa: F811
+    """STATUS(FAILED) closes the open data set without saving its map, and a read
+    of its message is refused SMDS_UNAVAILABLE; reset-smds with nothing to set is
+    refused before anything changes."""
+    await put_durably(daemon, *client)
+    commands = daemon.smds_commands
+    with pytest.raises(CQSError) as err:
+        await commands.reset("SMDS1", "APP1", None, None)
+    assert err.value.reason == Reason.INVALID_REQUEST and KEY in daemon.datasets.open_sets.open
+    row = await commands.reset("SMDS1", "APP1", None, "failed")
+    assert row["status"] == "FAILED" and KEY not in daemon.datasets.open_sets.open
+    assert daemon.datasets.states.record(KEY)["map_time"] is None
+    [entry] = list(daemon.registry.pairs["SMDS1"])
+    with pytest.raises(CQSError) as err:
+        daemon.datasets.payload(entry)
+    assert err.value.reason == Reason.SMDS_UNAVAILABLE

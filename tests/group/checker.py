@@ -197,12 +197,13 @@ def reference_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]
     id -> payload, from the images, checkpoints and log in ``data_dir`` alone."""
     from cqsd.config import loads
     from cqsd.recovery.sealed import cut_of, rebuild_pair
+    from cqsd.server.liveconfig import LiveConfig
     from cqsd.server.registry import Registry
 
     config = loads(f'[[structure]]\nname = "{structure}"\nsize = "64MiB"\n'
                    f'overflow = "{structure}OV"\n[[structure]]\nname = "{structure}OV"\n'
                    'size = "16MiB"\n')
-    pair = Registry(config).new_pair(structure)
+    pair = Registry(LiveConfig(config)).new_pair(structure)
     rebuild_pair(pair.structures(), data_dir / "images", data_dir / "logstream",
                  data_dir / "srds", cut_of(data_dir / "logstream", structure))
     return {e.entry_id: bytes(e.data) for s in pair.structures() for e in s}

@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from cqsd.server.metrics import Monitor
+from cqsd.server.metrics import Fsyncs, Monitor
 
 
 def starting_daemon():
-    """What the monitor reads of a daemon that has not finished recovery."""
-    return SimpleNamespace(started=time.time(), journal=None, connections=None, ready=False,
-                           shutting_down=False)
+    """What the monitor reads of the rooms of a daemon that has not finished recovery."""
+    return SimpleNamespace(life=SimpleNamespace(started=time.time(), ready=False,
+                                                stopping=False),
+                           journal=SimpleNamespace(failed=None))
 
 
 async def get(port: int, path: str) -> tuple[int, str]:
@@ -31,7 +32,7 @@ async def get(port: int, path: str) -> tuple[int, str]:
 
 async def test_health_and_metrics_answer_while_recovery_runs():
     d = starting_daemon()
-    monitor = Monitor(d)
+    monitor = Monitor(d, Fsyncs())
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     release, results = threading.Event(), []
@@ -57,8 +58,7 @@ async def test_health_and_metrics_answer_while_recovery_runs():
         finally:
             release.set()
     assert results == ["rebuilt"]
-    d.ready = True  # the same sockets serve on, now ready
-    d.journal = SimpleNamespace(failed=None)
+    d.life.ready = True  # the same sockets serve on, now ready
     async with trio.open_nursery() as nursery:
         nursery.start_soon(monitor.serve, listeners)
         code, body = await get(port, "/healthz")
@@ -73,7 +73,7 @@ class Unreadable(Exception):
 async def test_a_recovery_that_fails_raises_its_own_error():
     """What the rebuild raises reaches ``cqsd run`` as itself (it names it and exits 1),
     not wrapped in an exception group."""
-    monitor = Monitor(starting_daemon())
+    monitor = Monitor(starting_daemon(), Fsyncs())
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
 
     def recovery():

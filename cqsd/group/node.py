@@ -41,6 +41,7 @@ from ..recovery.sealed import seal
 from .etcd import Etcd, EtcdError, EtcdUnavailable
 from .lease import LeaseClock, now
 from .ownership import Owner, Seal, View, key, to_take
+from .standby import Tailer
 
 log = structlog.get_logger()
 
@@ -104,6 +105,7 @@ class GroupNode:
         self.fenced_since: float | None = None
         self.etcd_error: str | None = None  # why etcd did not answer last, if it did not
         self.poll = min(0.5, group.lease / 10)
+        self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
 
     # -- what the daemon asks ------------------------------------------------
 
@@ -132,9 +134,10 @@ class GroupNode:
                 "structure": name, "owner": o.node if o else None,
                 "epoch": o.epoch if o else None,
                 "lease_left": round(self.lease.left(at), 3) if mine else None,
-                "standbys": [{"node": n, "behind_records": None, "behind_seconds": None}
+                "standbys": [{"node": n, "behind_records": lag[0], "behind_seconds": lag[1]}
                              for n in sorted(self.view.nodes)
-                             if o is None or n != o.node],
+                             if o is None or n != o.node
+                             for lag in [self.view.lag.get(name, {}).get(n, (None, None))]],
             })
         return rows
 
@@ -144,6 +147,12 @@ class GroupNode:
         """Join, then keep the lease and watch the group; after a fence, join again.
         Started before etcd answers: meanwhile the node owns nothing."""
         task_status.started()
+        async with trio.open_nursery() as outer:
+            if self.tailer is not None:  # tails through fences: it owns nothing
+                outer.start_soon(self.tailer.run)
+            await self._membership()
+
+    async def _membership(self) -> None:
         while True:
             try:
                 await self._join()

@@ -1,0 +1,149 @@
+"""Warm standbys (cqsd/group/standby.py): the tail keeps a pair's rows equal to the
+owner's structure, honours seals, and makes a takeover fold only the last records."""
+
+import time
+import uuid
+
+import pytest
+
+import cqsclient
+import logstream
+from cqsd.group.ownership import Owner, Seal, View
+from cqsd.group.standby import Tailer, limits, load
+from cqsd.records import DATA, DELETE, EFFECTS, LOCK, PUT, STRUCTURE
+from logstream.series import list_series
+
+from .checker import QUEUE, owner_messages, reference_messages
+from .cluster import Node, shared_data
+
+PAIR = ("MSGQ01", "MSGQ01OV")
+PREFER = 'prefer = ["NODE1", "NODE2"]'
+
+
+def payloads(rows):
+    return {eid: row[DATA] for eid, row in rows.items()}
+
+
+def paths(data):
+    return data / "images", data / "srds", data / "logstream"
+
+
+@pytest.fixture
+def owner(etcd_server):
+    """NODE1 alone, owning MSGQ01, in a group of its own."""
+    node = Node("NODE1", shared_data(), etcd_server.endpoint,
+                group="W" + uuid.uuid4().hex[:6].upper(), prefer=PREFER)
+    node.start()
+    node.wait_for("takeover_done", structure="MSGQ01", timeout=30)
+    yield node
+    node.cleanup()
+
+
+def test_a_warm_standbys_rows_follow_the_serving_owner(owner):
+    """Loaded while the owner serves, then tailed pass by pass: after each pass the rows
+    are the owner's structure and the reference fold, locks, deletes and moves included."""
+    data = owner.data
+    with cqsclient.connect(owner.address, client="W1", timeout=10) as c:
+        s = c.structure("MSGQ01")
+        first = s.put_batch(QUEUE, [b"a%d" % i for i in range(200)])
+        (writer,) = list_series(data / "logstream")
+        warm, follower = load(PAIR, *paths(data), limits(writer, {}))
+        assert payloads(warm.rows["MSGQ01"]) == owner_messages(owner.address)
+        for i in range(5):  # the owner appends while the standby tails
+            s.put_batch(QUEUE, [b"b%d-%d" % (i, n) for n in range(100)])
+            for m in s.read_batch(QUEUE, 30):
+                s.delete(m.entry_id)
+            s.read(QUEUE)  # one stays locked
+            s.move(first[-1 - i], "TRANY")  # by id, not yet read
+            seen = [r.lsn for r in follower.read(limits(writer, {})) if warm.apply(r)]
+            assert seen, "the pass folded none of the owner's new records"
+            live = owner_messages(owner.address)
+            assert payloads(warm.rows["MSGQ01"]) == live == reference_messages(data)
+    assert warm.folded[writer] == follower.next[writer] - 1
+
+
+def put(writer, eids, structure="MSGQ01", at=None):
+    return writer.append({STRUCTURE: structure, EFFECTS: [
+        [PUT, e, "TRAN", QUEUE, b"m%d" % e, 0] for e in eids]}, at)
+
+
+def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
+    """The standby folds the owner's series to its end; a third node then seals it
+    below that (records the owner wrote were not durable, or came late): the next
+    pass finds the rows past the seal, loads them again, and folds the new owner's."""
+    log_dir = tmp_path / "logstream"
+    (tmp_path / "images").mkdir()
+    with logstream.Writer.open(log_dir, "NODE1-1") as a:
+        put(a, range(1, 11))
+        a.append({STRUCTURE: "MSGQ01", EFFECTS: [[LOCK, 3, "IMS1"], [DELETE, 4]]})
+        a.flush()
+        tailer = Tailer(None, {"MSGQ01": PAIR}, tmp_path / "images", tmp_path / "srds",
+                        log_dir, 0.1)
+        owned_by_1 = View(owners={"MSGQ01": Owner("MSGQ01", "NODE1", "", "NODE1-1", 5, 1)})
+        tailer._pass("MSGQ01", owned_by_1)  # loads
+        sealed_at = a.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 5]]})
+        late = put(a, [11, 12])  # beyond the seal to come
+        a.flush()
+        tailer._pass("MSGQ01", owned_by_1)
+        warm = tailer.standing["MSGQ01"].warm
+        assert set(warm.rows["MSGQ01"]) == {1, 2, 3, 6, 7, 8, 9, 10, 11, 12}
+        assert warm.folded["NODE1-1"] == late
+        a.append({STRUCTURE: "EMHQ01", EFFECTS: []})  # another pair's: not folded
+        a.flush()
+    with logstream.Writer.open(log_dir, "NODE3-1") as c:  # the third node takes it
+        c.stamp_after(time.time_ns() + 10**9)
+        put(c, [20])
+        c.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 1]]})
+        c.flush()
+    owned_by_3 = View(
+        owners={"MSGQ01": Owner("MSGQ01", "NODE3", "", "NODE3-1", 9, 2)},
+        seals={"MSGQ01": [Seal("MSGQ01", 9, "NODE3-1", {"NODE1-1": sealed_at}, 0)]})
+    tailer._pass("MSGQ01", owned_by_3)
+    warm = tailer.standing["MSGQ01"].warm
+    assert set(warm.rows["MSGQ01"]) == {2, 3, 6, 7, 8, 9, 10, 20}
+    assert warm.folded == {"NODE1-1": sealed_at, "NODE3-1": 2}
+
+
+def kill_and_take(etcd_server, standby, messages):
+    """NODE1 owns MSGQ01 holding ``messages`` acknowledged puts, NODE2 (``standby``)
+    stands by; NODE1 is killed. NODE2's takeover_done event, what it serves, the
+    reference fold and what was acknowledged."""
+    data = shared_data()
+    group = "W" + uuid.uuid4().hex[:6].upper()
+    one = Node("NODE1", data, etcd_server.endpoint, group=group, prefer=PREFER)
+    two = Node("NODE2", data, etcd_server.endpoint, group=group, prefer=PREFER,
+               standby=standby)
+    try:
+        one.start()
+        one.wait_for("takeover_done", structure="MSGQ01", timeout=30)
+        two.start()
+        if standby == "warm":
+            two.wait_for("warm_standby_loaded", structure="MSGQ01", timeout=30)
+        acked = {}
+        with cqsclient.connect(one.address, client="W2", timeout=30) as c:
+            s = c.structure("MSGQ01")
+            for start in range(0, messages, 1000):
+                batch = [b"%07d" % n + bytes(1017) for n in range(start, start + 1000)]
+                acked.update(zip(s.put_batch(QUEUE, batch), batch, strict=True))
+            for m in s.read_batch(QUEUE, 10):
+                s.delete(m.entry_id)
+                del acked[m.entry_id]
+        mark = len(two.lines)
+        one.kill()
+        (done,) = two.wait_for("takeover_done", after=mark, structure="MSGQ01", timeout=60)
+        return done, owner_messages(two.address), reference_messages(data), acked
+    finally:
+        one.cleanup()
+        two.cleanup()
+
+
+def test_a_warm_takeover_loses_nothing_and_loads_far_faster_than_a_cold_one(etcd_server):
+    """The same pair of 20,000 1 KiB messages taken over after a SIGKILL: the warm node
+    folds only the last records, the cold one reads its base and the whole log."""
+    warm, served, reference, acked = kill_and_take(etcd_server, "warm", 20_000)
+    assert served == reference == acked
+    cold, served, reference, acked = kill_and_take(etcd_server, "cold", 20_000)
+    assert served == reference == acked
+    assert "tail" in warm["phases"] and "load" not in warm["phases"], warm
+    assert "load" in cold["phases"], cold
+    assert warm["phases"]["tail"] * 5 < cold["phases"]["load"], (warm, cold)

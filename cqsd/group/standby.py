@@ -135,7 +135,8 @@ class WarmPair:
 
 class Follower:
     """Per-writer read cursors over a log directory: each read goes on where the last
-    stopped (shell)."""
+    stopped (shell). A cursor moves only past records handed to the caller, so a
+    caller may stop reading at any record and lose none."""
 
     def __init__(self, log_dir: Path, start: Callable[[str], int]) -> None:
         self.log_dir = log_dir
@@ -143,8 +144,7 @@ class Follower:
         self.next: dict[str, int] = {}  # writer -> next LSN to read
         self.at: dict[str, tuple[int, int]] = {}  # writer -> (segment first LSN, offset)
 
-    def read(self, until: Mapping[str, int], on_read: Callable[[Record], None]
-             = lambda rec: None) -> Iterator[Record]:
+    def read(self, until: Mapping[str, int]) -> Iterator[Record]:
         """Every writer of ``until`` up to its LSN there (or its current end), merged
         in (timestamp, writer, LSN) order. Raises Trimmed or CorruptLog."""
         series = list_series(self.log_dir)
@@ -153,36 +153,41 @@ class Follower:
             if writer not in self.next:
                 self.next[writer] = self.start(writer)
             if self.next[writer] <= last and writer in series:
-                streams.append(self._series(writer, series[writer], last, on_read))
-        return heapq.merge(*streams, key=lambda r: (r.timestamp, r.writer, r.lsn))
+                streams.append(self._series(writer, series[writer], last))
+        for rec, at in heapq.merge(*streams, key=_order):
+            self.next[rec.writer], self.at[rec.writer] = rec.lsn + 1, at
+            yield rec
 
-    def _series(self, writer: str, segments: list[SegmentFile], last: int,
-                on_read: Callable[[Record], None]) -> Iterator[Record]:
+    def _series(self, writer: str, segments: list[SegmentFile], last: int
+                ) -> Iterator[tuple[Record, tuple[int, int]]]:
         firsts = [s.first_lsn for s in segments]
-        while self.next[writer] <= last:
-            i = bisect.bisect_right(firsts, self.next[writer]) - 1
+        nxt, at = self.next[writer], self.at.get(writer, (0, 0))
+        while nxt <= last:
+            i = bisect.bisect_right(firsts, nxt) - 1
             if i < 0:
                 raise Trimmed(f"{segments[0].path}: writer {writer!r} starts at LSN "
-                              f"{firsts[0]}, records from {self.next[writer]} were trimmed")
-            for rec in self._segment(writer, segments[i], last):
-                on_read(rec)
-                yield rec
-            if i + 1 == len(segments) or firsts[i + 1] != self.next[writer]:
+                              f"{firsts[0]}, records from {nxt} were trimmed")
+            for rec, after in self._segment(segments[i], nxt, at, last):
+                nxt, at = rec.lsn + 1, after
+                yield rec, after
+            if i + 1 == len(segments) or firsts[i + 1] != nxt:
                 return  # the end for now (a record being written is read next time)
 
-    def _segment(self, writer: str, seg: SegmentFile, last: int) -> Iterator[Record]:
-        first, offset = self.at.get(writer, (0, 0))
+    @staticmethod
+    def _segment(seg: SegmentFile, nxt: int, at: tuple[int, int], last: int
+                 ) -> Iterator[tuple[Record, tuple[int, int]]]:
+        """Records ``nxt`` to ``last`` of one segment, from offset ``at`` if it is there."""
         try:
             f = open(seg.path, "rb")
         except FileNotFoundError:
             raise Trimmed(f"{seg.path} was trimmed while being tailed") from None
         with f:
-            if first != seg.first_lsn:  # a segment new to this cursor
+            if at[0] != seg.first_lsn:  # a segment new to this cursor
                 check_header(seg, f.read(segment.HEADER_SIZE))
                 offset, expect = segment.HEADER_SIZE, seg.first_lsn
             else:
+                offset, expect = at[1], nxt
                 f.seek(offset)
-                expect = self.next[writer]
             buf, pos, base = b"", 0, offset
             while True:
                 found = record.decode(buf, pos)
@@ -194,12 +199,10 @@ class Follower:
                         return
                     expect += 1
                     pos = found.end
-                    if found.lsn < self.next[writer]:
-                        continue  # before the start of a cursor new to this segment
-                    self.next[writer] = found.lsn + 1
-                    self.at[writer] = (seg.first_lsn, base + pos)
-                    yield Record(writer, found.lsn, found.timestamp,
-                                 record.unpack_body(found.body))
+                    if found.lsn >= nxt:  # not before the start of a new cursor
+                        yield (Record(seg.writer, found.lsn, found.timestamp,
+                                      record.unpack_body(found.body)),
+                               (seg.first_lsn, base + pos))
                     continue
                 if isinstance(found, NeedData):
                     more = f.read(max(READ, found.size - (len(buf) - pos)))
@@ -207,6 +210,11 @@ class Follower:
                         buf, base, pos = buf[pos:] + more, base + pos, 0
                         continue
                 return  # zeros, a record not yet whole, or damage a seal will judge
+
+
+def _order(item: tuple[Record, tuple[int, int]]) -> tuple[int, str, int]:
+    rec = item[0]
+    return (rec.timestamp, rec.writer, rec.lsn)
 
 
 def load(structures: list[Structure] | tuple[str, ...], images: Path, srds: Path,
@@ -248,6 +256,7 @@ class Tailer:
         self.poll = poll
         self.standing: dict[str, Standing] = {}
         self.locks: dict[str, trio.Lock] = {name: trio.Lock() for name in pairs}
+        self.claiming: set[str] = set()  # pairs a takeover waits for
         self.cpu = 0.0  # thread CPU seconds spent tailing, for the benchmarks
 
     def wanted(self) -> list[str]:
@@ -298,11 +307,14 @@ class Tailer:
                          records_replayed=warm.replayed,
                          messages=sum(len(r) for r in warm.rows.values()))
                 return
-            seen: list[Record] = []
-            for rec in s.follower.read(until, seen.append):
+            count, oldest = 0, None
+            for rec in s.follower.read(until):
                 s.warm.apply(rec)
-            oldest = min((r.timestamp for r in seen), default=None)
-            s.lag = Lag(len(seen), 0.0 if oldest is None
+                count += 1
+                oldest = rec.timestamp if oldest is None else min(oldest, rec.timestamp)
+                if name in self.claiming:
+                    break  # a takeover waits: it folds the rest itself
+            s.lag = Lag(count, 0.0 if oldest is None
                         else max(0.0, round((time.time_ns() - oldest) / 1e9, 3)))
         finally:
             self.cpu += time.thread_time() - t0
@@ -325,8 +337,12 @@ class Tailer:
 
     async def claim(self, name: str) -> Standing | None:
         """At takeover: the pair's warm rows, out of the tail (None if there are none)."""
-        async with self.locks[name]:
-            return self.standing.pop(name, None)
+        self.claiming.add(name)  # a pass under way stops at its next record
+        try:
+            async with self.locks[name]:
+                return self.standing.pop(name, None)
+        finally:
+            self.claiming.discard(name)
 
 
 def finish(standing: Standing, structures: list[Structure], cut: Mapping[str, int]

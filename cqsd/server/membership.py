@@ -59,6 +59,7 @@ class Membership:
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
         registry.elsewhere = self.refusal
+        self.claimed = 0.0  # seconds the last warm takeover waited for the tail
 
     @property
     def writer(self) -> str:
@@ -113,9 +114,8 @@ class Membership:
         cut = {**takeover.cut, self.journal.writer_id: position}
         started = now()
         warm = await self._warm(takeover, pair.structures())
-        phase, reports = "tail", warm or []
+        reports = warm or []
         if warm is None:
-            phase = "load"
             reports = await trio.to_thread.run_sync(
                 rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
                 self.datadir.srds, cut)
@@ -134,7 +134,12 @@ class Membership:
             self.clients.held_over.add(client)
             self.clients.schedule_peer_recovery(client, failed=False)
         self.settle()
-        takeover.phases[phase] = round(loaded - started, 3)
+        if warm is None:
+            takeover.phases["load"] = round(loaded - started, 3)
+        else:  # the records up to the seal, then the rows into the engine
+            tail = min(loaded - started, warm[0].replay_seconds + self.claimed)
+            takeover.phases["tail"] = round(tail, 3)
+            takeover.phases["restore"] = round(loaded - started - tail, 3)
         takeover.phases["listen"] = round(now() - loaded, 3)
         for r in reports:
             log.info("structure_rebuilt", structure=r.structure, clean=r.clean, source=r.source,
@@ -151,7 +156,9 @@ class Membership:
         tailer = self.node.tailer
         if tailer is None:
             return None
+        t0 = now()
         standing = await tailer.claim(takeover.structure)
+        self.claimed = now() - t0  # waiting out a pass under way counts as tailing
         if standing is None or any(
                 image.path_for(self.datadir.images, s.name).exists() for s in structures):
             return None

@@ -1,6 +1,7 @@
 """Warm standbys (cqsd/group/standby.py): the tail keeps a pair's rows equal to the
 owner's structure, honours seals, and makes a takeover fold only the last records."""
 
+import itertools
 import time
 import uuid
 
@@ -9,7 +10,7 @@ import pytest
 import cqsclient
 import logstream
 from cqsd.group.ownership import Owner, Seal, View
-from cqsd.group.standby import Tailer, limits, load
+from cqsd.group.standby import END, Follower, Tailer, limits, load
 from cqsd.records import DATA, DELETE, EFFECTS, LOCK, PUT, STRUCTURE
 from logstream.series import list_series
 
@@ -104,6 +105,29 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
     assert warm.folded == {"NODE1-1": sealed_at, "NODE3-1": 2}
 
 
+def test_a_tail_stopped_at_any_record_goes_on_from_there(tmp_path):
+    """A pass that stops early (a takeover claims the pair) leaves the cursors after
+    the last record it handed over, across writers and segments: nothing is skipped."""
+    log_dir = tmp_path / "logstream"
+    with logstream.Writer.open(log_dir, "A-1", segment_size=8192) as a, \
+            logstream.Writer.open(log_dir, "B-1", segment_size=8192) as b:
+        for n in range(60):
+            (a if n % 3 else b).append({STRUCTURE: "MSGQ01", EFFECTS: [], "n": n,
+                                        "pad": bytes(300)})
+        a.flush()
+        b.flush()
+        assert len(list_series(log_dir)["A-1"]) > 1  # the tail crosses segments
+        follower = Follower(log_dir, lambda writer: 1)
+        until = {"A-1": END, "B-1": END}
+        got = []
+        while batch := [r.body["n"] for r in itertools.islice(follower.read(until), 7)]:
+            got += batch
+        assert got == list(range(60))
+        a.append({STRUCTURE: "MSGQ01", EFFECTS: [], "n": 60})
+        a.flush()
+        assert [r.body["n"] for r in follower.read(until)] == [60]
+
+
 def kill_and_take(etcd_server, standby, messages):
     """NODE1 owns MSGQ01 holding ``messages`` acknowledged puts, NODE2 (``standby``)
     stands by; NODE1 is killed. NODE2's takeover_done event, what it serves, the
@@ -116,15 +140,20 @@ def kill_and_take(etcd_server, standby, messages):
     try:
         one.start()
         one.wait_for("takeover_done", structure="MSGQ01", timeout=30)
-        two.start()
-        if standby == "warm":
-            two.wait_for("warm_standby_loaded", structure="MSGQ01", timeout=30)
         acked = {}
         with cqsclient.connect(one.address, client="W2", timeout=30) as c:
             s = c.structure("MSGQ01")
-            for start in range(0, messages, 1000):
-                batch = [b"%07d" % n + bytes(1017) for n in range(start, start + 1000)]
-                acked.update(zip(s.put_batch(QUEUE, batch), batch, strict=True))
+
+            def put(start, stop):
+                for at in range(start, stop, 1000):
+                    batch = [b"%07d" % n + bytes(1017) for n in range(at, at + 1000)]
+                    acked.update(zip(s.put_batch(QUEUE, batch), batch, strict=True))
+
+            put(0, messages - 2000)
+            two.start()  # loads what is there, then tails what comes
+            if standby == "warm":
+                two.wait_for("warm_standby_loaded", structure="MSGQ01", timeout=60)
+            put(messages - 2000, messages)
             for m in s.read_batch(QUEUE, 10):
                 s.delete(m.entry_id)
                 del acked[m.entry_id]
@@ -138,12 +167,16 @@ def kill_and_take(etcd_server, standby, messages):
 
 
 def test_a_warm_takeover_loses_nothing_and_loads_far_faster_than_a_cold_one(etcd_server):
-    """The same pair of 20,000 1 KiB messages taken over after a SIGKILL: the warm node
-    folds only the last records, the cold one reads its base and the whole log."""
+    """The same pair of 20,000 1 KiB messages taken over after a SIGKILL, the last
+    2,000 put while the standby runs: the warm node folds only the records it has not
+    tailed yet, the cold one reads its base and the whole log."""
     warm, served, reference, acked = kill_and_take(etcd_server, "warm", 20_000)
     assert served == reference == acked
     cold, served, reference, acked = kill_and_take(etcd_server, "cold", 20_000)
     assert served == reference == acked
-    assert "tail" in warm["phases"] and "load" not in warm["phases"], warm
+    assert {"tail", "restore"} <= set(warm["phases"]) and "load" not in warm["phases"], warm
     assert "load" in cold["phases"], cold
+    # what the warm node saves: reading and folding the log (the rows' restore into
+    # the engine is the same work for both)
+    print("warm", warm["phases"], "cold", cold["phases"])
     assert warm["phases"]["tail"] * 5 < cold["phases"]["load"], (warm, cold)

@@ -99,6 +99,7 @@ class GroupNode:
         self.lease = LeaseClock()
         self.view = View()
         self.view_at = float("-inf")  # when the view was read (CLOCK_BOOTTIME)
+        self.seen = trio.Event()  # set once the group's keys were read
         self.owned: dict[str, int] = {}  # pair -> epoch
         self.taking: set[str] = set()
         self.takeovers = 0
@@ -214,6 +215,7 @@ class GroupNode:
                 await trio.sleep(self.poll)
                 continue
             self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
+            self.seen.set()
             for name, epoch in list(self.owned.items()):
                 o = self.view.owners.get(name)
                 if o is None or o.node != self.group.node or o.epoch != epoch:

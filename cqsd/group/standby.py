@@ -266,6 +266,7 @@ class Tailer:
                 and me in (node.pairs.get(name) or (me,))]
 
     async def run(self) -> None:
+        await self.node.seen.wait()  # before, no owner or seal is known: a load folds nothing
         while True:
             for name in self.wanted():
                 async with self.locks[name]:

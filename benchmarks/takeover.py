@@ -70,6 +70,7 @@ class Putter(threading.Thread):
         super().__init__(daemon=True)
         self.addresses, self.lease = addresses, lease
         self.acks: list[float] = []
+        self.doubts: list[str] = []  # puts that failed or are in doubt (a takeover)
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -79,7 +80,12 @@ class Putter(threading.Thread):
                                    keepalive=self.lease / 2, timeout=60) as c:
                 s = c.structure("MSGQ01")
                 while not self.stop.is_set():
-                    s.put("TRANB", bytes(1024))
+                    try:
+                        s.put("TRANB", bytes(1024))
+                    except cqsclient.errors.CQSError as err:  # in doubt: the next one
+                        self.doubts.append(repr(err))
+                        time.sleep(0.01)
+                        continue
                     self.acks.append(time.monotonic())
         except BaseException as err:  # reported by the main thread
             self.error = err

@@ -11,15 +11,21 @@ puts one message at a time. Figures per standby mode:
   new owner: the old one is dead), p50 and max;
 - each phase of the new owner's ``takeover_done`` event (detect, seal, load for a
   cold standby; tail and restore for a warm one; listen), p50 and max;
-- ``tail_cpu``: a warm standby's tailing CPU per second of wall time (the
-  ``warm_standby_cpu`` figure is read from ``/proc`` of the standby, whole
-  process, while the owner takes puts before the first kill).
+- ``standby_cpu_per_s``: the standby's CPU seconds per second (whole process,
+  from ``/proc``) while the owner takes the putter's puts before the first kill.
+
+With ``--throughput``: ``--producers`` processes put 1 KiB recoverable messages
+(``--batch`` at a time) for ``--seconds`` into a single daemon and into the
+owner of a group with a warm standby on the same machine, alternating, for
+``--rounds``; the medians, their ratio (the issue: >= 0.9) and the standby's CPU.
 
 The killed node is started again as the standby (and, warm, waits until it has
 loaded the pair) before the next kill.
 
 Run: nice -n 5 .venv/bin/python benchmarks/takeover.py [--messages N]
      [--takeovers N] [--modes cold,warm] [--lease S]
+     nice -n 5 .venv/bin/python benchmarks/takeover.py --throughput [--producers N]
+     [--batch N] [--seconds S] [--rounds N]
 One JSON line per takeover, then a summary per mode (lines starting "# ").
 """
 
@@ -169,16 +175,97 @@ def run_mode(standby: str, args: argparse.Namespace, etcd: EtcdServer) -> dict:
     return summary
 
 
+def _producer(address: str, seconds: float, batch: int, out) -> None:
+    """One producer process: recoverable 1 KiB puts, ``batch`` pipelined at a time."""
+    with cqsclient.connect(address, client=f"TP{os.getpid()}", timeout=60) as c:
+        s = c.structure("MSGQ01")
+        done, end = 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            if batch == 1:
+                s.put("TRANT", bytes(1024))
+            else:
+                s.put_batch("TRANT", [bytes(1024)] * batch)
+            done += batch
+    out.put(done)
+
+
+def throughput(address: str, args: argparse.Namespace) -> float:
+    """Durable puts per second of ``args.producers`` processes against ``address``."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_producer, args=(address, args.seconds, args.batch, out))
+             for _ in range(args.producers)]
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=args.seconds + 120) for _ in procs)
+    for p in procs:
+        p.join(60)
+    return total / args.seconds
+
+
+def run_throughput(args: argparse.Namespace, etcd: EtcdServer) -> dict:
+    """The owner's durable throughput with a warm standby beside it against a single
+    daemon's, alternating, same run; and the standby's CPU while it tails."""
+    from tests.daemon.harness import Daemon
+
+    size = "2GiB"
+    rows: dict[str, list[float]] = {"single": [], "warm_owner": []}
+    standby_cpu: list[float] = []
+    for _ in range(args.rounds):
+        single = Daemon(structures=STRUCTURES.format(size=size).replace(
+            'prefer = ["NODE1", "NODE2"]', ""))
+        try:
+            single.start()
+            rows["single"].append(throughput(single.address, args))
+        finally:
+            single.cleanup()
+        data, group = shared_data(), "T" + uuid.uuid4().hex[:6].upper()
+        nodes = [node(f"NODE{i}", data, etcd.endpoint, group, args.lease, "warm", size)
+                 for i in (1, 2)]
+        try:
+            nodes[0].start()
+            nodes[0].wait_for("takeover_done", structure="MSGQ01", timeout=60)
+            nodes[1].start()
+            ready_standby(nodes[1], "warm", 0)
+            before, t0 = cpu_seconds(nodes[1].proc.pid), time.monotonic()
+            rows["warm_owner"].append(throughput(nodes[0].address, args))
+            standby_cpu.append((cpu_seconds(nodes[1].proc.pid) - before)
+                               / (time.monotonic() - t0))
+        finally:
+            for n in nodes:
+                n.cleanup()
+        print(json.dumps({k: round(v[-1]) for k, v in rows.items()}
+                         | {"standby_cpu_per_s": round(standby_cpu[-1], 3)}), flush=True)
+    single_p50 = statistics.median(rows["single"])
+    warm_p50 = statistics.median(rows["warm_owner"])
+    return {"figure": "throughput", "producers": args.producers, "batch": args.batch,
+            "single_puts_per_s": round(single_p50), "warm_owner_puts_per_s": round(warm_p50),
+            "ratio": round(warm_p50 / single_p50, 3),
+            "standby_cpu_per_s": round(statistics.median(standby_cpu), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--takeovers", type=int, default=20)
     parser.add_argument("--modes", default="cold,warm")
     parser.add_argument("--lease", type=int, default=5)
+    parser.add_argument("--throughput", action="store_true",
+                        help="instead: the owner's durable throughput with a warm standby "
+                             "against a single daemon's")
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     etcd = EtcdServer(Path(tempfile.mkdtemp(prefix="cqetcd"))).start()
     try:
-        summaries = [run_mode(mode, args, etcd) for mode in args.modes.split(",")]
+        if args.throughput:
+            summaries = [run_throughput(args, etcd)]
+        else:
+            summaries = [run_mode(mode, args, etcd) for mode in args.modes.split(",")]
     finally:
         etcd.stop()
     for s in summaries:

@@ -128,6 +128,19 @@ def test_a_tail_stopped_at_any_record_goes_on_from_there(tmp_path):
         assert [r.body["n"] for r in follower.read(until)] == [60]
 
 
+def standby_lag(address, node, timeout=20):
+    """``node``'s entry in ``display owners`` of MSGQ01 once its lag is published."""
+    deadline = time.monotonic() + timeout
+    with cqsclient.connect(address, client="OPS", timeout=10) as c:
+        while time.monotonic() < deadline:
+            row = {r["structure"]: r for r in c.query("owners")}["MSGQ01"]
+            (entry,) = [e for e in row["standbys"] if e["node"] == node]
+            if entry["behind_records"] is not None:
+                return entry
+            time.sleep(0.1)  # polling the group through its public query
+    raise AssertionError(f"{node} published no lag within {timeout} s: {row}")
+
+
 def kill_and_take(etcd_server, standby, messages):
     """NODE1 owns MSGQ01 holding ``messages`` acknowledged puts, NODE2 (``standby``)
     stands by; NODE1 is killed. NODE2's takeover_done event, what it serves, the
@@ -157,9 +170,13 @@ def kill_and_take(etcd_server, standby, messages):
             for m in s.read_batch(QUEUE, 10):
                 s.delete(m.entry_id)
                 del acked[m.entry_id]
+        lag = standby_lag(one.address, "NODE2") if standby == "warm" else None
         mark = len(two.lines)
         one.kill()
         (done,) = two.wait_for("takeover_done", after=mark, structure="MSGQ01", timeout=60)
+        if lag is not None:  # display owners, answered by the owner: the warm node's lag
+            assert isinstance(lag["behind_records"], int) and lag["behind_records"] >= 0
+            assert isinstance(lag["behind_seconds"], float) and lag["behind_seconds"] >= 0
         return done, owner_messages(two.address), reference_messages(data), acked
     finally:
         one.cleanup()

@@ -34,7 +34,8 @@ in a worker thread so the event loop never stalls.
 Lag for operators: after each pass, the records the pass had to fold and how
 old the oldest of them was are this node's lag behind the owner; the node
 publishes it per pair in etcd (``standby/<PAIR>/<NODE>``, bound to its lease,
-at most once a second) so any node can answer ``display owners``.
+at most once a second, with the owner's series and the LSN read there) so any
+node can answer ``display owners``.
 """
 
 from __future__ import annotations
@@ -243,6 +244,7 @@ class Standing:
     follower: Follower
     lag: Lag = field(default_factory=Lag)
     published: float = float("-inf")
+    owner_writer: str | None = None  # the series the last pass tailed to its end
 
 
 class Tailer:
@@ -308,7 +310,7 @@ class Tailer:
                          records_replayed=warm.replayed,
                          messages=sum(len(r) for r in warm.rows.values()))
                 return
-            count, oldest = 0, None
+            s.owner_writer, count, oldest = owner_writer, 0, None
             for rec in s.follower.read(until):
                 s.warm.apply(rec)
                 count += 1
@@ -331,7 +333,10 @@ class Tailer:
             try:
                 await node.etcd.put(key(node.group.name, "standby", name, node.group.node),
                                     json.dumps({"records": s.lag.records,
-                                                "seconds": s.lag.seconds}),
+                                                "seconds": s.lag.seconds,
+                                                "writer": s.owner_writer,
+                                                "read": s.follower.next.get(
+                                                    s.owner_writer or "", 1) - 1}),
                                     lease=node.lease.lease)
             except EtcdError:
                 pass  # the lag is advisory; the next pass tries again

@@ -141,15 +141,30 @@ def standby_lag(address, node, timeout=20):
     raise AssertionError(f"{node} published no lag within {timeout} s: {row}")
 
 
+def big(node):
+    """``node`` with room for 10^5 messages of 1 KiB in MSGQ01 (and no EMHQ01)."""
+    config = node.config.read_text()
+    start, end = config.index("[[structure]]"), config.index("[group]")
+    node.config.write_text(config[:start] + f"""
+[[structure]]
+name = "MSGQ01"
+size = "512MiB"
+initsize = "512MiB"
+{PREFER}
+
+""" + config[end:])
+    return node
+
+
 def kill_and_take(etcd_server, standby, messages):
     """NODE1 owns MSGQ01 holding ``messages`` acknowledged puts, NODE2 (``standby``)
     stands by; NODE1 is killed. NODE2's takeover_done event, what it serves, the
     reference fold and what was acknowledged."""
     data = shared_data()
     group = "W" + uuid.uuid4().hex[:6].upper()
-    one = Node("NODE1", data, etcd_server.endpoint, group=group, prefer=PREFER)
-    two = Node("NODE2", data, etcd_server.endpoint, group=group, prefer=PREFER,
-               standby=standby)
+    one, two = (big(Node(name, data, etcd_server.endpoint, group=group, prefer=PREFER,
+                         standby=mode))
+                for name, mode in (("NODE1", "cold"), ("NODE2", standby)))
     try:
         one.start()
         one.wait_for("takeover_done", structure="MSGQ01", timeout=30)
@@ -184,12 +199,12 @@ def kill_and_take(etcd_server, standby, messages):
 
 
 def test_a_warm_takeover_loses_nothing_and_loads_far_faster_than_a_cold_one(etcd_server):
-    """The same pair of 30,000 1 KiB messages taken over after a SIGKILL, the last
-    1,000 put while the standby runs: the warm node folds only the records it has not
-    tailed yet, the cold one reads its base and the whole log."""
-    warm, served, reference, acked = kill_and_take(etcd_server, "warm", 30_000)
+    """The same pair of 100,000 1 KiB messages taken over after a SIGKILL, the last
+    1,000 put while the standby runs: the warm node folds only the records it has
+    not tailed yet, the cold one reads its base and the whole log."""
+    warm, served, reference, acked = kill_and_take(etcd_server, "warm", 100_000)
     assert served == reference == acked
-    cold, served, reference, acked = kill_and_take(etcd_server, "cold", 30_000)
+    cold, served, reference, acked = kill_and_take(etcd_server, "cold", 100_000)
     assert served == reference == acked
     assert {"tail", "restore"} <= set(warm["phases"]) and "load" not in warm["phases"], warm
     assert "load" in cold["phases"], cold

@@ -127,11 +127,12 @@ class WarmPair:
             self.replayed += 1
         return hit
 
-    def overshoots(self, cut: Mapping[str, int], owner_writer: str | None = None) -> list[str]:
-        """The writers of which a record beyond ``cut`` was folded (the owner's series,
-        not yet sealed, excepted): the rows hold what the log no longer counts."""
+    def overshoots(self, cut: Mapping[str, int], *, sealed_only: bool = False) -> list[str]:
+        """The writers of which a record beyond ``cut`` was folded: the rows hold what
+        the log no longer counts. ``sealed_only`` (while tailing) leaves out writers
+        not in ``cut``: the owner, and an owner gone whose seal is still to come."""
         return sorted(w for w, lsn in self.folded.items()
-                      if w != owner_writer and lsn > cut.get(w, 0))
+                      if (w in cut or not sealed_only) and lsn > cut.get(w, 0))
 
 
 class Follower:
@@ -294,7 +295,7 @@ class Tailer:
             cuts = view.cuts(name)
             until = limits(owner_writer, cuts)
             s = self.standing.get(name)
-            if s is not None and (over := s.warm.overshoots(cuts, owner_writer)):
+            if s is not None and (over := s.warm.overshoots(cuts, sealed_only=True)):
                 log.warning("warm_image_reloaded", structure=name, writers=over,
                             why="records folded here lie beyond a newer seal")
                 s = None

@@ -89,6 +89,8 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
         warm = tailer.standing["MSGQ01"].warm
         assert set(warm.rows["MSGQ01"]) == {1, 2, 3, 6, 7, 8, 9, 10, 11, 12}
         assert warm.folded["NODE1-1"] == late
+        tailer._pass("MSGQ01", View())  # the owner gone, its seal still to come:
+        assert tailer.standing["MSGQ01"].warm is warm  # nothing to judge yet, no reload
         a.append({STRUCTURE: "EMHQ01", EFFECTS: []})  # another pair's: not folded
         a.flush()
     with logstream.Writer.open(log_dir, "NODE3-1") as c:  # the third node takes it

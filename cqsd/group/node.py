@@ -18,6 +18,10 @@ seconds and the standbys see free pairs. Two tasks:
   owner key of ours that vanished while the lease is valid (an operator
   deleted it) fences the node too: a successor may seal it at any moment.
 
+A warm standby (``standby = "warm"``) runs a third task, outside the fence
+cycle: the tailer of standby.py, which keeps the rows of every pair this node
+could take current, so that ``Host.take`` folds only the last records.
+
 A clean stop saves the images first (the daemon), then deletes this node's
 owner keys and revokes the lease, so a standby takes the pairs at once and
 from the clean image, without waiting out the lease.

@@ -54,6 +54,7 @@ STRUCTURES = """
 name = "MSGQ01"
 size = "{size}"
 initsize = "{size}"
+overflow_threshold = 100
 prefer = ["NODE1", "NODE2"]
 """
 
@@ -121,7 +122,7 @@ def ready_standby(n: Node, standby: str, after: int) -> None:
 def run_mode(standby: str, args: argparse.Namespace, etcd: EtcdServer) -> dict:
     data = shared_data()
     group = "B" + uuid.uuid4().hex[:6].upper()
-    size = f"{max(256, args.messages * 2 // 1024 + 64)}MiB"
+    size = f"{max(256, args.messages * 3 // 1024 + 256)}MiB"
     nodes = [node(f"NODE{i}", data, etcd.endpoint, group, args.lease, standby, size)
              for i in (1, 2)]
     results: list[dict] = []

@@ -150,8 +150,8 @@ def run_mode(standby: str, args: argparse.Namespace, etcd: EtcdServer) -> dict:
             time.sleep(1)  # the putter runs against the owner before each kill
             killed = time.monotonic()
             nodes[owner].proc.send_signal(signal.SIGKILL)
-            nodes[owner].proc.wait()
-            acked = putter.first_after(killed)
+            nodes[owner].proc.wait()  # after this, only the new owner acknowledges
+            acked = putter.first_after(time.monotonic())
             (done,) = other.wait_for("takeover_done", after=mark, structure="MSGQ01",
                                      timeout=120)
             row = {"mode": standby, "takeover": i, "messages": args.messages,

@@ -18,6 +18,10 @@ seconds and the standbys see free pairs. Two tasks:
   owner key of ours that vanished while the lease is valid (an operator
   deleted it) fences the node too: a successor may seal it at any moment.
 
+A warm standby (``standby = "warm"``) runs a third task, outside the fence
+cycle: the tailer of standby.py, which keeps the rows of every pair this node
+could take current, so that ``Host.take`` folds only the last records.
+
 A clean stop saves the images first (the daemon), then deletes this node's
 owner keys and revokes the lease, so a standby takes the pairs at once and
 from the clean image, without waiting out the lease.
@@ -41,6 +45,7 @@ from ..recovery.sealed import seal
 from .etcd import Etcd, EtcdError, EtcdUnavailable
 from .lease import LeaseClock, now
 from .ownership import Owner, Seal, View, key, to_take
+from .standby import Tailer
 
 log = structlog.get_logger()
 
@@ -98,12 +103,14 @@ class GroupNode:
         self.lease = LeaseClock()
         self.view = View()
         self.view_at = float("-inf")  # when the view was read (CLOCK_BOOTTIME)
+        self.seen = trio.Event()  # set once the group's keys were read
         self.owned: dict[str, int] = {}  # pair -> epoch
         self.taking: set[str] = set()
         self.takeovers = 0
         self.fenced_since: float | None = None
         self.etcd_error: str | None = None  # why etcd did not answer last, if it did not
         self.poll = min(0.5, group.lease / 10)
+        self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
 
     # -- what the daemon asks ------------------------------------------------
 
@@ -132,9 +139,10 @@ class GroupNode:
                 "structure": name, "owner": o.node if o else None,
                 "epoch": o.epoch if o else None,
                 "lease_left": round(self.lease.left(at), 3) if mine else None,
-                "standbys": [{"node": n, "behind_records": None, "behind_seconds": None}
+                "standbys": [{"node": n, "behind_records": lag[0], "behind_seconds": lag[1]}
                              for n in sorted(self.view.nodes)
-                             if o is None or n != o.node],
+                             if o is None or n != o.node
+                             for lag in [self.view.lag.get(name, {}).get(n, (None, None))]],
             })
         return rows
 
@@ -145,6 +153,12 @@ class GroupNode:
         """Join, then keep the lease and watch the group; after a fence, join again.
         Started before etcd answers: meanwhile the node owns nothing."""
         task_status.started()
+        async with trio.open_nursery() as outer:
+            if self.tailer is not None:  # tails through fences: it owns nothing
+                outer.start_soon(self.tailer.run)
+            await self._membership()
+
+    async def _membership(self) -> None:
         while True:
             try:
                 await self._join()
@@ -206,6 +220,7 @@ class GroupNode:
                 await trio.sleep(self.poll)
                 continue
             self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
+            self.seen.set()
             for name, epoch in list(self.owned.items()):
                 o = self.view.owners.get(name)
                 if o is None or o.node != self.group.node or o.epoch != epoch:

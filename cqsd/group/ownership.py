@@ -5,7 +5,8 @@ Design note. A group's state is a handful of etcd keys under
 lease: the node is live while it exists), ``owners/<STRUCTURE>`` (bound to the
 owner's lease; its create revision is the pair's *epoch*) and
 ``seals/<STRUCTURE>/<EPOCH>`` (the cut a new owner put on the log of the
-owners before it; never bound to a lease). This module reads those keys into
+owners before it; never bound to a lease) and ``standby/<STRUCTURE>/<NODE>``
+(how far a warm standby is behind the owner, bound to its lease). This module reads those keys into
 a ``View`` and decides, as the etcd raft library decides, without I/O: the
 node's loop (node.py) reads the keys, asks ``to_take``, and tries each pair
 with a create-if-absent transaction, so two nodes that decide alike at once
@@ -72,6 +73,8 @@ class View:
     nodes: dict[str, Node] = field(default_factory=dict)
     owners: dict[str, Owner] = field(default_factory=dict)
     seals: dict[str, list[Seal]] = field(default_factory=dict)  # oldest epoch first
+    # structure -> node -> (records, seconds) a warm standby is behind (standby.py)
+    lag: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict)
     revision: int = 0
 
     @classmethod
@@ -95,6 +98,9 @@ class View:
                         parts[1], int(parts[2]), value["writer"],
                         {str(w): int(n) for w, n in value["cut"].items()},
                         int(value["timestamp"])))
+                elif parts[0] == "standby" and len(parts) == 3:
+                    view.lag.setdefault(parts[1], {})[parts[2]] = (
+                        int(value["records"]), float(value["seconds"]))
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
         for seals in view.seals.values():

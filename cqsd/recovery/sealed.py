@@ -44,7 +44,7 @@ from ..storage import image
 from .fold import fold
 from .restart import Rebuilt
 
-__all__ = ["End", "cut_of", "rebuild_pair", "seal"]
+__all__ = ["End", "base_rows", "cut_of", "rebuild_pair", "seal"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _rebuild(structures: list[Structure], images: Path, log_dir: Path, srds: Pat
     for s in structures:
         t0 = time.perf_counter()
         report = Rebuilt(s.name, clean=image.path_for(images, s.name).exists())
-        header, rows = _base(s.name, images, srds, report)
+        header, rows = base_rows(s.name, images, srds, report)
         report.image_seconds = time.perf_counter() - t0
         plans[s.name] = (s, report, header.get("lsn", {}), rows, header.get("last_id", 0))
     start: dict[str, int] = {}
@@ -149,8 +149,9 @@ def _rebuild(structures: list[Structure], images: Path, log_dir: Path, srds: Pat
     return reports
 
 
-def _base(name: str, images: Path, srds: Path, report: Rebuilt) -> tuple[dict, dict]:
-    """The rows a pair's structure starts from and the header saying what they cover."""
+def base_rows(name: str, images: Path, srds: Path, report: Rebuilt) -> tuple[dict, dict]:
+    """The rows a pair's structure starts from and the header saying what they cover
+    (also a warm standby's start, group/standby.py)."""
     clean_path, base_path = image.path_for(images, name), images / f"{name}.base"
     if report.clean:
         report.source = "image"

@@ -15,11 +15,14 @@ import structlog
 import trio
 
 from ..config import Config
-from ..engine import CQSError, Reason
+from ..engine import CQSError, Reason, Structure
 from ..group.lease import now
 from ..group.node import GroupNode, Takeover, writer_for
+from ..group.standby import Tailer, finish
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
+from ..recovery.restart import Rebuilt
 from ..recovery.sealed import rebuild_pair
+from ..storage import image
 from ..storage.datadir import DataDir
 from .clients import Clients
 from .journal import Fenced, Journal
@@ -45,10 +48,17 @@ class Membership:
         self.runtime = runtime
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
+        if config.group.standby == "warm":
+            overflow = {p: o for o, p in registry.overflow_of.items()}
+            self.node.tailer = Tailer(
+                self.node, {name: (name, *([overflow[name]] if name in overflow else []))
+                            for name in pairs},
+                datadir.images, datadir.srds, datadir.logstream, self.node.poll)
         journal.guard(self.node.valid, self.node.fence)
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
         registry.elsewhere = self.refusal
+        self.claimed = 0.0  # seconds the last warm takeover waited for the tail
 
     @property
     def writer(self) -> str:
@@ -102,9 +112,12 @@ class Membership:
         position = self.journal.durable  # none of the pair in this series comes later
         cut = {**takeover.cut, self.journal.writer_id: position}
         started = now()
-        reports = await trio.to_thread.run_sync(
-            rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
-            self.datadir.srds, cut)
+        warm = await self._warm(takeover, pair.structures())
+        reports = warm or []
+        if warm is None:
+            reports = await trio.to_thread.run_sync(
+                rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
+                self.datadir.srds, cut)
         loaded = now()
         if self.node.owned.get(name) != takeover.epoch or not self.node.valid():
             raise RuntimeError(f"lost the lease while rebuilding {name}: not served here")
@@ -122,13 +135,39 @@ class Membership:
             self.clients.held_over.add(client)
             self.clients.schedule_peer_recovery(client, failed=False)
         self.runtime.settle()
-        takeover.phases["load"] = round(loaded - started, 3)
+        if warm is None:
+            takeover.phases["load"] = round(loaded - started, 3)
+        else:  # the records up to the seal, then the rows into the engine
+            tail = min(loaded - started, warm[0].replay_seconds + self.claimed)
+            takeover.phases["tail"] = round(tail, 3)
+            takeover.phases["restore"] = round(loaded - started - tail, 3)
         takeover.phases["listen"] = round(now() - loaded, 3)
         for r in reports:
             log.info("structure_rebuilt", structure=r.structure, clean=r.clean, source=r.source,
                      messages=r.messages, records_replayed=r.replayed, epoch=takeover.epoch,
                      image_seconds=round(r.image_seconds, 3),
                      replay_seconds=round(r.replay_seconds, 3))
+
+    async def _warm(self, takeover: Takeover, structures: list[Structure]
+                    ) -> list[Rebuilt] | None:
+        """A warm standby's takeover: the tail's rows, the records up to the seal folded
+        (docs/group.md); None to rebuild cold: no warm rows, a clean image to start from
+        (a clean stop keeps non-recoverable messages, the tail does not have them), or
+        rows that went past the seal."""
+        tailer = self.node.tailer
+        if tailer is None:
+            return None
+        t0 = now()
+        standing = await tailer.claim(takeover.structure)
+        self.claimed = now() - t0  # waiting out a pass under way counts as tailing
+        if standing is None or any(
+                image.path_for(self.datadir.images, s.name).exists() for s in structures):
+            return None
+        reports = await trio.to_thread.run_sync(finish, standing, structures, takeover.cut)
+        if reports is None:
+            log.warning("warm_image_past_seal", structure=takeover.structure,
+                        action="rebuilding the pair from its base and the sealed log")
+        return reports
 
     def lose(self, why: str) -> None:
         self.journal.fence(Fenced(why))

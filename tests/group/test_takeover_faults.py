@@ -82,11 +82,12 @@ def stacks(workers):
             if w.ident in frames}
 
 
-@pytest.fixture
-def group(etcd_server):
+@pytest.fixture(params=["cold", "warm"])
+def group(etcd_server, request):
     data = shared_data()
     name = "G" + uuid.uuid4().hex[:6].upper()
-    nodes = {n: Node(n, data, etcd_server.endpoint, group=name, lease=LEASE)
+    nodes = {n: Node(n, data, etcd_server.endpoint, group=name, lease=LEASE,
+                     standby=request.param)
              for n in ("NODE1", "NODE2")}
     for node in nodes.values():
         node.start()

@@ -1,0 +1,216 @@
+"""Warm standbys (cqsd/group/standby.py): the tail keeps a pair's rows equal to the
+owner's structure, honours seals, and makes a takeover fold only the last records."""
+
+import itertools
+import time
+import uuid
+
+import pytest
+
+import cqsclient
+import logstream
+from cqsd.group.ownership import Owner, Seal, View
+from cqsd.group.standby import END, Follower, Tailer, limits, load
+from cqsd.records import DATA, DELETE, EFFECTS, LOCK, PUT, STRUCTURE
+from logstream.series import list_series
+
+from .checker import QUEUE, owner_messages, reference_messages
+from .cluster import Node, shared_data
+
+PAIR = ("MSGQ01", "MSGQ01OV")
+PREFER = 'prefer = ["NODE1", "NODE2"]'
+
+
+def payloads(rows):
+    return {eid: row[DATA] for eid, row in rows.items()}
+
+
+def paths(data):
+    return data / "images", data / "srds", data / "logstream"
+
+
+@pytest.fixture
+def owner(etcd_server):
+    """NODE1 alone, owning MSGQ01, in a group of its own."""
+    node = Node("NODE1", shared_data(), etcd_server.endpoint,
+                group="W" + uuid.uuid4().hex[:6].upper(), prefer=PREFER)
+    node.start()
+    node.wait_for("takeover_done", structure="MSGQ01", timeout=30)
+    yield node
+    node.cleanup()
+
+
+def test_a_warm_standbys_rows_follow_the_serving_owner(owner):
+    """Loaded while the owner serves, then tailed pass by pass: after each pass the rows
+    are the owner's structure and the reference fold, locks, deletes and moves included."""
+    data = owner.data
+    with cqsclient.connect(owner.address, client="W1", timeout=10) as c:
+        s = c.structure("MSGQ01")
+        first = s.put_batch(QUEUE, [b"a%d" % i for i in range(200)])
+        (writer,) = list_series(data / "logstream")
+        warm, follower = load(PAIR, *paths(data), limits(writer, {}))
+        assert payloads(warm.rows["MSGQ01"]) == owner_messages(owner.address)
+        for i in range(5):  # the owner appends while the standby tails
+            s.put_batch(QUEUE, [b"b%d-%d" % (i, n) for n in range(100)])
+            for m in s.read_batch(QUEUE, 30):
+                s.delete(m.entry_id)
+            s.read(QUEUE)  # one stays locked
+            s.move(first[-1 - i], "TRANY")  # by id, not yet read
+            seen = [r.lsn for r in follower.read(limits(writer, {})) if warm.apply(r)]
+            assert seen, "the pass folded none of the owner's new records"
+            live = owner_messages(owner.address)
+            assert payloads(warm.rows["MSGQ01"]) == live == reference_messages(data)
+    assert warm.folded[writer] == follower.next[writer] - 1
+
+
+def put(writer, eids, structure="MSGQ01", at=None):
+    return writer.append({STRUCTURE: structure, EFFECTS: [
+        [PUT, e, "TRAN", QUEUE, b"m%d" % e, 0] for e in eids]}, at)
+
+
+def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
+    """The standby folds the owner's series to its end; a third node then seals it
+    below that (records the owner wrote were not durable, or came late): the next
+    pass finds the rows past the seal, loads them again, and folds the new owner's."""
+    log_dir = tmp_path / "logstream"
+    (tmp_path / "images").mkdir()
+    with logstream.Writer.open(log_dir, "NODE1-1") as a:
+        put(a, range(1, 11))
+        a.append({STRUCTURE: "MSGQ01", EFFECTS: [[LOCK, 3, "IMS1"], [DELETE, 4]]})
+        a.flush()
+        tailer = Tailer(None, {"MSGQ01": PAIR}, tmp_path / "images", tmp_path / "srds",
+                        log_dir, 0.1)
+        owned_by_1 = View(owners={"MSGQ01": Owner("MSGQ01", "NODE1", "", "NODE1-1", 5, 1)})
+        tailer._pass("MSGQ01", owned_by_1)  # loads
+        sealed_at = a.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 5]]})
+        late = put(a, [11, 12])  # beyond the seal to come
+        a.flush()
+        tailer._pass("MSGQ01", owned_by_1)
+        warm = tailer.standing["MSGQ01"].warm
+        assert set(warm.rows["MSGQ01"]) == {1, 2, 3, 6, 7, 8, 9, 10, 11, 12}
+        assert warm.folded["NODE1-1"] == late
+        tailer._pass("MSGQ01", View())  # the owner gone, its seal still to come:
+        assert tailer.standing["MSGQ01"].warm is warm  # nothing to judge yet, no reload
+        a.append({STRUCTURE: "EMHQ01", EFFECTS: []})  # another pair's: not folded
+        a.flush()
+    with logstream.Writer.open(log_dir, "NODE3-1") as c:  # the third node takes it
+        c.stamp_after(time.time_ns() + 10**9)
+        put(c, [20])
+        c.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 1]]})
+        c.flush()
+    owned_by_3 = View(
+        owners={"MSGQ01": Owner("MSGQ01", "NODE3", "", "NODE3-1", 9, 2)},
+        seals={"MSGQ01": [Seal("MSGQ01", 9, "NODE3-1", {"NODE1-1": sealed_at}, 0)]})
+    tailer._pass("MSGQ01", owned_by_3)
+    warm = tailer.standing["MSGQ01"].warm
+    assert set(warm.rows["MSGQ01"]) == {2, 3, 6, 7, 8, 9, 10, 20}
+    assert warm.folded == {"NODE1-1": sealed_at, "NODE3-1": 2}
+
+
+def test_a_tail_stopped_at_any_record_goes_on_from_there(tmp_path):
+    """A pass that stops early (a takeover claims the pair) leaves the cursors after
+    the last record it handed over, across writers and segments: nothing is skipped."""
+    log_dir = tmp_path / "logstream"
+    with logstream.Writer.open(log_dir, "A-1", segment_size=8192) as a, \
+            logstream.Writer.open(log_dir, "B-1", segment_size=8192) as b:
+        for n in range(60):
+            (a if n % 3 else b).append({STRUCTURE: "MSGQ01", EFFECTS: [], "n": n,
+                                        "pad": bytes(300)})
+        a.flush()
+        b.flush()
+        assert len(list_series(log_dir)["A-1"]) > 1  # the tail crosses segments
+        follower = Follower(log_dir, lambda writer: 1)
+        until = {"A-1": END, "B-1": END}
+        got = []
+        while batch := [r.body["n"] for r in itertools.islice(follower.read(until), 7)]:
+            got += batch
+        assert got == list(range(60))
+        a.append({STRUCTURE: "MSGQ01", EFFECTS: [], "n": 60})
+        a.flush()
+        assert [r.body["n"] for r in follower.read(until)] == [60]
+
+
+def standby_lag(address, node, timeout=20):
+    """``node``'s entry in ``display owners`` of MSGQ01 once its lag is published."""
+    deadline = time.monotonic() + timeout
+    with cqsclient.connect(address, client="OPS", timeout=10) as c:
+        while time.monotonic() < deadline:
+            row = {r["structure"]: r for r in c.query("owners")}["MSGQ01"]
+            (entry,) = [e for e in row["standbys"] if e["node"] == node]
+            if entry["behind_records"] is not None:
+                return entry
+            time.sleep(0.1)  # polling the group through its public query
+    raise AssertionError(f"{node} published no lag within {timeout} s: {row}")
+
+
+def big(node):
+    """``node`` with room for 10^5 messages of 1 KiB in MSGQ01 (and no EMHQ01)."""
+    config = node.config.read_text()
+    start, end = config.index("[[structure]]"), config.index("[group]")
+    node.config.write_text(config[:start] + f"""
+[[structure]]
+name = "MSGQ01"
+size = "512MiB"
+initsize = "512MiB"
+{PREFER}
+
+""" + config[end:])
+    return node
+
+
+def kill_and_take(etcd_server, standby, messages):
+    """NODE1 owns MSGQ01 holding ``messages`` acknowledged puts, NODE2 (``standby``)
+    stands by; NODE1 is killed. NODE2's takeover_done event, what it serves, the
+    reference fold and what was acknowledged."""
+    data = shared_data()
+    group = "W" + uuid.uuid4().hex[:6].upper()
+    one, two = (big(Node(name, data, etcd_server.endpoint, group=group, prefer=PREFER,
+                         standby=mode))
+                for name, mode in (("NODE1", "cold"), ("NODE2", standby)))
+    try:
+        one.start()
+        one.wait_for("takeover_done", structure="MSGQ01", timeout=30)
+        acked = {}
+        with cqsclient.connect(one.address, client="W2", timeout=30) as c:
+            s = c.structure("MSGQ01")
+
+            def put(start, stop):
+                for at in range(start, stop, 1000):
+                    batch = [b"%07d" % n + bytes(1017) for n in range(at, at + 1000)]
+                    acked.update(zip(s.put_batch(QUEUE, batch), batch, strict=True))
+
+            put(0, messages - 1000)
+            two.start()  # loads what is there, then tails what comes
+            if standby == "warm":
+                two.wait_for("warm_standby_loaded", structure="MSGQ01", timeout=60)
+            put(messages - 1000, messages)
+            for m in s.read_batch(QUEUE, 10):
+                s.delete(m.entry_id)
+                del acked[m.entry_id]
+        lag = standby_lag(one.address, "NODE2") if standby == "warm" else None
+        mark = len(two.lines)
+        one.kill()
+        (done,) = two.wait_for("takeover_done", after=mark, structure="MSGQ01", timeout=60)
+        if lag is not None:  # display owners, answered by the owner: the warm node's lag
+            assert isinstance(lag["behind_records"], int) and lag["behind_records"] >= 0
+            assert isinstance(lag["behind_seconds"], float) and lag["behind_seconds"] >= 0
+        return done, owner_messages(two.address), reference_messages(data), acked
+    finally:
+        one.cleanup()
+        two.cleanup()
+
+
+def test_a_warm_takeover_loses_nothing_and_loads_far_faster_than_a_cold_one(etcd_server):
+    """The same pair of 100,000 1 KiB messages taken over after a SIGKILL, the last
+    1,000 put while the standby runs: the warm node folds only the records it has
+    not tailed yet, the cold one reads its base and the whole log."""
+    warm, served, reference, acked = kill_and_take(etcd_server, "warm", 100_000)
+    assert served == reference == acked
+    cold, served, reference, acked = kill_and_take(etcd_server, "cold", 100_000)
+    assert served == reference == acked
+    assert {"tail", "restore"} <= set(warm["phases"]) and "load" not in warm["phases"], warm
+    assert "load" in cold["phases"], cold
+    # what the warm node saves: reading and folding the log (the rows' restore into
+    # the engine is the same work for both)
+    print("warm", warm["phases"], "cold", cold["phases"])
+    assert warm["phases"]["tail"] * 3 < cold["phases"]["load"], (warm, cold)

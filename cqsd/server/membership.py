@@ -18,7 +18,7 @@ import trio
 from ..config import Config
 from ..engine import CQSError, Reason
 from ..group.lease import now
-from ..group.node import GroupNode, Takeover, writer_for
+from ..group.node import Deposed, GroupNode, Takeover, writer_for
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.sealed import rebuild_pair
 from ..storage.datadir import DataDir
@@ -107,6 +107,8 @@ class Membership:
             rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
             self.datadir.srds, cut)
         loaded = now()
+        if not takeover.current():  # fenced while rebuilding: a successor may own it now
+            raise Deposed(f"this node lost {name} (epoch {takeover.epoch}) while rebuilding it")
         # the epoch's first record repeats the seal; its stamp, and all after it, come
         # after every sealed record's, whatever this node's clock says
         self.journal.writer.stamp_after(takeover.timestamp)

@@ -1,21 +1,47 @@
 # Two commands for a new user (README): `make run` and `make test`.
 # Each creates the virtualenv, installs what it needs, and installs Java for
-# Spark when it is missing and we are root.
+# Spark when it is missing and we are root; `make test` also installs the
+# Debian tools the group's fault tests use (test-tools).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench java clean
+.PHONY: run test test-tools lint bench java clean
+
+# Debian packages the tests need, by the command each provides: etcd for the
+# group tests, faketime for the clock steps, fuse3 (fusermount3) for lazyfs,
+# and libfuse3-dev with pkg-config so that pip can build pyfuse3 (a `test` extra).
+TEST_TOOLS := etcd:etcd-server faketime:faketime fusermount3:fuse3 \
+              pkg-config:pkg-config
+TEST_LIBS  := fuse3:libfuse3-dev
 
 # The client (clients/: cqsclient, cqsctl and the wire protocol) is its own
 # distribution, which the server's depends on; both are installed editable.
-$(STAMP): pyproject.toml clients/pyproject.toml
+$(STAMP): pyproject.toml clients/pyproject.toml | test-tools
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ./clients -e '.[test]'
 	touch $@
+
+# Installs what is missing when we are root (as `java` does), else says what to install.
+test-tools:
+	@missing=""; \
+	for pair in $(TEST_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	for pair in $(TEST_LIBS); do \
+	  pkg-config --exists $${pair%%:*} 2>/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the test tools:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "the tests need these Debian packages:$$missing" >&2; exit 1; \
+	  fi; \
+	fi
 
 java:
 	@if ! java -version >/dev/null 2>&1; then \
@@ -32,7 +58,7 @@ run: $(STAMP) java
 
 # The whole suite, with branch coverage of our packages reported at the end
 # ([tool.coverage] in pyproject.toml; the daemons the tests start are not traced).
-test: $(STAMP) java
+test: test-tools $(STAMP) java
 	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered
 
 # ruff (with the bugbear, import-order and async rules) over everything, and

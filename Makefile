@@ -1,17 +1,25 @@
 # Two commands for a new user (README): `make run` and `make test`.
 # Each creates the virtualenv, installs what it needs, and installs Java for
-# Spark (and, for the tests, promtool) when it is missing and we are root.
+# Spark (and, for the tests, promtool) when it is missing and we are root; `make
+# test` also installs the Debian tools the group's fault tests use (test-tools).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench java java-package promtool clean
+.PHONY: run test test-tools lint bench java java-package promtool clean
+
+# Debian packages the tests need, by the command each provides: etcd for the
+# group tests, faketime for the clock steps, fuse3 (fusermount3) for lazyfs,
+# and libfuse3-dev with pkg-config so that pip can build pyfuse3 (a `test` extra).
+TEST_TOOLS := etcd:etcd-server faketime:faketime fusermount3:fuse3 \
+              pkg-config:pkg-config
+TEST_LIBS  := fuse3:libfuse3-dev
 
 # The client (clients/: cqsclient, cqsctl and the wire protocol) is its own
 # distribution, which the server's depends on; both are installed editable.
-$(STAMP): pyproject.toml clients/pyproject.toml
+$(STAMP): pyproject.toml clients/pyproject.toml | test-tools
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ./clients -e '.[test]'
@@ -28,6 +36,24 @@ java-package:
 	  if apt-cache policy "$$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then echo "$$p"; exit 0; fi; \
 	done; \
 	echo "this release offers none of $(JAVA_PACKAGES): install Java 17 or 21 for Spark" >&2; exit 1
+
+# Installs what is missing when we are root (as `java` does), else says what to install.
+test-tools:
+	@missing=""; \
+	for pair in $(TEST_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	for pair in $(TEST_LIBS); do \
+	  pkg-config --exists $${pair%%:*} 2>/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the test tools:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "the tests need these Debian packages:$$missing" >&2; exit 1; \
+	  fi; \
+	fi
 
 java:
 	@if ! java -version >/dev/null 2>&1; then \
@@ -62,7 +88,7 @@ run: $(STAMP) java
 # COVERAGE_MIN percent, the run fails (CI runs this target): 91.9 % measured on
 # 2026-11-26 with every Python child traced, 79 % before the daemons were.
 COVERAGE_MIN := 90
-test: $(STAMP) java promtool
+test: test-tools $(STAMP) java promtool
 	$(BIN)/python -m pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_MIN)
 
 # ruff (with the bugbear, import-order and async rules) over everything, and

@@ -177,7 +177,9 @@ class Writer:
             before = scan_to_end(segments[-2], last=False)
             _check_follows(before.next_lsn, last)
             self._last_timestamp = before.last_timestamp or 0
-        self._fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
+        # Read-write: where the file system has no fallocate, glibc's posix_fallocate
+        # reads a byte of each block to find the holes (EBADF on a write-only fd).
+        self._fd = os.open(last.path, os.O_RDWR | os.O_CLOEXEC)
         self._path, self._size = last.path, scan.end_offset
         self._appended_lsn = self._durable_lsn = scan.next_lsn - 1
         # Its fsync also makes durable what a crashed process left in the page cache.

@@ -30,7 +30,7 @@ from the clean image, without waiting out the lease.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,7 +49,7 @@ from .standby import Tailer
 
 log = structlog.get_logger()
 
-__all__ = ["GroupNode", "Host", "Takeover", "writer_for"]
+__all__ = ["Deposed", "GroupNode", "Host", "Takeover", "writer_for"]
 
 REJOIN_DELAY = 0.5  # seconds between attempts to reach etcd after a fence
 
@@ -72,6 +72,13 @@ class Takeover:
     cut: dict[str, int]
     timestamp: int
     phases: dict[str, float] = field(default_factory=dict)  # seconds: detect, seal, load, ...
+    # whether the node still owns the pair at this epoch: a fence during the rebuild
+    # (its lease ran out meanwhile) deposed it, and then it must not serve the pair
+    current: Callable[[], bool] = lambda: True
+
+
+class Deposed(Exception):
+    """The node lost the pair while taking it over: the takeover is given up."""
 
 
 class Host(Protocol):
@@ -84,7 +91,8 @@ class Host(Protocol):
     def log_dir(self) -> Path: ...
 
     async def take(self, takeover: Takeover) -> None:
-        """Rebuild the pair from its seal and serve it; raise to give it up again."""
+        """Rebuild the pair from its seal and serve it, if ``takeover.current()`` still
+        holds after the last await (else raise Deposed); raise to give it up again."""
 
     def lose(self, why: str) -> None:
         """Stop acknowledging and drop every pair (fenced)."""
@@ -284,7 +292,8 @@ class GroupNode:
         sealed = now()
         takeover = Takeover(name, epoch, cut, timestamp,
                             {"detect": round(started - detected, 3),
-                             "seal": round(sealed - started, 3)})
+                             "seal": round(sealed - started, 3)},
+                            lambda: self.owned.get(name) == epoch and self.valid())
         log.info("structure_sealed", structure=name, epoch=epoch, cut=cut, timestamp=timestamp)
         await self.host.take(takeover)
         self.takeovers += 1

@@ -17,7 +17,7 @@ import trio
 from ..config import Config
 from ..engine import CQSError, Reason, Structure
 from ..group.lease import now
-from ..group.node import GroupNode, Takeover, writer_for
+from ..group.node import Deposed, GroupNode, Takeover, writer_for
 from ..group.standby import Tailer, finish
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.restart import Rebuilt
@@ -119,8 +119,8 @@ class Membership:
                 rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
                 self.datadir.srds, cut)
         loaded = now()
-        if self.node.owned.get(name) != takeover.epoch or not self.node.valid():
-            raise RuntimeError(f"lost the lease while rebuilding {name}: not served here")
+        if not takeover.current():  # fenced while rebuilding: a successor may own it now
+            raise Deposed(f"this node lost {name} (epoch {takeover.epoch}) while rebuilding it")
         # the epoch's first record repeats the seal; its stamp, and all after it, come
         # after every sealed record's, whatever this node's clock says
         self.journal.writer.stamp_after(takeover.timestamp)

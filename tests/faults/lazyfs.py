@@ -22,13 +22,20 @@ What it models, and what not:
   fsynced at once; so a missing directory fsync is not caught here.
 - Locks: not implemented here, so the kernel keeps flock and fcntl locks for
   the mount; they exclude between processes on this host.
+- A full disk, on command (`full`): what would need new space on the backing
+  file system fails with ENOSPC (creating a file or directory, a write or a
+  truncation past a file's backing size); a write inside space the file already
+  has (a preallocated log segment) goes on, as on a real full disk. Two mounts
+  of one backing directory are two nodes sharing a data directory, one of them
+  full.
 - fallocate: pyfuse3 has no handler, so fallocate(2) fails with EOPNOTSUPP and
   glibc's posix_fallocate falls back to writing a byte per block (through the
   cache). Hard links, symlinks and xattrs are not supported.
 
 Run: ``python -m tests.faults.lazyfs BACKING MOUNTPOINT`` mounts, prints
 ``ready`` and serves until stdin closes, ``stop`` or SIGTERM; a ``drop [KEEP]``
-line on stdin is answered ``dropped FILES BYTES`` (KEEP: see `LazyFS.drop`).
+line on stdin is answered ``dropped FILES BYTES`` (KEEP: see `LazyFS.drop`),
+``full on`` / ``full off`` with the same line.
 Tests use the `LazyFS` class below.
 """
 
@@ -131,6 +138,7 @@ def _operations():
             self.nodes: dict[int, list[int]] = {pyfuse3.ROOT_INODE: [root, 1]}  # ino: fd, lookups
             self.opened: dict[int, list[int]] = {}  # ino: [read-write fd, opens]
             self.unsynced: dict[int, Unsynced] = {}
+            self.full = False  # a full disk: nothing that needs new space is written
 
         # -- inodes ------------------------------------------------------------------
 
@@ -193,9 +201,15 @@ def _operations():
         def _proc(self, ino: int) -> str:
             return f"/proc/self/fd/{self._fd(ino)}"
 
+        def _space(self, ino: int, end: int) -> None:
+            """ENOSPC if the disk is full and ``end`` is past the file's backing size."""
+            if self.full and end > os.stat(self._fd(ino)).st_size:
+                raise FUSEError(errno.ENOSPC)
+
         async def setattr(self, inode, attr, fields, fh, ctx):
             try:
                 if fields.update_size:
+                    self._space(inode, attr.st_size)
                     self._state(inode).truncate(attr.st_size)
                 if fields.update_mode:
                     os.chmod(self._proc(inode), attr.st_mode & 0o7777)
@@ -211,6 +225,8 @@ def _operations():
         # -- the namespace: applied to the backing directory at once -------------------
 
         async def mknod(self, parent_inode, name, mode, rdev, ctx):
+            if self.full:
+                raise FUSEError(errno.ENOSPC)
             try:
                 os.mknod(os.fsdecode(name), mode & ~ctx.umask, rdev,
                          dir_fd=self._fd(parent_inode))
@@ -219,6 +235,8 @@ def _operations():
             return self._remember(parent_inode, os.fsdecode(name))
 
         async def mkdir(self, parent_inode, name, mode, ctx):
+            if self.full:
+                raise FUSEError(errno.ENOSPC)
             try:
                 os.mkdir(os.fsdecode(name), mode & ~ctx.umask, dir_fd=self._fd(parent_inode))
             except OSError as err:
@@ -277,7 +295,9 @@ def _operations():
                 self.opened[ino] = [fd, 1]
             if flags & os.O_TRUNC:
                 self._state(ino).truncate(0)
-            return pyfuse3.FileInfo(fh=ino)
+            # no kernel page cache kept across opens: another mount of the same backing
+            # directory (another node) may have changed the file meanwhile
+            return pyfuse3.FileInfo(fh=ino, keep_cache=False)
 
         async def open(self, inode, flags, ctx):
             try:
@@ -287,6 +307,8 @@ def _operations():
 
         async def create(self, parent_inode, name, mode, flags, ctx):
             name = os.fsdecode(name)
+            if self.full:
+                raise FUSEError(errno.ENOSPC)
             try:
                 excl = flags & os.O_EXCL
                 os.close(os.open(name, os.O_WRONLY | os.O_CREAT | excl | os.O_CLOEXEC,
@@ -303,6 +325,7 @@ def _operations():
             return state.read(fd, off, size)
 
         async def write(self, fh, off, buf):
+            self._space(fh, off + len(buf))
             self._state(fh).write(self.opened[fh][0], off, buf)
             return len(buf)
 
@@ -390,6 +413,9 @@ async def _serve(ops) -> None:
                 line, pending = pending.split(b"\n", 1)
                 if line.strip() == b"stop":
                     return
+                if line.split()[:1] == [b"full"]:
+                    ops.full = line.split()[1:] == [b"on"]
+                    print("full " + ("on" if ops.full else "off"), flush=True)
                 if line.split()[:1] == [b"drop"]:
                     inodes, lost = ops.drop(int(line.split()[1]) if len(line.split()) > 1 else 0)
                     for ino in inodes:  # the kernel must forget its pages of them too
@@ -467,6 +493,14 @@ class LazyFS:
         if len(reply) != 3 or reply[0] != "dropped":
             raise RuntimeError(f"lazyfs answered {reply!r} to drop")
         return int(reply[1]), int(reply[2])
+
+    def full(self, on: bool, timeout: float = 20.0) -> None:
+        """Make the disk full (``on``: ENOSPC for whatever needs new space) or not."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write("full on\n" if on else "full off\n")
+        self.proc.stdin.flush()
+        if self._reply(timeout) != ("full on" if on else "full off"):
+            raise RuntimeError("lazyfs did not answer the full command")
 
     def stop(self, timeout: float = 20.0) -> None:
         """Unmount and end the process (killed, and the mount detached, if it hangs)."""

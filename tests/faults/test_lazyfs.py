@@ -1,5 +1,6 @@
 """lazyfs: what was fsynced survives a drop, what was not is gone, and the logstream copes."""
 
+import errno
 import fcntl
 import os
 
@@ -139,12 +140,8 @@ def test_logstream_reads_exactly_the_fsynced_records_after_a_drop(lazy):
 
 
 def test_logstream_repairs_a_tail_torn_by_the_cut(lazy):
-    """The first unsynced page reaches the disk, the rest not: a torn record, not corruption.
-
-    The repair is called as Writer.open calls it: Writer.open itself then fails on
-    lazyfs, in posix_fallocate of the cut segment (glibc's fallback for a file system
-    without fallocate reads through the log's write-only fd: EBADF), the known bug.
-    """
+    """The first unsynced page reaches the disk, the rest not: a torn record, not corruption;
+    the writer reopened after the repair goes on from the last whole record."""
     directory = lazy.mountpoint / "logstream"
     writer = append_records(directory, 3, 2)
     files, _ = lazy.drop(keep=1)
@@ -156,3 +153,47 @@ def test_logstream_repairs_a_tail_torn_by_the_cut(lazy):
     repair = cut_tail(torn.value)
     assert repair.copy.exists() and repair.copy.stat().st_size > 0
     assert [r.body["i"] for r in logstream.read(directory)] == [0, 1, 2]
+    with logstream.Writer.open(directory, "node1", segment_size=256 * 1024) as again:
+        assert again.repair is None and again.append({"i": 3}) == 4
+
+
+def test_a_full_disk_refuses_new_space_and_keeps_what_the_file_has(lazy):
+    """Full: a new file, a growing write or truncation get ENOSPC; a write inside the
+    file's size (a preallocated segment) goes on and is fsynced; space back, all works."""
+    path = lazy.mountpoint / "f"
+    write(path, bytes(8192), fsync=True)
+    lazy.full(True)
+    with pytest.raises(OSError) as err:
+        write(lazy.mountpoint / "g", b"x", fsync=False)
+    assert err.value.errno == errno.ENOSPC
+    with open(path, "r+b") as f:
+        os.pwrite(f.fileno(), b"inside", 100)
+        with pytest.raises(OSError) as grow:
+            os.pwrite(f.fileno(), b"past", 8192)
+        assert grow.value.errno == errno.ENOSPC
+        with pytest.raises(OSError) as longer:
+            os.ftruncate(f.fileno(), 10000)
+        assert longer.value.errno == errno.ENOSPC
+        os.fsync(f.fileno())
+    lazy.drop()
+    assert path.read_bytes()[100:106] == b"inside" and path.stat().st_size == 8192
+    lazy.full(False)
+    write(lazy.mountpoint / "g", b"x", fsync=True)
+    assert (lazy.mountpoint / "g").read_bytes() == b"x"
+
+
+def test_two_mounts_of_one_backing_directory_are_two_nodes(tmp_path):
+    """Each mount keeps its own unsynced writes: the other sees a file's fsynced state,
+    and a drop of one mount loses its writes only; a full mount does not fill the other."""
+    with LazyFS(tmp_path / "backing", tmp_path / "one") as one, \
+            LazyFS(tmp_path / "backing", tmp_path / "two") as two:
+        write(one.mountpoint / "f", b"synced", fsync=True)
+        write(one.mountpoint / "f", b"+not", fsync=False, mode="ab")
+        assert (one.mountpoint / "f").read_bytes() == b"synced+not"
+        assert (two.mountpoint / "f").read_bytes() == b"synced"
+        write(two.mountpoint / "g", b"two's", fsync=False)
+        one.full(True)
+        write(two.mountpoint / "h", b"room", fsync=True)
+        one.drop()
+        assert (two.mountpoint / "g").read_bytes() == b"two's"
+        assert (one.mountpoint / "f").read_bytes() == b"synced"

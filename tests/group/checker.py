@@ -90,7 +90,9 @@ class Follower:
             try:
                 if self.client is None:
                     self.connect()
-                return op(self.client.structure(STRUCTURE))
+                result = op(self.client.structure(STRUCTURE))
+                self.address = self.client.address  # the SDK may have followed NOT_OWNER
+                return result
             except NotOwner as err:
                 self.connect(err.owner)
             except ConnectionLost as err:

@@ -1,10 +1,25 @@
 """A group on one machine for the tests: real etcd, real daemons sharing a data
-directory, each its own socket and log series, killed and restarted for real."""
+directory, each its own socket and log series, killed and restarted for real.
 
+`FaultyGroup` puts every fault of the takeover loop within reach of a test: each
+node reaches etcd through its own TCP proxy (tests/faults/proxy.py: a node cut
+off from etcd), keeps the shared data directory through its own lazyfs mount of
+one backing directory (tests/faults/lazyfs.py: its unsynced writes lost in a
+power cut, its disk full) and runs under libfaketime steered through a file (its
+wall clock stepped; CLOCK_BOOTTIME, the lease's clock, is left alone).
+"""
+
+import os
+import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tests.daemon.harness import Daemon
+from tests.faults.lazyfs import LazyFS
+from tests.faults.proxy import Proxy
 
 STRUCTURES = """
 [[structure]]
@@ -22,21 +37,87 @@ name = "EMHQ01"
 size = "8MiB"
 """
 
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+class Seen(list):
+    """A node's log lines, each stamped ``seen`` with the test's monotonic clock when it
+    arrived (the daemon's own timestamps follow its wall clock, which a test may step)."""
+
+    def append(self, event: dict) -> None:
+        event.setdefault("seen", time.monotonic())
+        super().append(event)
+
 
 class Node(Daemon):
     """One node: ``name`` in group ``group``, data in the shared ``data``."""
 
     def __init__(self, name: str, data: Path, etcd: str, group: str = "TESTG", lease: int = 2,
-                 prefer: str = "", standby: str = "cold", daemon_keys: str = ""):
-        super().__init__(daemon_keys=daemon_keys, structures=STRUCTURES.format(prefer=prefer))
+                 prefer: str = "", standby: str = "cold", daemon_keys: str = "",
+                 env: dict[str, str] | None = None):
+        super().__init__(daemon_keys=daemon_keys, structures=STRUCTURES.format(prefer=prefer),
+                         env=env)
         self.name = name
         self.data = data
+        self.lines = Seen()
         self.config.write_text(
             f'[daemon]\ndata_dir = "{data}"\nsocket = "{self.socket}"\n{daemon_keys}\n'
             f"{STRUCTURES.format(prefer=prefer)}\n"
             f'[group]\nname = "{group}"\nnode = "{name}"\netcd = ["{etcd}"]\n'
             f'lease = {lease}\nstandby = "{standby}"\nadvertise = "{self.address}"\n')
 
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
 
 def shared_data() -> Path:
     return Path(tempfile.mkdtemp(prefix="cqg")) / "data"
+
+
+class FaultyGroup:
+    """Nodes sharing a data directory, each behind its own etcd proxy, lazyfs mount
+    and faked wall clock. ``data`` is the backing directory: what is on the disk."""
+
+    def __init__(self, names: tuple[str, ...], etcd: str, group: str, lease: int,
+                 daemon_keys: str = "", standby: tuple[str, ...] = ("cold",)) -> None:
+        """``standby``: each node's, in turn (a warm one and a cold one test both)."""
+        self.root = Path(tempfile.mkdtemp(prefix="cqf"))
+        self.backing = self.root / "backing"
+        self.data = self.backing / "data"
+        target = urlsplit(etcd)
+        self.proxies: dict[str, Proxy] = {}
+        self.mounts: dict[str, LazyFS] = {}
+        self.clocks: dict[str, Path] = {}
+        self.nodes: dict[str, Node] = {}
+        try:
+            for i, name in enumerate(names):
+                proxy = self.proxies[name] = Proxy((target.hostname, target.port)).start()
+                mount = self.mounts[name] = LazyFS(self.backing, self.root / name).start()
+                clock = self.clocks[name] = self.root / f"{name}.faketime"
+                clock.write_text("+0\n")
+                env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
+                       "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                self.nodes[name] = Node(name, mount.mountpoint / "data",
+                                        f"http://127.0.0.1:{proxy.address[1]}", group=group,
+                                        lease=lease, daemon_keys=daemon_keys, env=env,
+                                        standby=standby[i % len(standby)])
+        except BaseException:
+            self.close()
+            raise
+
+    def step_clock(self, name: str, seconds: int) -> None:
+        """Set node ``name``'s wall clock ``seconds`` off the true time (read at once:
+        FAKETIME_NO_CACHE)."""
+        self.clocks[name].write_text(f"{seconds:+d}\n")
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            if node.alive:
+                os.kill(node.proc.pid, signal.SIGCONT)
+            node.cleanup()
+        for mount in self.mounts.values():
+            mount.stop()
+        for proxy in self.proxies.values():
+            proxy.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

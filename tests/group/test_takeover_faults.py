@@ -1,22 +1,43 @@
-"""The takeover fault loop: the owner of a pair killed, or paused past its lease,
-over and over while clients put and consume; the total-queue checker finds
-nothing acknowledged lost, nothing unexpected or resurrected.
+"""The takeover fault loop: every fault of a group node, mixed, over and over while
+clients put and consume; the total-queue checker finds nothing acknowledged lost,
+nothing unexpected or resurrected, and the owner equals both folds of the log.
 
-``CQSD_TAKEOVER_CYCLES=N`` runs N cycles of each fault (default 2).
+The faults, each on the owner of the pair unless said otherwise (`FAULTS`):
+- ``kill``: SIGKILL; the standby takes over; the node restarts as a standby.
+- ``pause``: SIGSTOP past the lease, then SIGCONT: the old owner acknowledges
+  nothing after it resumes, and is fenced.
+- ``partition``: its etcd proxy blackholed: its lease runs out, it is fenced,
+  refuses requests with STRUCTURE_FAILED naming etcd, and the standby takes
+  over; healed, it rejoins as a standby writing a new series (``NODE-N+1``).
+- ``clock``: its wall clock stepped 300 s one way while it works, the
+  standby's 300 s the other way, then it is killed: the new epoch's records
+  still sort after the sealed ones (checked in the log at the end).
+- ``power``: SIGKILL and its unsynced writes dropped (its lazyfs mount): a
+  power cut of that node.
+- ``disk``: the *standby's* disk full (its lazyfs mount), then the owner killed:
+  the standby takes over inside its preallocated log segment, and when it needs
+  a new segment it fails cleanly, acknowledging nothing more; the restarted
+  node takes over, and the full node comes back once there is space.
+
+``CQSD_TAKEOVER_CYCLES=N`` runs N cycles of each fault (default 1).
 """
 
+import json
 import os
 import signal
 import threading
 import time
 import uuid
-from datetime import datetime
+from statistics import median
 
 import pytest
 
 import cqsclient
+import logstream
+from cqsclient.errors import CQSError
 
 from .checker import (
+    QUEUE,
     STRUCTURE,
     Consumer,
     History,
@@ -26,17 +47,22 @@ from .checker import (
     reference_messages,
     spark_messages,
 )
-from .cluster import Node, shared_data
+from .cluster import FaultyGroup
 
-CYCLES = int(os.environ.get("CQSD_TAKEOVER_CYCLES", "2"))
+CYCLES = int(os.environ.get("CQSD_TAKEOVER_CYCLES", "1"))
+FAULTS = tuple(os.environ.get("CQSD_TAKEOVER_FAULTS", "kill pause partition clock power disk")
+               .split())
 LEASE = 2
 PROGRESS = 20  # acknowledged puts between two faults: the clients are really working
+SLACK = 0.5  # seconds a reply sent before a fence may take to reach its client
+SEGMENT = "64KiB"  # small log segments: a full disk is met at the next rotation, soon
+STEP = 300  # seconds a clock is stepped
 
 
 def owner_of(nodes):
     """The node that owns STRUCTURE now, by asking each live node; None if none does."""
     for node in nodes.values():
-        if node.proc is None or node.proc.poll() is not None:
+        if not node.alive:
             continue
         try:
             with cqsclient.connect(node.address, client="OBSERVER", timeout=2) as c:
@@ -44,7 +70,7 @@ def owner_of(nodes):
         except cqsclient.errors.CQSError:
             continue
         owner = rows[STRUCTURE]["owner"]
-        if owner is not None:
+        if owner is not None and nodes[owner].alive:
             return nodes[owner]
     return None
 
@@ -56,18 +82,13 @@ def wait_owner(nodes, not_node=None, timeout=30):
         if owner is not None and owner is not not_node:
             return owner
         time.sleep(0.1)  # polling the group through its public query
-    raise AssertionError(f"no new owner of {STRUCTURE} within {timeout} s")
-
-
-def when(event) -> float:
-    """An event's wall-clock time, as the daemon stamped it (UTC, ISO 8601)."""
-    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+    raise AssertionError(f"no new owner of {STRUCTURE} within {timeout} s: {trouble(nodes)}")
 
 
 def trouble(nodes):
     """What the nodes said of the group and its faults, for a failure's message."""
     names = ("owner_acquired", "takeover_done", "takeover_failed", "fenced", "node_joined",
-             "etcd_unreachable", "task_died", "owner_lost")
+             "etcd_unreachable", "task_died", "owner_lost", "log_write_failed")
     return {n: [(e.get("event"), e.get("structure"), e.get("why") or e.get("error"))
                 for e in node.lines if e.get("event") in names or e.get("level") == "critical"]
             for n, node in nodes.items()}
@@ -82,82 +103,208 @@ def stacks(workers):
             if w.ident in frames}
 
 
-@pytest.fixture(params=["cold", "warm"])
-def group(etcd_server, request):
-    data = shared_data()
+def series_number(writer: str) -> int:
+    return int(writer.rpartition("-")[2])
+
+
+def refused_for_etcd(node) -> str:
+    """A put sent straight to ``node``: it must be refused with STRUCTURE_FAILED naming
+    etcd; the refusal's message."""
+    with cqsclient.connect(node.address, client="PROBE", timeout=5) as c:
+        with pytest.raises(CQSError) as refused:
+            c.structure(STRUCTURE).put(QUEUE, b"probe")
+    assert refused.value.reason == "STRUCTURE_FAILED" and "etcd" in refused.value.message, (
+        refused.value.reason, refused.value.message)
+    return refused.value.message
+
+
+def epochs_sort_after_seals(log_dir) -> int:
+    """Every epoch record of STRUCTURE stamps after every record its seal keeps of the
+    writers it cut, whatever the clocks said: the number of epochs checked."""
+    from cqsd.records import EPOCH, SEALED
+    from cqsd.records import STRUCTURE as KEY
+    newest: dict[str, list[tuple[int, int]]] = {}  # writer -> (lsn, timestamp), in order
+    epochs = []
+    for r in logstream.read(log_dir):
+        newest.setdefault(r.writer, []).append((r.lsn, r.timestamp))
+        if isinstance(r.body, dict) and r.body.get(KEY) == STRUCTURE and EPOCH in r.body:
+            epochs.append((r.timestamp, r.body[SEALED]))
+    for stamp, cut in epochs:
+        for writer, lsn in cut.items():
+            kept = [t for n, t in newest.get(writer, ()) if n <= lsn]
+            assert not kept or max(kept) < stamp, (writer, lsn, max(kept), stamp)
+    return len(epochs)
+
+
+def deposed_acks(history: History, node, since: float) -> list[float]:
+    """The puts acknowledged by ``node`` after ``since`` and before it next won the pair
+    (a node fenced by load alone may win it back at once: its acks then count)."""
+    won = [e["seen"] for e in node.events("owner_acquired", structure=STRUCTURE)
+           if e["seen"] > since]
+    until = min(won, default=float("inf"))
+    return [t for t, a in history.acks if a == node.address and since < t < until]
+
+
+class Loop:
+    """The faults, with what each may assert of the nodes and the clients' history."""
+
+    def __init__(self, group: FaultyGroup, history: History):
+        self.group, self.nodes, self.history = group, group.nodes, history
+        self.deposed: list[tuple] = []  # (node, since): no acknowledgement until it owns again
+        self.figures: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.clock_sign = 1
+
+    def run(self, fault: str, owner, other) -> None:
+        getattr(self, fault)(owner, other)
+        self.figures[fault] += 1
+
+    def takeover(self, node, mark: int, timeout: float = 30) -> None:
+        node.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=timeout)
+
+    def kill(self, owner, other) -> None:
+        mark = len(other.lines)
+        owner.kill()
+        self.takeover(other, mark)
+        owner.start()
+
+    def pause(self, owner, other) -> None:
+        mark, owner_mark = len(other.lines), len(owner.lines)
+        os.kill(owner.proc.pid, signal.SIGSTOP)
+        self.takeover(other, mark)
+        resumed = time.monotonic()
+        os.kill(owner.proc.pid, signal.SIGCONT)
+        owner.wait_for("fenced", after=owner_mark, timeout=30)
+        self.deposed.append((owner, resumed))
+
+    def partition(self, owner, other) -> None:
+        mark, owner_mark = len(other.lines), len(owner.lines)
+        [joined] = owner.events("node_joined")[-1:]
+        self.group.proxies[owner.name].blackhole()
+        owner.wait_for("fenced", after=owner_mark, timeout=30)
+        self.deposed.append((owner, time.monotonic() + SLACK))
+        self.takeover(other, mark)
+        refused_for_etcd(owner)
+        self.group.proxies[owner.name].heal()
+        [rejoined] = owner.wait_for("node_rejoined", after=owner_mark, timeout=30)
+        assert series_number(rejoined["writer"]) > series_number(joined["writer"]), (
+            joined, rejoined)
+
+    def clock(self, owner, other) -> None:
+        sign, self.clock_sign = self.clock_sign, -self.clock_sign
+        self.group.step_clock(owner.name, sign * STEP)
+        self.progress()  # the owner stamps records with its stepped clock
+        self.group.step_clock(other.name, -sign * STEP)
+        self.kill(owner, other)
+
+    def power(self, owner, other) -> None:
+        mark = len(other.lines)
+        owner.kill()
+        self.group.mounts[owner.name].drop()
+        self.takeover(other, mark)
+        owner.start()
+
+    def disk(self, owner, other) -> None:
+        mount = self.group.mounts[other.name]
+        mark = len(other.lines)
+        mount.full(True)
+        try:
+            owner.kill()
+            other.wait_until(lambda: not other.alive or any(
+                e.get("event") in ("takeover_done", "takeover_failed", "log_write_failed")
+                for e in other.lines[mark:]), "its takeover, or its failure", 30)
+            owner_mark = len(owner.lines)
+            owner.start()
+            # the full node fails at its next segment, at the latest: the other takes over
+            other.wait_until(lambda: not other.alive or any(
+                e.get("event") == "log_write_failed" or (e.get("event") == "takeover_failed"
+                                                         and e.get("structure") == STRUCTURE)
+                for e in other.lines[mark:]), "the full disk", 60)
+            self.deposed.append((other, time.monotonic() + SLACK))
+            self.takeover(owner, owner_mark, timeout=60)
+            if other.alive:
+                other.proc.wait(30)
+        finally:
+            mount.full(False)
+        # it failed on the full disk: at a new segment (log_write_failed), rebuilding
+        # (takeover_failed) or at a new series after a fence by load (the node stops)
+        said = json.dumps(other.lines[mark:], default=str)
+        assert "No space left on device" in said, said[-3000:]
+        other.start()
+
+    def progress(self, n: int = PROGRESS) -> None:
+        base = len(self.history.put_ok)
+        deadline = time.monotonic() + 60
+        while len(self.history.put_ok) < base + n:
+            assert time.monotonic() < deadline, (
+                f"the clients made no progress: {trouble(self.nodes)}")
+            time.sleep(0.05)  # polling the clients' history
+
+
+@pytest.fixture
+def faulty(etcd_server):
     name = "G" + uuid.uuid4().hex[:6].upper()
-    nodes = {n: Node(n, data, etcd_server.endpoint, group=name, lease=LEASE,
-                     standby=request.param)
-             for n in ("NODE1", "NODE2")}
-    for node in nodes.values():
-        node.start()
-    yield nodes
-    for node in nodes.values():
-        if node.proc is not None and node.proc.poll() is None:
-            os.kill(node.proc.pid, signal.SIGCONT)
-        node.cleanup()
+    group = FaultyGroup(("NODE1", "NODE2"), etcd_server.endpoint, name, LEASE,
+                        daemon_keys=f'log_segment = "{SEGMENT}"', standby=("warm", "cold"))
+    try:
+        for node in group.nodes.values():
+            node.start()
+        yield group
+    finally:
+        group.close()
 
 
-def test_owner_killed_or_paused_loses_nothing_acknowledged(group):
-    """SIGKILL, and SIGSTOP past the lease, of the owner: the standby takes over,
-    the old owner acknowledges nothing after it resumes, and the checker is clean."""
-    nodes = group
+def test_every_fault_mixed_loses_nothing_acknowledged(faulty):
+    """Each fault of FAULTS in turn, CYCLES times: the checker is clean, no deposed
+    node acknowledged anything, the owner equals the reference and Spark folds, and
+    every epoch stamps after what it sealed."""
+    nodes = faulty.nodes
     addresses = [n.address for n in nodes.values()]
     history, stop, stop_consumers = History(), threading.Event(), threading.Event()
+    loop = Loop(faulty, history)
     workers = [Producer(i, addresses, history, stop) for i in range(2)] + [
         Consumer(i, addresses, history, stop_consumers) for i in range(2)]
     wait_owner(nodes)
     for w in workers:
         w.start()
-    pauses = []
+    started = time.monotonic()
     try:
-        for cycle in range(2 * CYCLES):
-            base = len(history.put_ok)
-            deadline = time.monotonic() + 60
-            while len(history.put_ok) < base + PROGRESS:
-                assert time.monotonic() < deadline, (
-                    f"the clients made no progress: {trouble(nodes)} {stacks(workers)}")
-                time.sleep(0.05)
+        for cycle in range(len(FAULTS) * CYCLES):
+            try:
+                loop.progress()
+            except AssertionError as err:
+                raise AssertionError(f"{err} {stacks(workers)}") from None
             owner = wait_owner(nodes)
             other = next(n for n in nodes.values() if n is not owner)
-            if pauses and pauses[-1][3] is None:  # the paused node may own it again now
-                pauses[-1][3] = time.time()
-            mark = len(other.lines)
-            if cycle % 2 == 0:
-                owner.kill()
-                other.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=30)
-                owner.start()
-            else:
-                owner_mark = len(owner.lines)
-                os.kill(owner.proc.pid, signal.SIGSTOP)
-                other.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=30)
-                resumed, resumed_mark = time.time(), len(owner.lines)
-                os.kill(owner.proc.pid, signal.SIGCONT)
-                owner.wait_for("fenced", after=owner_mark, timeout=30)
-                pauses.append([owner, resumed, resumed_mark, None])
+            loop.run(FAULTS[cycle % len(FAULTS)], owner, other)
         stop_consumers.set()  # the structure fills again: the folds below have work
-        base = len(history.put_ok)
-        while len(history.put_ok) < base + 5 * PROGRESS:
-            time.sleep(0.05)
+        loop.progress(5 * PROGRESS)
     finally:
         stop.set()
         stop_consumers.set()
         for w in workers:
             w.join(60)
     assert all(w.error is None for w in workers), [w.error for w in workers]
-    for node, resumed, mark, until in pauses:  # what the clients were told, by the node's log
-        # until it owns the pair again (a takeover of its own: its successor was fenced too)
-        again = [when(e) for e in node.events("owner_acquired", mark, structure=STRUCTURE)]
-        end = min([until or float("inf"), *again])
-        late = [t for t, a in history.acks if a == node.address and resumed < t < end]
-        assert late == [], f"{node.name} acknowledged {len(late)} puts after it resumed, deposed"
-    data = next(iter(nodes.values())).data
+    for node, since in loop.deposed:  # from what the clients were told
+        late = deposed_acks(history, node, since)
+        assert late == [], (f"{node.name} acknowledged {len(late)} puts while deposed",
+                            since, late[:2], late[-1], loop.figures, [
+                                (e.get("event"), e.get("seen"), e.get("why"))
+                                for e in node.lines if e.get("event") in (
+                                    "owner_acquired", "fenced", "takeover_done", "ready",
+                                    "node_rejoined", "text")])
     live = owner_messages(wait_owner(nodes).address)
     assert len(live) >= 5 * PROGRESS
-    assert live == reference_messages(data), "the owner differs from the sealed log's fold"
-    assert live == spark_messages(data), "the Spark fold of the whole log differs"
+    assert live == reference_messages(faulty.data), "the owner differs from the sealed log's fold"
+    assert live == spark_messages(faulty.data), "the Spark fold of the whole log differs"
+    epochs = epochs_sort_after_seals(faulty.data / "logstream")
     verdict = history.verdict(drain(addresses))
-    print(verdict | {k: len(verdict[k]) for k in ("lost", "unexpected", "resurrected")})
-    assert verdict["acknowledged"] >= 2 * CYCLES * PROGRESS
+    takeovers = [e["seconds"] for n in nodes.values()
+                 for e in n.events("takeover_done", structure=STRUCTURE)]
+    print({k: (len(v) if isinstance(v, list) else v) for k, v in verdict.items()}
+          | {"faults": loop.figures, "epochs": epochs, "takeovers": len(takeovers),
+             "takeover_p50": median(takeovers), "takeover_max": max(takeovers),
+             "seconds": round(time.monotonic() - started, 1)})
+    assert epochs >= len(FAULTS) * CYCLES
+    assert verdict["acknowledged"] >= len(FAULTS) * CYCLES * PROGRESS
     assert verdict["lost"] == [] and verdict["unexpected"] == []
     assert verdict["resurrected"] == [] and verdict["duplicated_at_end"] == []

@@ -36,6 +36,7 @@ from cqsproto import ProtocolError, encode_frame, encode_frame_parts
 from cqsproto.codec import Parts
 
 from ..engine import Reason
+from .access import Rights
 from .wire import Large
 
 log = structlog.get_logger()
@@ -56,7 +57,7 @@ class Session:
         self.client: str | None = None  # the lock owner: the name, or name:id (operator)
         self.name: str | None = None  # the configured client it registered as
         self.operator = False  # an operator session (cqsctl): no client slot
-        self.rights = None  # access.Rights, None for unrestricted
+        self.rights: Rights | None = None  # None for unrestricted
         self.cert_cn: str | None = None  # the TLS client certificate's common name
         self.peer_uid: int | None = None  # the Unix socket peer's user (SO_PEERCRED)
         self.deregistered = False

@@ -10,7 +10,7 @@ from .events import Altered, Event
 from .reports import Row
 
 if TYPE_CHECKING:
-    from .browse import Cursor
+    from .browse import Cursor, CursorIn
     from .commit import Op
     from .pair import StructurePair
     from .qtypes import QueueKey
@@ -40,7 +40,7 @@ class QueueStructure(Protocol):
                qtype: int | str | None = None, name: str | None = None) -> Entry: ...
     def commit(self, client: str, ops: "Iterable[Op]") -> list[Entry]: ...
     def browse(self, qtype: int | str | None = None, name: str | None = None, *,
-               after: "Cursor | None" = None,
+               after: "CursorIn | None" = None,
                limit: int = 100) -> "tuple[list[Entry], Cursor | None]": ...
 
     # operator requests and client lifecycle

@@ -10,6 +10,7 @@ keeps nothing for a browse in progress.
 """
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from sortedcontainers import SortedDict
 
@@ -30,6 +31,9 @@ from .qtypes import (
 from .timed import Timed
 
 Cursor = tuple[int, str, int]  # (list header, queue name, entry id) of the last entry seen
+# a cursor as ``after``: as given, or as a request carries it back (a decoded frame's
+# list); check_cursor refuses anything that is not one this server gave
+CursorIn = Cursor | list[Any]
 INDEXED_LHS = (COLD_LH, LOCK_LH, DELAYED_LH)  # kept as indexes by id, not as queues
 BROWSE_ALL_LHS = INDEXED_LHS + tuple(
     lh
@@ -50,7 +54,7 @@ class Browse:
         self.timed = timed  # the delayed puts
 
     def page(
-        self, qtype: int | str | None, name: str | None, after: Cursor | None, limit: int,
+        self, qtype: int | str | None, name: str | None, after: CursorIn | None, limit: int,
     ) -> tuple[list[Entry], Cursor | None]:
         """Up to ``limit`` entries of one queue (``qtype`` and ``name``), one queue
         type (``qtype``) or everything (neither), after the cursor ``after``; and
@@ -72,7 +76,7 @@ class Browse:
             return found, None
         return found, position(last)
 
-    def walk(self, lhs: Iterable[int], only: str | None, after: Cursor | None) -> Iterator[Entry]:
+    def walk(self, lhs: Iterable[int], only: str | None, after: CursorIn | None) -> Iterator[Entry]:
         """Entries strictly after the cursor, in (list header, name, entry id) order."""
         a_lh, a_name, a_id = check_cursor(after)
         for lh in lhs:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ..smds.datamap import DataMap
-from .browse import Cursor, position
+from .browse import Cursor, CursorIn, position
 from .commit import Delete, Move, Op, Put, Unlock
 from .entry import Entry
 from .errors import CQSError, Reason
@@ -268,7 +268,7 @@ class StructurePair:
         qtype: int | str | None = None,
         name: str | None = None,
         *,
-        after: Cursor | None = None,
+        after: CursorIn | None = None,
         limit: int = 100,
     ) -> tuple[list[Entry], Cursor | None]:
         """Browse both structures as one, in (list header, name, id) order, with the

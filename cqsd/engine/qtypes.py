@@ -17,8 +17,6 @@ DELAYED_LH = 6  # delayed puts until their time (no CQS counterpart: LH 6-70 are
 FIRST_CLIENT_LH = 71
 HEADERS_PER_TYPE = 11
 MAX_NAME = 15  # the 16-byte entry key less its queue-type byte
-QueueKey = tuple[int, str]  # (queue type, queue name): one queue of a structure
-
 QueueKey = tuple[int, str]  # (queue type, queue name): one queue, the engine's key for it
 
 

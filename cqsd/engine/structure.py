@@ -81,7 +81,7 @@ from ..records import (
     READY_AT,
 )
 from ..smds.datamap import DataMap
-from .browse import Browse, Cursor, position
+from .browse import Browse, Cursor, CursorIn, position
 from .capacity import GROWN, Capacity
 from .cleanup import CleanUp
 from .commit import Checked, Delete, Move, Op, Put, Unlock, check
@@ -459,7 +459,7 @@ class Structure:
         qtype: int | str | None = None,
         name: str | None = None,
         *,
-        after: Cursor | None = None,
+        after: CursorIn | None = None,
         limit: int = 100,
     ) -> tuple[list[Entry], Cursor | None]:
         """Look without locking: one queue (``qtype`` and ``name``), one queue type

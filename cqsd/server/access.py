@@ -133,12 +133,13 @@ def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
             return None if rights.read is None or rights.read.every else "every queue"
         return _queue(rights.read, "read", queue, args.get("qtype"))
     if op == "move":
-        return _move(rights, structure, args["entry_id"], args["queue"], queue_of,
+        # move and commit require the field (cqsproto/requests.py)
+        return _move(rights, args["structure"], args["entry_id"], args["queue"], queue_of,
                      args.get("qtype"))
     if op == "unlock" and args.get("queue") is not None:
         return _queue(rights.put, "put to", args["queue"], args.get("qtype"))
     if op == "commit":
-        return _commit(rights, structure, args["ops"], queue_of)
+        return _commit(rights, args["structure"], args["ops"], queue_of)
     return None
 
 

@@ -169,15 +169,15 @@ class Checkpoints:
         runs = [run] if overflow is None else [run, self._start(overflow, why)]
         for each in runs:
             await each.done.wait()
-        if isinstance(run.result, JobFailed):
-            raise run.result
+        ours = _outcome(name, run)
         if overflow is None:
-            return run.result
-        theirs = runs[1].result
-        if isinstance(theirs, JobFailed):
-            raise JobFailed(f"{name} was checkpointed in {run.result.get('slot')}, but its "
-                            f"overflow structure {overflow} was not: {theirs.message}")
-        return {**run.result, "overflow": theirs}
+            return ours
+        try:
+            theirs = _outcome(overflow, runs[1])
+        except JobFailed as err:
+            raise JobFailed(f"{name} was checkpointed in {ours.get('slot')}, but its "
+                            f"overflow structure {overflow} was not: {err.message}") from None
+        return {**ours, "overflow": theirs}
 
     def _start(self, name: str, why: str) -> "_Run":
         """The checkpoint of ``name`` running now, started if none is."""
@@ -377,6 +377,16 @@ class _Run:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.result: dict | JobFailed | None = None
+
+
+def _outcome(name: str, run: _Run) -> dict:
+    """A finished checkpoint's result; raises its JobFailed. No result at all means
+    its task died, which stops the daemon (Runtime.spawn): the caller is told so."""
+    if isinstance(run.result, JobFailed):
+        raise run.result
+    if run.result is None:
+        raise JobFailed(f"checkpoint of {name}: its task died; the daemon is stopping")
+    return run.result
 
 
 def _none(name: str) -> dict[str, int]:

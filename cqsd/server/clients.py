@@ -108,6 +108,7 @@ class Clients:
         the live config); one whose client is no longer listed is cut off."""
         self.access.reload(self.config.current)
         for session in list(self.sessions.values()):
+            assert session.name is not None  # registered, as every session here is
             try:
                 session.rights = self.access.rights_for(session.name, session.operator,
                                                         session.peer_uid)
@@ -139,8 +140,10 @@ class Clients:
         self.schedule_peer_recovery(client)
 
     def _forget(self, session: Session) -> None:
-        del self.sessions[session.client]
-        self.tokens.pop(session.client, None)
+        client = session.client
+        assert client is not None  # registered: both callers check
+        del self.sessions[client]
+        self.tokens.pop(client, None)
         if session.operator:
             self.operators -= 1
 

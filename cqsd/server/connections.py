@@ -94,8 +94,10 @@ class Connections:
             tcp = await trio.open_tcp_listeners(port, host=host)
             if d.tls_cert:
                 current = tls.context(d)
-                tcp = self.tls_listeners = [tls.Listener(t, current) for t in tcp]
-            listeners += [(t, True) for t in tcp]
+                self.tls_listeners = [tls.Listener(t, current) for t in tcp]
+                listeners += [(t, True) for t in self.tls_listeners]
+            else:
+                listeners += [(t, True) for t in tcp]
         return listeners
 
     def reload_tls(self, d) -> None:
@@ -211,7 +213,7 @@ class Connections:
             if not turn:
                 return
 
-    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | None,
+    def handle(self, session: Session, decoder: FrameDecoder, data: bytes | bytearray | None,
                frames: int = TURN_FRAMES) -> Turn:
         """Dispatch up to ``frames`` of the requests ``data`` completes (None: those
         already received), stopping if the session pauses; ENDED when the connection
@@ -271,12 +273,14 @@ class Connections:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
+            assert session.scope is not None  # the writer runs inside it (_run)
             session.scope.cancel()
 
     async def _deadlines(self, session: Session) -> None:
         d = self.config.daemon
         if await liveness.overdue(session, d.handshake_timeout, d.frame_timeout) == "handshake":
             log.info("handshake_timeout", peer=session.peer)
+            assert session.scope is not None  # the deadlines run inside it (_run)
             session.scope.cancel()
         else:
             session.cut(f"a request frame took longer than frame_timeout ({d.frame_timeout} s)")
@@ -294,7 +298,8 @@ class Connections:
             with trio.move_on_after(DRAIN_TIMEOUT):
                 await self._gone.wait()
         for session in list(self.sessions):
-            session.scope.cancel()
+            if session.scope is not None:  # None: a TLS handshake not yet done, ended by
+                session.scope.cancel()     # its handshake_timeout or the daemon's end
 
 
 async def _refuse(stream: trio.abc.Stream, reason: Reason, message: str) -> None:

@@ -23,7 +23,7 @@ repository (``path`` None, in-process tests) the config is all there is.
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import structlog
 
@@ -50,6 +50,14 @@ class Held(NamedTuple):
     definition: Definition
     current_size: int
     failed: bool = False
+
+
+class _Row(TypedDict):
+    """A structure's sizes as repository.record_structure takes them (keywords)."""
+
+    size: int
+    initsize: int
+    current_size: int
 
 
 class Definitions:
@@ -116,7 +124,7 @@ class Definitions:
             self._write(name, repository.record_failed, name, failed)
 
     @staticmethod
-    def _row(held: Held) -> dict[str, int]:
+    def _row(held: Held) -> _Row:
         return {"size": held.definition.size, "initsize": held.definition.initsize,
                 "current_size": held.current_size}
 

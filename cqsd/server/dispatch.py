@@ -54,8 +54,8 @@ class Dispatcher:
             if not isinstance(err, ProtocolError):
                 log.exception("request_internal_error", client=session.client)
                 err = ProtocolError(Reason.INVALID_REQUEST, "request not understood")
-            rid = frame.get("id")
-            session.fail(rid if type(rid) is int else None, err.reason, err.message)
+            bad_id = frame.get("id")
+            session.fail(bad_id if type(bad_id) is int else None, err.reason, err.message)
             return
         if session.client is None and op != "register":
             session.fail(rid, Reason.NOT_REGISTERED, f"{op}: register first")
@@ -71,7 +71,9 @@ class Dispatcher:
         except (CQSError, ProtocolError) as err:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
                       message=err.message)
-            session.fail(rid, err.reason, err.message, err.details)
+            # only the engine's errors carry details (NOT_OWNER's); a handler's bad
+            # field raises the codec's ProtocolError, which has none
+            session.fail(rid, err.reason, err.message, getattr(err, "details", None))
         except Exception as err:
             if raised_in_engine(err):  # the engine may have applied part of it
                 rooms.runtime.fatal("internal_error", err, client=session.client, op=op)

@@ -109,8 +109,8 @@ def op_read(rooms: Rooms, session: Session, rid: int, structure: str, queue: str
     return DEFERRED
 
 
-async def _wait_read(rooms: Rooms, session: Session, rid: int, s: StructurePair, key: QueueKey,
-                     waiter: Waiter, wait: float) -> None:
+async def _wait_read(rooms: Rooms, session: Session, rid: int, s: StructurePair,
+                     key: tuple[QueueType, str], waiter: Waiter, wait: float) -> None:
     try:
         with trio.move_on_after(wait):
             await waiter.event.wait()

@@ -169,7 +169,8 @@ class Jobs:
         """Run ``python -m cqsd.srds ARGS`` and return its result line; JobFailed says why
         not. A ``background`` job runs on idle CPU only; otherwise it is niced."""
         d = config.daemon
-        job, tail, stdout = self.start(args), deque(maxlen=TAIL), bytearray()
+        job, stdout = self.start(args), bytearray()
+        tail: deque[str] = deque(maxlen=TAIL)
         try:
             proc = await trio.lowlevel.open_process(
                 job_command(config, args), stdout=PIPE, stderr=PIPE,
@@ -195,6 +196,7 @@ class Jobs:
         if scope.cancelled_caught:
             self.end(job, f"killed after job_timeout {d.job_timeout}s")
             raise JobFailed(f"{' '.join(args[:3])}: killed after job_timeout {d.job_timeout}s")
+        assert proc.returncode is not None  # waited for above, killed or not
         return self.finish(job, args, proc.returncode, bytes(stdout), list(tail))
 
     def run_before_serving(self, config, args: list[str], progress) -> dict:

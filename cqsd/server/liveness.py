@@ -62,7 +62,10 @@ def keep_alive(stream: trio.abc.Stream, idle: float) -> None:
     sent to it, within as long again (``tcp_keepalive``; 0: leave it to the kernel)."""
     if not idle:
         return
-    sock = getattr(stream, "transport_stream", stream).socket
+    # over TCP (the only caller): a SocketStream, or the SSLStream wrapping one
+    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    assert isinstance(inner, trio.SocketStream)
+    sock = inner.socket
     seconds = max(1, math.ceil(idle))
     interval = max(1, seconds // KEEPALIVE_PROBES)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)

@@ -310,7 +310,7 @@ def _queues(d: Rooms) -> Iterator[Metric]:
 def _smds(d: Rooms) -> Iterator[Metric]:
     """Each data set's size and fullness, and its structure's buffer pool (docs/smds.md)."""
     labels = ["structure", "owner"]
-    families: list[tuple[Metric, str, float]] = [
+    families: list[tuple[GaugeMetricFamily | CounterMetricFamily, str, float]] = [
         (kind(name, doc, labels=labels), field, scale)
         for kind, name, field, scale, doc in (
             (GaugeMetricFamily, "cqsd_smds_size_bytes", "size", 1,

@@ -64,7 +64,8 @@ class Operations:
     def restart(self) -> tuple[set[str], set[str]]:
         """Rebuild every structure from its image and the log; returns the clients whose
         locks survived a clean stop, and those whose locks a crash left behind."""
-        held, crashed = set(), set()
+        held: set[str] = set()
+        crashed: set[str] = set()
         for r in rebuild_all(self.registry.structures(), self.datadir.images,
                              self.datadir.logstream, WRITER, self.journal.position,
                              self.datadir.srds, self._spark_recover,
@@ -226,7 +227,9 @@ class Operations:
         self._install(new)
         self.registry.definitions.redefined(name, held)
         seconds = round(time.perf_counter() - started, 3)
-        row = new.primary.stats() if new.primary.name == name else new.overflow.stats()
+        rebuilt = new.primary if new.primary.name == name else new.overflow
+        assert rebuilt is not None  # not the primary: ``name`` is the overflow structure
+        row = rebuilt.stats()
         log.info("structure_rebuilt_copy", structure=name, size=row["size"],
                  current_size=row["current_size"], messages=row["messages"], seconds=seconds)
         return {**row, **self.registry.definitions.describe(name), "seconds": seconds}
@@ -265,7 +268,8 @@ class Operations:
                        *args: Any) -> dict[str, Any]:
         """Await ``operation`` run in the daemon's nursery rather than the caller's, so an
         operator's connection dropping does not cancel a recovery half-way."""
-        done, outcome = trio.Event(), []
+        done = trio.Event()
+        outcome: list[dict[str, Any] | CQSError] = []
 
         async def run() -> None:
             try:

@@ -51,4 +51,5 @@ class OverflowMoves:
                 await trio.lowlevel.checkpoint()  # the requests waiting meanwhile go first
         finally:
             self._movers.discard(s.name)
+        assert s.overflow is not None  # only a pair with one has moves (StructurePair.relieve)
         log.info("overflow_moved", structure=s.name, overflow=s.overflow.name, messages=moved)

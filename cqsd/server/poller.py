@@ -94,6 +94,7 @@ class Poller:
     async def read(self, session: Session) -> None:
         """Hand ``session``'s requests to ``handle`` until its connection ends (or
         this is cancelled)."""
+        assert session.raw is not None  # the poller reads plain sockets (Connections._run)
         fd = session.raw.fileno()
         connection = _Connection(session, self._max_frame)
         self._connections[fd] = connection
@@ -122,9 +123,9 @@ class Poller:
                 await trio.lowlevel.wait_readable(epoll)
                 continue
             turns, self._backlog = self._backlog, []
-            for fd, connection in turns:
-                if not connection.ended:
-                    self._turn(fd, connection, None)
+            for fd, turn in turns:
+                if not turn.ended:
+                    self._turn(fd, turn, None)
             for fd, _ in events:
                 connection = connections.get(fd)
                 if connection is None:
@@ -152,11 +153,13 @@ class Poller:
     def _receive(connection: _Connection) -> bytes | None:
         """One ``recv``: its bytes, or None when they went straight into the room the
         decoder keeps for the rest of a large frame (b"" at the end)."""
+        raw = connection.session.raw
+        assert raw is not None  # closed only once read() has ended, and so forgotten it
         room = connection.decoder.room()
         if room is None:
-            return connection.session.raw.recv(RECEIVE_SIZE)
+            return raw.recv(RECEIVE_SIZE)
         with room:
-            got = connection.session.raw.recv_into(room)
+            got = raw.recv_into(room)
         if not got:
             return b""
         connection.decoder.received(got)

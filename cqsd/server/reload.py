@@ -34,7 +34,8 @@ TLS = ("tls_cert", "tls_key", "tls_client_ca")
 
 def changes(old: Config, new: Config) -> tuple[list[str], list[str]]:
     """(keys that reload, keys that need a restart) where ``new`` differs from ``old``."""
-    reload, restart = [], []
+    reload: list[str] = []
+    restart: list[str] = []
     for field in dataclasses.fields(old.daemon):
         key = field.name
         if getattr(old.daemon, key) == getattr(new.daemon, key):

@@ -36,6 +36,7 @@ from cqsproto import ProtocolError, encode_frame, encode_frame_parts
 from cqsproto.codec import Parts
 
 from ..engine import Reason
+from .access import Rights
 from .wire import Large
 
 log = structlog.get_logger()
@@ -56,7 +57,7 @@ class Session:
         self.client: str | None = None  # the lock owner: the name, or name:id (operator)
         self.name: str | None = None  # the configured client it registered as
         self.operator = False  # an operator session (cqsctl): no client slot
-        self.rights = None  # access.Rights, None for unrestricted
+        self.rights: Rights | None = None  # None for unrestricted
         self.cert_cn: str | None = None  # the TLS client certificate's common name
         self.peer_uid: int | None = None  # the Unix socket peer's user (SO_PEERCRED)
         self.deregistered = False
@@ -103,7 +104,7 @@ class Session:
             if rest is None:
                 return
             frame, lsn = rest, 0
-        if type(frame) is list:  # parts to queue: joined once, here
+        if isinstance(frame, list):  # parts to queue: joined once, here
             frame = b"".join(frame)
         if len(self.queue) >= self.send_queue or self.unsent >= self.send_queue_bytes:
             self.cut("too many replies and notifications waiting to be sent")
@@ -213,6 +214,7 @@ class Session:
         self.deferred += 1
         if self.deferred >= self.pause_frames:
             self._flow()
+        assert self.waits is not None  # handlers run while the connection reads, in _run
         self.waits.start_soon(self._deferred, async_fn, args)
 
     async def _deferred(self, async_fn, args) -> None:
@@ -274,13 +276,15 @@ class Session:
     def _send_now(self, frame: Frame | Parts) -> Frame | None:
         """A non-blocking send (of parts: one ``sendmsg``); what it could not take, or
         None."""
+        raw = self.raw
+        assert raw is not None  # both callers check it first
         try:
-            sent = self.raw.sendmsg(frame) if type(frame) is list else self.raw.send(frame)
+            sent = raw.sendmsg(frame) if isinstance(frame, list) else raw.send(frame)
         except BlockingIOError:
             sent = 0
         except OSError:
             return None  # the peer is gone; the reader sees it and ends the session
-        if type(frame) is list:
+        if isinstance(frame, list):
             if sent == sum(len(part) for part in frame):
                 return None
             frame = b"".join(frame)

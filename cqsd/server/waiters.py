@@ -10,7 +10,11 @@ from collections import deque
 
 import trio
 
-from ..engine import CQSError, Entry, QueueKey, Reason, Structure
+from ..engine import CQSError, Entry, QueueKey, Reason, Structure, StructurePair
+
+# What waiters wait on: the daemon's rooms hold a StructurePair per structure, which
+# has a Structure's read API (name, watched, readable, read); a bare Structure serves alike.
+Readable = Structure | StructurePair
 
 
 class Waiter:
@@ -30,11 +34,11 @@ class ReadWaiters:
         self.budget = budget  # payload bytes one reply may carry (read_up_to)
         self._queues: dict[tuple[str, QueueKey], deque[Waiter]] = {}
 
-    def add(self, structure: Structure, key: QueueKey, waiter: Waiter) -> None:
+    def add(self, structure: Readable, key: QueueKey, waiter: Waiter) -> None:
         self._queues.setdefault((structure.name, key), deque()).append(waiter)
         structure.watched.add(key)
 
-    def remove(self, structure: Structure, key: QueueKey, waiter: Waiter) -> None:
+    def remove(self, structure: Readable, key: QueueKey, waiter: Waiter) -> None:
         queue = self._queues.get((structure.name, key))
         if queue is not None and waiter in queue:
             queue.remove(waiter)
@@ -44,7 +48,7 @@ class ReadWaiters:
     def count(self, structure: str, key: QueueKey) -> int:
         return len(self._queues.get((structure, key), ()))
 
-    def serve(self, structure: Structure) -> None:
+    def serve(self, structure: Readable) -> None:
         """Hand newly readable messages to the oldest waiters on their queues."""
         while structure.readable:
             key = structure.readable.pop()
@@ -61,7 +65,7 @@ class ReadWaiters:
             if not queue:
                 self._forget(structure, key)
 
-    def fail(self, structure: Structure) -> None:
+    def fail(self, structure: Readable) -> None:
         """Wake every waiter on a structure that has failed, unserved."""
         for name, key in [k for k in self._queues if k[0] == structure.name]:
             for waiter in self._queues.pop((name, key)):
@@ -77,17 +81,18 @@ class ReadWaiters:
                 queue.remove(waiter)
                 waiter.event.set()
 
-    def _forget(self, structure: Structure, key: QueueKey) -> None:
+    def _forget(self, structure: Readable, key: QueueKey) -> None:
         self._queues.pop((structure.name, key), None)
         structure.watched.discard(key)
 
 
-def read_up_to(structure: Structure, client: str, key: QueueKey, n: int, budget: int,
+def read_up_to(structure: Readable, client: str, key: QueueKey, n: int, budget: int,
                lease: float | None = None) -> list[Entry]:
     """Lock up to ``n`` messages for ``client`` (for ``lease`` seconds, if given),
     stopping once their payloads pass ``budget`` bytes, so that a reply holds at
     most one message more than that."""
-    got, size = [], 0
+    got: list[Entry] = []
+    size = 0
     try:
         while len(got) < n and size < budget:
             entry = structure.read(client, *key, lease)

@@ -47,9 +47,9 @@ class SmdsCommands:
         key = self._key(structure, owner)
         if access is None and status is None:
             raise _bad("reset-smds: give --access, --status or both")
-        events = [(_choice("status", status, STATUS), f"reset-smds --status {status}"),
+        chosen = [(_choice("status", status, STATUS), f"reset-smds --status {status}"),
                   (_choice("access", access, ACCESS), f"reset-smds --access {access}")]
-        events = [(event, words) for event, words in events if event is not None]
+        events = [(event, words) for event, words in chosen if event is not None]
         self._check(key, [event for event, _ in events], "reset-smds")
         if status == "failed":  # it must stop being used at once: no space map saved
             await self.datasets.open_sets.close_one(key, "reset-smds --status failed", save=False)

@@ -33,7 +33,8 @@ class History:
     delivered: Counter = field(default_factory=Counter)  # payload -> deliveries seen
     deleted_ok: set[bytes] = field(default_factory=set)
     deleted_unknown: set[bytes] = field(default_factory=set)
-    # (wall-clock time, the node that acknowledged): compared with the nodes' own events
+    # (the test's monotonic time, the node that acknowledged): compared with the time the
+    # test saw each node event (cluster.py stamps them ``seen``)
     acks: list[tuple[float, str | None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -136,7 +137,7 @@ class Producer(threading.Thread):
                     self.history.put_ok[payload] = eid
                     # the node that answered: the SDK follows NOT_OWNER on its own
                     answered = self.follower.client.address if self.follower.client else None
-                    self.history.acks.append((time.time(), answered))
+                    self.history.acks.append((time.monotonic(), answered))
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.error = err
         finally:

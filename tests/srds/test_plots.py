@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pandas as pd
 import pyarrow as pa
 
-from cqsd.srds import plots
-from cqsd.srds.report import Report, checkpoints
+from cqsd.srds.traffic import plots
+from cqsd.srds.traffic.report import Report, checkpoints
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 COUNTS = ("puts", "reads", "deletes", "redeliveries", "suspends", "moved_out", "moved_in")

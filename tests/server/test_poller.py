@@ -213,35 +213,37 @@ async def test_pipelining_connections_take_turns_of_turn_frames(polling, connect
     assert handler.seqs(a) == list(range(count)) == handler.seqs(b)
 
 
-def pausing(polling, session) -> trio.Event:
-    """Each frame ``session``'s handler gets defers its reply until the event is set, so
-    the session pauses after ``pause_frames`` of them, as a client's waiting reads do."""
+async def paused(polling, connected, journal):
+    """A session read by the poller that has paused with two requests received beyond
+    the pause: each of its first ``pause_frames`` requests defers its reply until the
+    returned event is set, as a client's waiting reads do. (session, client's end,
+    the event, pause_frames)."""
+    session, client = connected(journal)
     session.waits = polling.nursery
     release = trio.Event()
 
     async def later():
         await release.wait()
 
-    polling.handler.on_frame = lambda s, f: s.defer(later) if s is session else None
-    return release
+    polling.handler.on_frame = lambda s, f: s.defer(later)
+    polling.start(session)
+    pause_at = session.pause_frames
+    client.sendall(b"".join(frame(n) for n in range(pause_at + 2)))
+    await polling.handler.until(pause_at)
+    await trio.testing.wait_all_tasks_blocked()
+    polling.handler.on_frame = lambda s, f: None
+    return session, client, release, pause_at
 
 
 async def test_a_paused_session_is_read_no_more_until_it_resumes(polling, connected, journal):
     """Once the session pauses the poller stops handing its requests on, those already
     received and those arriving meanwhile; when it resumes they are all handled."""
     handler = polling.handler
-    session, client = connected(journal)
-    release = pausing(polling, session)
-    polling.start(session)
-    pause_at = session.pause_frames
-    client.sendall(b"".join(frame(n) for n in range(pause_at + 2)))
-    await handler.until(pause_at)
-    await trio.testing.wait_all_tasks_blocked()
+    session, client, release, pause_at = await paused(polling, connected, journal)
     assert session.paused
     client.sendall(frame(pause_at + 2))
     await trio.testing.wait_all_tasks_blocked()
     assert handler.seqs() == list(range(pause_at))  # nothing read while paused
-    handler.on_frame = lambda s, f: None
     release.set()
     await handler.until(pause_at + 3)
     assert handler.seqs() == list(range(pause_at + 3))
@@ -253,15 +255,8 @@ async def test_requests_received_before_a_pause_get_a_turn_when_it_resumes(
     """Requests left in the decoder at the pause are handled when the session resumes,
     though no more bytes arrive to wake the poller; later frames are read again."""
     handler = polling.handler
-    session, client = connected(journal)
-    release = pausing(polling, session)
-    polling.start(session)
-    pause_at = session.pause_frames
-    client.sendall(b"".join(frame(n) for n in range(pause_at + 2)))
-    await handler.until(pause_at)
-    await trio.testing.wait_all_tasks_blocked()
+    _, client, release, pause_at = await paused(polling, connected, journal)
     assert handler.seqs() == list(range(pause_at))
-    handler.on_frame = lambda s, f: None
     release.set()
     await handler.until(pause_at + 2)
     assert handler.data[-1] is None  # a turn for what was received, not a read

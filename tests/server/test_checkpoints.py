@@ -10,6 +10,7 @@ the wall and monotonic clocks, read off trio's mock clock so the triggers'
 polls and the back-off move together when the test jumps it.
 """
 
+import functools
 import time
 
 import pytest
@@ -56,15 +57,15 @@ SEALED = "NODE2-1"  # another node's series, sealed when this one took a pair ov
 class Rooms:
     """The rooms a ``Checkpoints`` is made from, on one data directory."""
 
-    def __init__(self, tmp_path, nursery, *, interval=0, volume=0):
+    def __init__(self, tmp_path, nursery, opened, *, interval=0, volume=0):
         config = loads(CONFIG.format(data=tmp_path / "data", interval=interval, volume=volume))
         self.config = LiveConfig(config)
-        self.datadir = DataDir(config.daemon.data_dir)
+        self.datadir = opened.close_after(DataDir(config.daemon.data_dir))
         self.datadir.open()
         self.registry = Registry(self.config, Definitions(config, self.datadir.repository))
         self.registry.open()
-        self.nursery = nursery
-        self.journal = Journal(self.datadir.logstream, SEGMENT)
+        self.nursery, self.opened = nursery, opened
+        self.journal = opened.close_after(Journal(self.datadir.logstream, SEGMENT))
         self.runtime = Runtime()
         self.runtime.bind(nursery, lambda: 0, self.journal)
         nursery.start_soon(self.journal.run)
@@ -72,7 +73,7 @@ class Rooms:
     def restart(self):
         """The journal closed and opened again, as by a daemon's restart."""
         self.journal.close()
-        self.journal = Journal(self.datadir.logstream, SEGMENT)
+        self.journal = self.opened.close_after(Journal(self.datadir.logstream, SEGMENT))
         self.nursery.start_soon(self.journal.run)
 
     def checkpoints(self):
@@ -85,23 +86,11 @@ class Rooms:
             self.journal.append({"s": "MSGQ01", "e": [("X", b"x" * size)]})
         assert await self.journal.wait_durable(self.journal.position)
 
-    def close(self):
-        self.journal.close()
-        self.datadir.close()
-
 
 @pytest.fixture
-def make(tmp_path, nursery):
+def make(tmp_path, nursery, opened):
     """Make the rooms (with the config's triggers); closed after the test."""
-    made = []
-
-    def make(**kw):
-        made.append(Rooms(tmp_path, nursery, **kw))
-        return made[-1]
-
-    yield make
-    for rooms in made:
-        rooms.close()
+    return functools.partial(Rooms, tmp_path, nursery, opened)
 
 
 class Clock:

@@ -3,6 +3,7 @@ temporary directory (real files, real fsync), a session whose raw socket is one
 end of a socket pair, and the frames the other end, the client's, received."""
 
 import socket
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,27 @@ def journal(tmp_path):
     j = Journal(tmp_path / "log", SEGMENT)
     yield j
     j.close()
+
+
+class Opened:
+    """What a test opened that must be closed after it (a data directory, a journal)."""
+
+    def __init__(self) -> None:
+        self.made: list[Any] = []
+
+    def close_after(self, thing: Any) -> Any:
+        """``thing``, closed after the test."""
+        self.made.append(thing)
+        return thing
+
+
+@pytest.fixture
+def opened():
+    """Yields an ``Opened``; closes what it holds, newest first, after the test."""
+    o = Opened()
+    yield o
+    for thing in reversed(o.made):
+        thing.close()
 
 
 @pytest.fixture

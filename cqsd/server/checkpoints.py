@@ -263,10 +263,13 @@ class Checkpoints:
         """The log is trimmed only behind every structure's checkpoints, so give each
         structure that has none one: an empty slot at once (before the trim that
         follows) for a structure holding no message, a job for the others."""
+        clock = time.monotonic()
         for name in self.names:
             s = self.physical(name)
             if name in self._running or s is None or self._positions(name) != []:
                 continue  # running, failed (its recovery decides), or covered
+            if self._retry.get(name, (0.0,))[0] > clock:
+                continue  # its last job failed: it waits out its back-off
             if s.stats()["messages"]:
                 self.runtime.spawn(f"checkpoint of {name}", self._quietly, name, "first")
             else:

@@ -242,6 +242,28 @@ async def test_a_failed_checkpoint_is_retried_after_a_doubling_back_off(make, cl
     assert cut_of(rooms, "MSGQ01") == {WRITER: 0}
 
 
+async def test_a_failed_first_checkpoint_waits_out_its_back_off_too(make, clock, nursery):
+    """A structure with messages and no slot whose job fails is not started again at
+    once when another structure's checkpoint then succeeds (a loop of Spark jobs, one
+    after another): only once its back-off has passed."""
+    rooms = make(volume=VOLUME)
+    rooms.registry.pairs["MSGQ01"].put("TRAN", "Q", b"m")  # a job, not an empty slot
+    cp = rooms.checkpoints()
+    cp.jobs = jobs = FailingJobs()
+    nursery.start_soon(cp.run)
+    with pytest.raises(JobFailed):
+        await cp.take("MSGQ01", "operator")
+    await cp.take("MSGQ02", "operator")  # an empty slot: then the rest are covered
+    await trio.testing.wait_all_tasks_blocked()
+    await finish(cp)
+    assert jobs.calls == 1
+    clock.jump(6)  # past its back-off: the next checkpoint that covers the rest starts it
+    await cp.take("MSGQ02", "operator")
+    await trio.testing.wait_all_tasks_blocked()
+    await finish(cp)
+    assert jobs.calls == 2
+
+
 # -- what a checkpoint covers ------------------------------------------------------------
 
 

@@ -114,8 +114,9 @@ def test_a_full_srds_disk_fails_the_checkpoint_and_the_next_one_trims_the_log(ma
 def test_an_unwritable_data_directory_is_refused_at_start_and_left_as_it_was(make_daemon,
                                                                             namespace):
     """A crashed daemon's data directory mounted read-only: the next start fails at
-    once with a start_failed event, one line saying why, exit 1, and changes
-    nothing; made writable again, it starts and has every acknowledged message."""
+    once with a start_failed event (after the starting event that names the version,
+    config and data directory), one line saying why, exit 1, and changes nothing;
+    made writable again, it starts and has every acknowledged message."""
     d = make_daemon(structures=ONE, prefix=namespace.prefix).start()
     acked = put_all(d, payloads(10))
     d.kill()
@@ -127,7 +128,7 @@ def test_an_unwritable_data_directory_is_refused_at_start_and_left_as_it_was(mak
     assert done.returncode == 1
     *events, message = done.stderr.strip().splitlines()
     assert message == f"cqsd: cannot start: data directory {d.data}: Read-only file system"
-    assert [json.loads(e)["event"] for e in events] == ["start_failed"]
+    assert [json.loads(e)["event"] for e in events] == ["starting", "start_failed"]
     assert listing(namespace, d.data) == before
     namespace.writable(d.data, True)
     d.start()

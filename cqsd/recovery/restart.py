@@ -143,14 +143,26 @@ def _crash_start(name: str, base_path: Path, srds: Path, writer: str, log_end: i
             report.source = "spark"
             header, rows = image.read_rows(recovered, name)
             return header, _maps_only(rows)
-        report.source = "srds"
-        return ({"lsn": dict(newest.lsn), "last_id": newest.last_id},
-                slots.read_rows(newest, offloaded_data=False))
+        return from_slot(newest, report)
     if base is not None:
-        report.source = "base"
-        header, rows = image.read_rows(base_path, name)
-        return header, {i: r for i, r in rows.items() if r[RECOVERABLE]}
+        return from_base(base_path, name, report)
     return {"lsn": {}, "last_id": 0}, {}
+
+
+def from_slot(slot: slots.Slot, report: Rebuilt) -> tuple[dict, dict]:
+    """A structure's starting rows from a checkpoint slot; offloaded bytes stay in
+    their data sets (the rows hold maps only)."""
+    report.source = "srds"
+    return ({"lsn": dict(slot.lsn), "last_id": slot.last_id},
+            slots.read_rows(slot, offloaded_data=False))
+
+
+def from_base(base_path: Path, name: str, report: Rebuilt) -> tuple[dict, dict]:
+    """A structure's starting rows from its base image: only the recoverable ones,
+    since a crash took the others."""
+    report.source = "base"
+    header, rows = image.read_rows(base_path, name)
+    return header, {i: r for i, r in rows.items() if r[RECOVERABLE]}
 
 
 def _maps_only(rows: dict[int, list]) -> dict[int, list]:

@@ -38,11 +38,11 @@ from logstream.scan import scan_to_end
 from logstream.series import list_series
 
 from ..engine import Structure
-from ..records import EPOCH, OTHERS, OWNER, RECOVERABLE, SEALED, STRUCTURE, WHERE
+from ..records import EPOCH, OTHERS, OWNER, SEALED, STRUCTURE, WHERE
 from ..srds import slots
 from ..storage import image
 from .fold import fold
-from .restart import Rebuilt
+from .restart import Rebuilt, from_base, from_slot
 
 __all__ = ["End", "base_rows", "cut_of", "rebuild_pair", "seal"]
 
@@ -159,13 +159,9 @@ def base_rows(name: str, images: Path, srds: Path, report: Rebuilt) -> tuple[dic
     base = image.read_header(base_path, name) if base_path.exists() else None
     newest = slots.newest_valid(srds, name)
     if newest is not None and (base is None or _covers(newest.lsn, base["lsn"])):
-        report.source = "srds"
-        return ({"lsn": dict(newest.lsn), "last_id": newest.last_id},
-                slots.read_rows(newest, offloaded_data=False))
+        return from_slot(newest, report)
     if base is not None:
-        report.source = "base"
-        header, rows = image.read_rows(base_path, name)
-        return header, {i: r for i, r in rows.items() if r[RECOVERABLE]}
+        return from_base(base_path, name, report)
     return {"lsn": {}, "last_id": 0}, {}
 
 

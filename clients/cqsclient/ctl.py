@@ -1,4 +1,4 @@
-"""cqsctl, the operator's command line (DESIGN §7), a thin shell over the cqsclient SDK.
+"""cqsctl, the operator's command line (docs/operations.md), a thin shell over the cqsclient SDK.
 
 Every subcommand connects, opens an operator session (it takes no
 ``max_clients`` slot and never collides with another cqsctl, whatever the

@@ -78,7 +78,7 @@ def op_put(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
            qtype: str | int, data: bytes, recoverable: bool, delay: float | None,
            not_before: float | None) -> Result:
     """put {structure, queue, qtype?, data, recoverable?, delay? | not_before?} -> {entry_id}"""
-    rooms.limits.check_message(data, recoverable)
+    rooms.limits.check_size(len(data))  # and one record, unless offloaded (datasets.put)
     s = rooms.registry.structure(structure)
     later = _not_before("put", delay, not_before)
     return {"entry_id": rooms.datasets.put(s, _owner(session), qtype, queue, data,

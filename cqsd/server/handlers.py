@@ -354,7 +354,7 @@ def op_start_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,
                       owner: str | None) -> Result:
     """start_smdsconn {structure, owner?} -> {rows}: the smdsconn rows after it"""
     log.info("start_smdsconn_requested", client=session.client, structure=structure, owner=owner)
-    return {"rows": rooms.smds_commands.start(structure, owner)}
+    return _later(session, rid, _rows, rooms.smds_commands.start, structure, owner)
 
 
 def op_stop_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,

@@ -18,8 +18,11 @@ from pathlib import Path
 Fsync = Callable[[int], None]
 
 TEMP_SUFFIX = ".tmp"
-# No O_APPEND: Linux's pwrite ignores its offset on an O_APPEND descriptor.
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+# No O_APPEND: Linux's pwrite ignores its offset on an O_APPEND descriptor. Read-write:
+# where the file system has no fallocate, glibc's posix_fallocate reads a byte of each
+# block the file already has (EBADF on a write-only descriptor), so the fd a new
+# segment is preallocated through must read as well as the one a reopen gets.
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
 def _fsync_of(fsync: Fsync | None) -> Fsync:
@@ -60,7 +63,8 @@ def make_dirs(path: Path, fsync: Fsync | None = None) -> None:
 
 
 def create_file(path: Path, data: bytes, fsync: Fsync | None = None) -> int:
-    """Durably create `path` holding `data`; return an fd open for writing, at its end.
+    """Durably create `path` holding `data`; return an fd open for reading and writing,
+    at its end.
 
     Raises FileExistsError if `path` exists: we never replace a log file.
     """

@@ -63,7 +63,9 @@ from cqsproto import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    encode_frame_parts,
 )
+from cqsproto.codec import Parts
 
 from . import ops
 from .errors import ConnectionLost, MessageTooLarge, RequestTimeout
@@ -113,14 +115,14 @@ class _PlainChannel:
             return False
         return True
 
-    def send_now(self, data: bytes) -> int:
+    def send_now(self, data: bytes | memoryview) -> int:
         """Send what the socket takes without waiting; the bytes sent."""
         try:
             return self.sock.send(data, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return 0
 
-    def send(self, data: bytes, deadline: float | None) -> int:
+    def send(self, data: bytes | memoryview, deadline: float | None) -> int:
         """Send *data*; the bytes sent, fewer than all only if *deadline* passed."""
         if deadline is None:
             self.sock.sendall(data)
@@ -173,11 +175,11 @@ class _TLSChannel:
             if _wait_ready(self.sock, event, remaining, self._wakeup):
                 return None
 
-    def send_now(self, data: bytes) -> int:
+    def send_now(self, data: bytes | memoryview) -> int:
         # A TLS record may not be split across calls at will: leave it to send().
         return 0
 
-    def send(self, data: bytes, deadline: float | None) -> int:
+    def send(self, data: bytes | memoryview, deadline: float | None) -> int:
         view, sent = memoryview(data), 0
         while sent < len(view):
             with self._ssl_lock:
@@ -297,15 +299,16 @@ class Connection:
         rid = next(self._ids)
         request = call.request
         request["id"] = rid
-        try:
-            frame = encode_frame(request, self.max_frame, large=call.large)
+        try:  # a large payload is sent from where it is, not joined into the frame
+            frame: Parts = (encode_frame_parts(request, self.max_frame) if call.large
+                            else [encode_frame(request, self.max_frame)])
         except ProtocolError as error:
             raise MessageTooLarge(f"request refused before sending: {error.message}") from None
         deadline = None if timeout is None else time.monotonic() + timeout + call.wait
         self._send(frame, deadline)
         return self._await_reply(rid, call, deadline, cancelled)
 
-    def _send(self, frame: bytes, deadline: float | None) -> None:
+    def _send(self, frame: Parts, deadline: float | None) -> None:
         wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
         if self._lost is not None:
             raise self.lost_error(applied=False)
@@ -313,15 +316,15 @@ class Connection:
             raise RequestTimeout(
                 "timed out waiting for other requests' sends; not sent", applied=False
             )
-        data, giveback = frame, []
+        giveback: list[bytes] = []
         try:
             if self._lost is not None:
                 raise self.lost_error(applied=False)
             if self._giveback:  # read unlocked: one that just missed goes with the next
                 with self._cond:
                     giveback, self._giveback = self._giveback, []
-                data = b"".join([*giveback, frame])
-            sent = self._channel.send(data, deadline)
+            data = frame if not giveback else [b"".join([*giveback, frame[0]]), *frame[1:]]
+            sent = self._send_parts(data, deadline)
         except OSError as error:
             # Not sent whole, so the daemon cannot have acted on it.
             self._send_lock.release()
@@ -335,7 +338,7 @@ class Connection:
                 self._fail("a send was interrupted part-way")
             raise
         self._send_lock.release()
-        if sent == len(data):
+        if sent == sum(len(part) for part in data):
             return
         if sent == 0:
             with self._cond:
@@ -347,6 +350,17 @@ class Connection:
             "connection is closed",
             applied=False,
         )
+
+    def _send_parts(self, parts: Parts, deadline: float | None) -> int:
+        """Send the frame's buffers in order; the bytes sent, fewer than all only if
+        *deadline* passed."""
+        sent = 0
+        for part in parts:
+            n = self._channel.send(part, deadline)
+            sent += n
+            if n < len(part):
+                break
+        return sent
 
     def _await_reply(
         self,

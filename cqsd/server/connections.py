@@ -395,6 +395,13 @@ def _unix_listener(path: str, mode: int = 0o600, group: str = "") -> trio.Socket
     old = os.umask(0o177)
     try:
         sock.bind(path)
+    except OSError as err:  # ENOSYS, EPERM…: a FUSE or network file system without sockets
+        sock.close()
+        raise DataDirError(
+            f"socket {path}: cannot make a Unix socket there ({err.strerror or err}): its "
+            f"file system may not support Unix sockets (some FUSE and network file systems "
+            f"do not); set [daemon] socket to a path on a local file system, such as "
+            f"/run/cqsd/cqsd.sock") from err
     finally:
         os.umask(old)
     try:

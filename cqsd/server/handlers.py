@@ -78,7 +78,7 @@ def op_put(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
            qtype: str | int, data: bytes, recoverable: bool, delay: float | None,
            not_before: float | None) -> Result:
     """put {structure, queue, qtype?, data, recoverable?, delay? | not_before?} -> {entry_id}"""
-    rooms.limits.check_message(data, recoverable)
+    rooms.limits.check_size(len(data))  # and one record, unless offloaded (datasets.put)
     s = rooms.registry.structure(structure)
     later = _not_before("put", delay, not_before)
     return {"entry_id": rooms.datasets.put(s, _owner(session), qtype, queue, data,
@@ -354,7 +354,7 @@ def op_start_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,
                       owner: str | None) -> Result:
     """start_smdsconn {structure, owner?} -> {rows}: the smdsconn rows after it"""
     log.info("start_smdsconn_requested", client=session.client, structure=structure, owner=owner)
-    return {"rows": rooms.smds_commands.start(structure, owner)}
+    return _later(session, rid, _rows, rooms.smds_commands.start, structure, owner)
 
 
 def op_stop_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,

@@ -12,6 +12,9 @@ not where it is written:
 - a request whose recoverable payloads could not fit one record is refused
   before the engine applies it (``Limits``), naming the limit so the caller
   can act: put the message non-recoverable, or split the unit of work;
+- an offloaded put's blocks, which need not share its entry's record, go in
+  records of their own before it (``split``; docs/smds.md, "The record limit"),
+  so a recoverable offloaded message may be up to ``max_message``;
 - overflow moves are batched by bytes (``engine/pair.py`` ``MOVE_BYTES``);
 - what is left can only grow by count: an operator's dequeue, or a peer
   recovery or cold start of a client with a million locks, logs a million
@@ -73,13 +76,25 @@ class Limits:
     def check_message(self, data: bytes, recoverable: bool) -> None:
         """Raises MESSAGE_TOO_LARGE past max_message, or past one log record if
         ``recoverable``."""
-        if len(data) > self.max_message:
+        self.check_size(len(data))
+        if recoverable:
+            self.check_record(len(data))
+
+    def check_size(self, nbytes: int) -> None:
+        """Raises MESSAGE_TOO_LARGE past max_message (what every put checks first:
+        whether a recoverable one must also fit a record depends on its offload)."""
+        if nbytes > self.max_message:
             raise CQSError(Reason.MESSAGE_TOO_LARGE,
-                           f"message of {len(data)} bytes exceeds max_message {self.max_message}")
-        if recoverable and len(data) > self.recoverable:
+                           f"message of {nbytes} bytes exceeds max_message {self.max_message}")
+
+    def check_record(self, nbytes: int) -> None:
+        """Raises MESSAGE_TOO_LARGE if a recoverable payload of ``nbytes`` kept in the
+        structure could not be logged in one record."""
+        if nbytes > self.recoverable:
             raise CQSError(Reason.MESSAGE_TOO_LARGE,
-                           f"recoverable message of {len(data)} bytes exceeds {self.recoverable}, "
-                           "the most one log record holds; put it non-recoverable or smaller")
+                           f"recoverable message of {nbytes} bytes exceeds {self.recoverable}, "
+                           "the most one log record holds; put it non-recoverable or smaller, "
+                           "or to a structure with offload = \"smds\"")
 
     def check_commit(self, batch: list, extra: int = 0) -> None:
         """Raises MESSAGE_TOO_LARGE if a commit's log record could not hold it
@@ -99,20 +114,9 @@ class Limits:
                            "of work")
 
 
-    def check_offloaded(self, nbytes: int, extra: int) -> None:
-        """Raises MESSAGE_TOO_LARGE if a recoverable put of ``nbytes``, offloaded so
-        that logging its blocks and map adds ``extra``, could not be one record."""
-        if nbytes + EFFECT_BOUND + extra > RECORD_BUDGET:
-            raise CQSError(Reason.MESSAGE_TOO_LARGE,
-                           f"recoverable message of {nbytes} bytes, logged block by block, "
-                           f"exceeds {RECORD_BUDGET - EFFECT_BOUND - extra}, the most one log "
-                           "record holds at this structure's dsblock; put it non-recoverable "
-                           "or smaller")
-
-
 def offload_bound(ranges: int) -> int:
-    """What logging an offloaded put of ``ranges`` ranges adds to its record beyond
-    its payload: a B effect per range and the M effect."""
+    """What logging an offloaded put of ``ranges`` ranges in a commit's record adds
+    beyond its payload: a B effect per range and the M effect."""
     return ranges * (BLOCK_BOUND + RANGE_BOUND) + EFFECT_BOUND
 
 
@@ -149,9 +153,43 @@ def split(record: dict, budget: int = RECORD_BUDGET) -> list[dict]:
     size = bound(record)
     if size <= budget:
         return [record]
+    if any(e[0] == BLOCK for _, effects in effect_lists(record) for e in effects):
+        return _blocks_first(record, budget)
     if any(e[0] in _LINKED for _, effects in effect_lists(record) for e in effects):
         raise RecordTooLarge(f"a record of {size} bytes for structure {record[STRUCTURE]} "
                              f"holds payloads or overflow moves over the {budget}-byte budget")
     step = max(1, budget // EFFECT_BOUND)
     return [{STRUCTURE: name, EFFECTS: effects[i:i + step]}
             for name, effects in effect_lists(record) for i in range(0, len(effects), step)]
+
+
+def _blocks_first(record: dict, budget: int) -> list[dict]:
+    """An offloaded put's ``B`` effects in records of their own, each within
+    ``budget``, before the record of everything else (docs/smds.md, "Log
+    records"): a recoverable message may then be larger than a record. The
+    journal writes them all after the blocks' fsync and acknowledges the last,
+    so a crash between them leaves ``B`` records that no ``M`` follows, which
+    both folds drop (and restart's space map, rebuilt from the entries, frees)."""
+    parts: list[dict] = []
+    rest: dict = {STRUCTURE: record[STRUCTURE]}
+    for name, effects in effect_lists(record):
+        kept: list = []
+        chunk: list = []
+        size = 0
+        for effect in effects:
+            if effect[0] != BLOCK:
+                kept.append(effect)
+                continue
+            cost = len(effect[B_DATA]) + BLOCK_BOUND
+            if chunk and size + cost > budget:
+                parts.append({STRUCTURE: name, EFFECTS: chunk})
+                chunk, size = [], 0
+            chunk.append(effect)
+            size += cost
+        if chunk:
+            parts.append({STRUCTURE: name, EFFECTS: chunk})
+        if name == record[STRUCTURE]:
+            rest[EFFECTS] = kept
+        elif kept:
+            rest.setdefault(OTHERS, {})[name] = kept
+    return parts + split(rest, budget)

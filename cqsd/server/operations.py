@@ -138,7 +138,7 @@ class Operations:
         if purge:  # the data sets' contents are no longer needed: EMPTY
             await self.datasets.open_sets.purged(names, why)
         else:  # what the data sets hold is now what the log says
-            self.datasets.open_sets.reopen(names)
+            await self.datasets.open_sets.reopen(names)
         for owner in sorted(set(new.client_stats()) - set(self.clients.sessions)):
             new.release_client(owner)
         self.runtime.settle()

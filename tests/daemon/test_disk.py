@@ -1,5 +1,6 @@
 """The disk: a full log disk, a full SRDS disk, a data directory that cannot be
-written at start or becomes read-only during a checkpoint. Each gives a named
+written at start or becomes read-only during a checkpoint, a file system without
+Unix sockets (lazyfs, tests/faults). Each gives a named
 error event (and at start a one-line message and a non-zero exit), loses
 nothing acknowledged, and is recovered from once the disk is usable again.
 
@@ -167,3 +168,29 @@ def test_a_data_directory_made_read_only_during_a_checkpoint_fails_it_cleanly(ma
     still_serving(d)
     namespace.writable(d.data, True)
     checkpoints_again(d, acked)
+
+
+def test_a_socket_on_a_file_system_without_unix_sockets_is_named_with_what_to_do(make_daemon):
+    """A data directory, and its socket, on a file system that refuses Unix sockets
+    (a FUSE one without mknod: ENOSYS): the start fails naming the socket's path and
+    saying to set [daemon] socket elsewhere; with the socket moved, it starts."""
+    from tests.faults.lazyfs import LazyFS
+
+    d = make_daemon(structures=ONE)
+    with LazyFS(d.dir / "backing", d.dir / "mnt") as fs:
+        fs.sockets(False)
+        d.use_data_dir(fs.mountpoint / "data")
+        inside = d.data / "cqsd.sock"
+        elsewhere = d.config.read_text()
+        d.config.write_text(elsewhere.replace(f'socket = "{d.socket}"', f'socket = "{inside}"'))
+        done = subprocess.run([sys.executable, "-m", "cqsd", "run", "--config", str(d.config)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1
+        message = done.stderr.strip().splitlines()[-1]
+        assert message.startswith(f"cqsd: cannot start: socket {inside}: cannot make a Unix "
+                                  "socket there (Function not implemented)")
+        assert "set [daemon] socket to a path on a local file system" in message
+        d.config.write_text(elsewhere)
+        d.start()
+        still_serving(d)
+        d.stop()

@@ -195,24 +195,22 @@ def test_a_down_level_data_set_is_named_and_isolated(make_daemon):
     assert d.proc.poll() is None
 
 
-def test_a_recoverable_offloaded_put_is_bounded_by_one_log_record(make_daemon):
-    """Logged block by block, a recoverable offloaded put must still be one record:
-    with 8 KiB blocks the largest one a plain put may be is refused, naming the
-    limit, while as non-recoverable 20 MiB is stored and read back."""
-    from cqsd.server.limits import Limits
+def test_a_recoverable_offloaded_put_larger_than_a_log_record_is_stored(make_daemon):
+    """With 8 KiB blocks (2,560 ranges) a recoverable offloaded put of 20 MiB, more
+    than one log record holds, is stored (its blocks logged in records before its
+    entry's) and is there after a SIGKILL; non-recoverable, the same is read back."""
     d = make_daemon('max_message = "100MiB"', structures=SIXTEEN.replace(
         'dssize = "8MiB"', 'dssize = "64MiB"\ndsblock = "8KiB"')).start()
-    largest = Limits(100 * MiB).recoverable
     with cqsclient.connect(d.address, client="EDGE") as c:
         s = c.structure("SMDS16")
-        with pytest.raises(CQSError) as refused:
-            s.put("EDGE", bytes(largest))
-        assert refused.value.reason == "MESSAGE_TOO_LARGE"
-        assert "block by block" in str(refused.value)
-        assert c.query("smds", "SMDS16")[0]["used_percent"] == 0  # its space went back
+        eid = s.put("EDGE", payload(20 * MiB, 4))
         s.put("EDGE", payload(20 * MiB, 5), recoverable=False)
-        assert s.read("EDGE").data == payload(20 * MiB, 5)
-    assert d.proc.poll() is None
+        assert [m.data for m in s.browse("EDGE")] == [payload(20 * MiB, 4), payload(20 * MiB, 5)]
+    d.kill()
+    d.restart()
+    with cqsclient.connect(d.address, client="EDGE") as c:
+        assert [(m.entry_id, m.data) for m in c.structure("SMDS16").browse("EDGE")] == [
+            (eid, payload(20 * MiB, 4))]
 
 
 def test_an_operator_session_offloads_into_its_clients_data_set(make_daemon):

@@ -152,7 +152,7 @@ def test_a_damaged_block_deletes_a_non_recoverable_message_and_fails_for_a_recov
     put(d, "B", {"FILL1": (100_000, 3), "FILL2": (100_000, 4)})
     seen = len(d.lines)
     assert "has been deleted" in refused(d, "NONREC")
-    (gone,) = d.events("smds_message_lost", seen)
+    (gone,) = d.wait_for("smds_message_lost", after=seen)
     assert (gone["entry_id"], gone["queue"], gone["recoverable"]) == (lost, "NONREC", False)
     assert contents(d, "NONREC") == {}
     assert states(d, "A")[:3] == ("ACTIVE", "ENABLED", "OPEN")
@@ -241,7 +241,7 @@ def test_a_stopped_connection_stays_stopped_across_a_restart(make_daemon):
     assert contents(d, "BQ") == theirs
     seen = len(d.lines)
     assert cqsctl(d, "start-smdsconn", S, "A")[0] == 0
-    assert d.events("smds_opened", seen, owner="A")[0]["how"] == "saved map"
+    assert d.wait_for("smds_opened", after=seen, owner="A")[0]["how"] == "saved map"
     assert contents(d, "AQ") == mine
     cqsctl(d, "stop-smdsconn", S)  # every data set of the structure
     assert states(d, "B")[2:] == ("CLOSED", "STOPPED")
@@ -251,7 +251,7 @@ def test_a_stopped_connection_stays_stopped_across_a_restart(make_daemon):
     del mine[first]
     seen = len(d.lines)
     cqsctl(d, "start-smdsconn", S)
-    opened = d.events("smds_opened", seen, owner="A")[0]
+    opened = d.wait_for("smds_opened", after=seen, owner="A")[0]
     assert (opened["how"], opened["rebuild_reason"]) == ("rebuilt", "timestamp")
     assert contents(d, "AQ") == mine and contents(d, "BQ") == theirs
 
@@ -273,7 +273,7 @@ def test_a_data_set_moved_while_disabled_and_a_copy_too_small_is_caught(make_dae
     seen = len(d.lines)
     assert cqsctl(d, "reset-smds", S, "A", "--access", "enabled")[0] == 0
     assert states(d, "A") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
-    assert d.events("smds_opened", seen, owner="A")[0]["how"] == "saved map"
+    assert d.wait_for("smds_opened", after=seen, owner="A")[0]["how"] == "saved map"
     assert contents(d, "AQ") == mine
     cqsctl(d, "reset-smds", S, "A", "--access", "disabled")
     path(d, "A").write_bytes(whole[:2 * MiB])  # blocks 1 to 4 in use of 15: it holds them
@@ -311,7 +311,7 @@ def test_purge_and_an_empty_close_make_data_sets_empty_and_the_next_open_resets_
     assert ("status", "ACTIVE", "EMPTY") not in changes(d, seen, "A")
     seen = len(d.lines)
     d.restart()
-    assert d.events("smds_opened", seen, owner="B")[0]["how"] == "reset"
+    assert d.wait_for("smds_opened", after=seen, owner="B")[0]["how"] == "reset"
     assert states(d, "B") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
     with cqsclient.connect(d.address, client="OPS", operator=True) as c:
         assert c.recover(S, purge=True)["messages"] == 0

@@ -28,6 +28,8 @@ What it models, and what not:
   has (a preallocated log segment) goes on, as on a real full disk. Two mounts
   of one backing directory are two nodes sharing a data directory, one of them
   full.
+- Unix sockets, on command (`sockets off`): a socket's mknod fails with ENOSYS,
+  as on a FUSE file system without a mknod handler.
 - fallocate: pyfuse3 has no handler, so fallocate(2) fails with EOPNOTSUPP and
   glibc's posix_fallocate falls back to writing a byte per block (through the
   cache). Hard links, symlinks and xattrs are not supported.
@@ -35,7 +37,7 @@ What it models, and what not:
 Run: ``python -m tests.faults.lazyfs BACKING MOUNTPOINT`` mounts, prints
 ``ready`` and serves until stdin closes, ``stop`` or SIGTERM; a ``drop [KEEP]``
 line on stdin is answered ``dropped FILES BYTES`` (KEEP: see `LazyFS.drop`),
-``full on`` / ``full off`` with the same line.
+``full on`` / ``full off`` and ``sockets on`` / ``sockets off`` with the same line.
 Tests use the `LazyFS` class below.
 """
 
@@ -139,6 +141,7 @@ def _operations():
             self.opened: dict[int, list[int]] = {}  # ino: [read-write fd, opens]
             self.unsynced: dict[int, Unsynced] = {}
             self.full = False  # a full disk: nothing that needs new space is written
+            self.sockets = True  # off: no Unix sockets, as a FUSE file system without mknod
 
         # -- inodes ------------------------------------------------------------------
 
@@ -227,6 +230,8 @@ def _operations():
         async def mknod(self, parent_inode, name, mode, rdev, ctx):
             if self.full:
                 raise FUSEError(errno.ENOSPC)
+            if not self.sockets and stat.S_ISSOCK(mode):
+                raise FUSEError(errno.ENOSYS)
             try:
                 os.mknod(os.fsdecode(name), mode & ~ctx.umask, rdev,
                          dir_fd=self._fd(parent_inode))
@@ -416,6 +421,9 @@ async def _serve(ops) -> None:
                 if line.split()[:1] == [b"full"]:
                     ops.full = line.split()[1:] == [b"on"]
                     print("full " + ("on" if ops.full else "off"), flush=True)
+                if line.split()[:1] == [b"sockets"]:
+                    ops.sockets = line.split()[1:] == [b"on"]
+                    print("sockets " + ("on" if ops.sockets else "off"), flush=True)
                 if line.split()[:1] == [b"drop"]:
                     inodes, lost = ops.drop(int(line.split()[1]) if len(line.split()) > 1 else 0)
                     for ino in inodes:  # the kernel must forget its pages of them too
@@ -496,11 +504,20 @@ class LazyFS:
 
     def full(self, on: bool, timeout: float = 20.0) -> None:
         """Make the disk full (``on``: ENOSPC for whatever needs new space) or not."""
+        self._switch("full", on, timeout)
+
+    def sockets(self, on: bool, timeout: float = 20.0) -> None:
+        """Allow Unix sockets (``on``), or refuse them with ENOSYS, as a FUSE file
+        system without a mknod handler does."""
+        self._switch("sockets", on, timeout)
+
+    def _switch(self, command: str, on: bool, timeout: float) -> None:
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write("full on\n" if on else "full off\n")
+        line = f"{command} {'on' if on else 'off'}"
+        self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
-        if self._reply(timeout) != ("full on" if on else "full off"):
-            raise RuntimeError("lazyfs did not answer the full command")
+        if self._reply(timeout) != line:
+            raise RuntimeError(f"lazyfs did not answer {line!r}")
 
     def stop(self, timeout: float = 20.0) -> None:
         """Unmount and end the process (killed, and the mount detached, if it hangs)."""

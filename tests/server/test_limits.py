@@ -56,3 +56,30 @@ def test_payloads_over_the_budget_are_never_split(kind):
     effect = (kind, 1, 1, "Q", b"x" * MAX_BODY, 0) + ((0, None) if kind == "I" else ())
     with pytest.raises(RecordTooLarge):
         split({"s": "S", "e": [effect]})
+
+
+def test_an_offloaded_puts_blocks_past_the_budget_go_in_records_of_their_own_first():
+    """The B effects of a recoverable offloaded put too large for one record go in
+    records of their own, each within the budget, before the record of its P and M
+    (and of the overflow half); folded, they give the payload back, and without the
+    last record they leave nothing."""
+    from cqsd.smds import DataMap, Range
+
+    data = bytes(range(256)) * (3 * 4096)  # 3 MiB in 12 blocks of 256 KiB
+    per = 64 * 4096 - 64
+    ranges = [Range(64 * (b + 1), 64) for b in range(len(data) // per)]
+    ranges.append(Range(64 * (len(ranges) + 1), -(-(64 + len(data) % per) // 4096)))
+    dmap = DataMap.of("C", data, ranges)
+    blocks = [("B", 7, r.page, data[offset:offset + n]) for r, offset, n in dmap.pieces()]
+    record = {"s": "S", "e": [*blocks, ("P", 7, 1, "Q", b"", 5), ("M", 7, dmap.encode())],
+              "x": {"OV": [("D", 3)]}}
+    parts = split(record, budget=MiB)
+    assert len(parts) == 5 and all(packed(p) <= MiB for p in parts)
+    assert [e for p in parts[:-1] for e in p["e"]] == blocks
+    assert parts[-1] == {"s": "S", "e": record["e"][-2:], "x": {"OV": [("D", 3)]}}
+    image: dict = {}
+    fold(image, parts, "S", materialise=True)
+    assert image[7][3] == data
+    image = {}
+    fold(image, parts[:-1], "S", materialise=True)
+    assert image == {}

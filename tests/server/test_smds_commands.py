@@ -3,11 +3,16 @@ stop-smdsconn closes a data set and start-smdsconn opens it again, alter-smds
 sets the overrides and resizes the pool, and a command the state does not
 allow is refused before anything closes."""
 
-import pytest
+import threading
 
+import pytest
+import trio
+
+import cqsd.server.smds.opened
 from cqsd.engine import CQSError, Reason
 
-from .test_datasets import client, daemon, put_durably  # noqa: F401 - fixtures
+from .conftest import received
+from .test_datasets import client, daemon, put_durably, send  # noqa: F401 - fixtures
 
 KEY = ("SMDS1", "APP1")
 
@@ -20,7 +25,7 @@ async def test_stop_then_start_smdsconn(daemon, client):  # noqa: F811
     [row] = await commands.stop("SMDS1", "APP1")
     assert KEY not in sets.open and row["avail"] == "STOPPED"
     assert daemon.datasets.states.record(KEY)["map_time"] is not None
-    [row] = commands.start("SMDS1", None)
+    [row] = await commands.start("SMDS1", None)
     assert KEY in sets.open and (row["status"], row["avail"]) == ("OPEN", "NORMAL")
     [entry] = list(daemon.registry.pairs["SMDS1"])
     assert bytes(daemon.datasets.payload(entry))[:4] == bytes(range(4))
@@ -70,3 +75,49 @@ async def test_reset_smds_failed_abandons_the_data_set_at_once(daemon, client): 
     with pytest.raises(CQSError) as err:
         daemon.datasets.payload(entry)
     assert err.value.reason == Reason.SMDS_UNAVAILABLE
+
+
+async def test_a_rescan_runs_aside_while_other_requests_are_served(daemon, client,  # noqa: F811
+                                                                   monkeypatch):
+    """start-smdsconn rebuilds the data set's space map in a worker thread: a put
+    kept in memory and a ping are answered before the rescan is done, a read of
+    the data set's message meanwhile gets SMDS_UNAVAILABLE (no half-built map),
+    and a delete of it meanwhile frees its pages once the map is whole."""
+    session, end = client
+    eid = await put_durably(daemon, session, end)
+    commands, sets = daemon.smds_commands, daemon.datasets.open_sets
+    await commands.stop("SMDS1", "APP1")
+    daemon.datasets.states.set(KEY, map_time=None)  # no saved map: a rescan
+    order: list[str] = []
+    entered, go = threading.Event(), threading.Event()
+    real = cqsd.server.smds.opened.restart
+
+    def gated(*args):
+        entered.set()
+        go.wait(10)  # on the loop (as it was) this holds every request for 10 s
+        try:
+            return real(*args)
+        finally:
+            order.append("rescan done")
+
+    monkeypatch.setattr(cqsd.server.smds.opened, "restart", gated)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(commands.start, "SMDS1", "APP1")
+        await trio.to_thread.run_sync(entered.wait)
+        send(daemon, session, "put", structure="SMDS1", queue="SMALL", data=b"kept in memory")
+        send(daemon, session, "ping")
+        send(daemon, session, "read", structure="SMDS1", queue="Q")
+        assert await daemon.journal.wait_durable(daemon.journal.position)
+        put, ping, read = received(end)
+        order.append("answered")
+        assert put["ok"] and ping["ok"]
+        assert read["reason"] == "SMDS_UNAVAILABLE" and "OPENING" in read["message"]
+        send(daemon, session, "dequeue", structure="SMDS1", queue="Q")  # deletes eid
+        assert await daemon.journal.wait_durable(daemon.journal.position)
+        assert received(end)[0]["ok"]
+        go.set()
+    assert order == ["answered", "rescan done"]
+    assert KEY in sets.open
+    space = sets.open[KEY].space
+    space.release(daemon.journal.durable)
+    assert space.usage().used_pages == 0, eid  # the delete made meanwhile freed its pages

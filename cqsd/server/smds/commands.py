@@ -57,7 +57,7 @@ class SmdsCommands:
             await self.datasets.open_sets.close_one(key, "reset-smds --access disabled")
         for event, words in events:
             self._fire(key, event, words)
-        self.datasets.open_sets.try_open(key, "reset-smds")
+        await self.datasets.open_sets.open_aside(key, "reset-smds")
         self.runtime.settle()  # deletes of messages a restart found lost
         return self.datasets.displays.cfstatus_row(key)
 
@@ -71,12 +71,12 @@ class SmdsCommands:
             self._fire(key, Event.STOP, "stop-smdsconn")
         return [self.datasets.displays.smdsconn_row(key) for key in keys]
 
-    def start(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
+    async def start(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """START SMDSCONN: each connection NORMAL, and its data set opened if it may be."""
         keys = self._keys(structure, owner)
         for key in keys:
             self.states.fire(key, Event.START, "start-smdsconn")
-            self.datasets.open_sets.try_open(key, "start-smdsconn")
+            await self.datasets.open_sets.open_aside(key, "start-smdsconn")
         self.runtime.settle()
         return [self.datasets.displays.smdsconn_row(key) for key in keys]
 

@@ -62,16 +62,14 @@ class DataSets:
         """Put a message (delayed until wall-clock ns ``not_before``, if given),
         offloading its payload to the data set of ``owner`` (the configured client
         putting it) if the structure it goes to says so."""
-        if not pair.offloading:
-            return pair.put(qtype, name, data, recoverable, None, not_before)
-        target = pair.target(qtype, name)
-        if not target.offloads(len(data)):
+        target = pair.target(qtype, name) if pair.offloading else None
+        if target is None or not target.offloads(len(data)):
+            if recoverable:  # kept in the structure, it is logged in one record
+                self.limits.check_record(len(data))
             return pair.put(qtype, name, data, recoverable, None, not_before)
         key = (parse_qtype(qtype), check_name(name))
         dataset, dmap = self._place(target.name, owner, key, data)
-        try:
-            if recoverable:
-                self.limits.check_offloaded(len(data), offload_bound(len(dmap.ranges)))
+        try:  # a recoverable one's blocks are logged in records before its entry's (split)
             entry = pair.put(qtype, name, data, recoverable, dmap, not_before)
         except BaseException:
             self.space.give_back(dataset, dmap)

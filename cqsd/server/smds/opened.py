@@ -8,16 +8,29 @@ recovery makes it usable again; an attempt that fails names why in its states,
 and a request that needs a data set not open gets SMDS_UNAVAILABLE saying which
 state refuses it (``refusal``), while everything else carries on. Damage found
 while it is in use makes it FAILED (``damaged``).
+
+Rebuilding a space map walks every range of every message in the data set: a
+4 GiB data set of 64 KiB messages held the event loop for 0.4 s
+(benchmarks/smds_stall.py), every client waiting. So a command (reset-smds,
+start-smdsconn) and a recovery's reopen run restart processing in a worker
+thread (``open_aside``), over the entries taken on the loop. Meanwhile the
+data set is not in ``open``: a request that needs it gets SMDS_UNAVAILABLE
+(its connection is OPENING), never a half-built map, and the pages of its
+messages deleted meanwhile are kept (``opening``) and freed once the map is
+whole. The daemon's start and a request's first open still run it on the loop:
+nothing is served before the first, and the second is a new data set's.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import structlog
+import trio
 
 from ...engine import CQSError, Entry, Reason
 from ...engine.entry import DELETED, LOCKED
-from ...smds import BadDataMap, SmdsError
+from ...smds import BadDataMap, Range, SmdsError
 from ...smds.dataset import DataSet, path_of
 from ...smds.states import Access, Avail, Event, IllegalTransition, Status
 from ..liveconfig import LiveConfig
@@ -28,6 +41,8 @@ from .syncs import Syncs
 from .tuning import Tuning
 
 log = structlog.get_logger()
+# what restart processing raises for a data set it cannot open (``_open_failed``)
+OPEN_ERRORS = (AllocFailed, MemoryError, SmdsError, BadDataMap, OSError)
 
 
 class OpenDataSets:
@@ -40,6 +55,9 @@ class OpenDataSets:
         self.tuning = tuning
         self.syncs = syncs
         self.open: dict[DataSetKey, DataSet] = {}
+        # data sets whose space map a worker thread is building, with the pages of
+        # their messages deleted meanwhile (ranges, txid), freed once it is whole
+        self.opening: dict[DataSetKey, list[tuple[tuple[Range, ...], int | None]]] = {}
         self.last: dict[DataSetKey, tuple[int, float]] = {}  # size and % used when last open
         self.lost: set[int] = set()  # entries deleted because their data is gone
         self._errors: dict[DataSetKey, str] = {}  # why each last failed, for refusals
@@ -113,38 +131,75 @@ class OpenDataSets:
                         f"{self.states.state(key).why_unavailable()}"
                         + (f"; the last error: {error}" if error else ""))
 
+    async def open_aside(self, key: DataSetKey, why: str) -> bool:
+        """``try_open`` with restart processing in a worker thread (the module note):
+        whether the data set is open now."""
+        if key in self.open:
+            return True
+        if key in self.opening or not self.states.state(key).may_open() \
+                or self.registry.physical(key[0]) is None:
+            return False
+        restarting = self._restarting(key, why)
+        entries = self.owned(key)  # taken on the loop: the structure changes there
+        self.opening[key] = []
+        try:
+            opened = await trio.to_thread.run_sync(restarting, lambda: entries)
+        except OPEN_ERRORS as err:
+            self._open_failed(key, err)
+            return False
+        finally:
+            freed = self.opening.pop(key)
+        space = self._opened(key, *opened).space
+        assert space is not None  # restart processing gives it one
+        for ranges, txid in freed:
+            space.free(ranges, txid)
+        return True
+
     def _open_dataset(self, key: DataSetKey, why: str) -> DataSet:
         """Open the data set for update and run restart processing; its connection
         OPEN and its status ACTIVE. Raises SMDS_UNAVAILABLE naming the failure."""
-        self.states.fire(key, Event.OPEN, why)
+        restarting = self._restarting(key, why)
         try:
-            dataset, how, lost = restart(
-                self.data_dir, key, self.states.state(key).status, self.states.record(key),
-                self.config.structure(key[0]), self.tuning.pool(key[0]),
-                lambda: self.owned(key))
-        except (FileNotFoundError, AllocFailed) as err:
+            opened = restarting(lambda: self.owned(key))
+        except OPEN_ERRORS as err:
+            raise self._open_failed(key, err) from None
+        return self._opened(key, *opened)
+
+    def _restarting(self, key: DataSetKey, why: str) -> Callable[
+            [Callable[[], list[Entry]]], tuple[DataSet, str, list[Entry]]]:
+        """The data set's connection OPENING, and its restart processing to run (on
+        the loop, or in a thread: it reads nothing of the daemon's state)."""
+        self.states.fire(key, Event.OPEN, why)
+        return partial(restart, self.data_dir, key, self.states.state(key).status,
+                       self.states.record(key), self.config.structure(key[0]),
+                       self.tuning.pool(key[0]))
+
+    def _opened(self, key: DataSetKey, dataset: DataSet, how: str, lost: list[Entry]) -> DataSet:
+        self.open[key] = dataset
+        self._errors.pop(key, None)
+        self.states.set(key, created=dataset.header.created, map_time=None)
+        self.states.fire(key, Event.OPENED, f"restart processing: {how}")
+        log.info("smds_opened", structure=key[0], owner=key[1], size=dataset.size,
+                 how=how, rebuild_reason=dataset.rebuild_reason)
+        if lost:
+            self.lose(lost, "its data is not in the data set after recovery", mapped=False)
+        return dataset
+
+    def _open_failed(self, key: DataSetKey, err: BaseException) -> CQSError:
+        """The open failed: named in the data set's states; the refusal to raise."""
+        if isinstance(err, (FileNotFoundError, AllocFailed)):
             failure, error = Event.ALLOC_FAIL, _words(err)
-        except MemoryError as err:
+        elif isinstance(err, MemoryError):
             failure, error = Event.STORAGE_FAIL, f"no memory: {err}"
-        except (SmdsError, BadDataMap) as err:
+        elif isinstance(err, (SmdsError, BadDataMap)):
             failure, error = Event.DATA_FAIL, str(err)
-        except OSError as err:
-            failure, error = Event.OPEN_FAIL, str(err)
         else:
-            self.open[key] = dataset
-            self._errors.pop(key, None)
-            self.states.set(key, created=dataset.header.created, map_time=None)
-            self.states.fire(key, Event.OPENED, f"restart processing: {how}")
-            log.info("smds_opened", structure=key[0], owner=key[1], size=dataset.size,
-                     how=how, rebuild_reason=dataset.rebuild_reason)
-            if lost:
-                self.lose(lost, "its data is not in the data set after recovery", mapped=False)
-            return dataset
+            failure, error = Event.OPEN_FAIL, str(err)
         log.error("smds_open_failed", structure=key[0], owner=key[1], error=error,
                   action="requests that need this data set get SMDS_UNAVAILABLE")
         self._errors[key] = error
         self.states.fire(key, failure, error)
-        raise self.refusal(key)
+        return self.refusal(key)
 
     def entries(self, structure: str) -> Iterator[Entry]:
         """The offloaded entries of the structure, if it is available."""
@@ -170,19 +225,29 @@ class OpenDataSets:
             log.error("smds_message_lost", structure=e.store, owner=e.map.owner,
                       entry_id=e.entry_id, queue=e.name, recoverable=e.recoverable, reason=why)
 
-    def reopen(self, structures: list[str]) -> None:
+    async def reopen(self, structures: list[str]) -> None:
         """After a recovery replaced the structures: the space maps of their open data
         sets rebuilt from what the new instance holds, and the RECOVERED ones
-        opened (restart processing, which deletes the entries whose data is lost)."""
+        opened (restart processing, which deletes the entries whose data is lost),
+        each in a worker thread (the module note)."""
         for key in self.keys(structures):
-            dataset = self.open.get(key)
+            dataset = self.open.pop(key, None)  # no request uses its old map meanwhile
             if dataset is None:
-                self.try_open(key, "restart after recovery")
+                await self.open_aside(key, "restart after recovery")
                 continue
+            entries = self.owned(key)
+            self.opening[key] = []
             try:
-                dataset.space, _ = rebuild(dataset, self.owned(key))
+                space, _ = await trio.to_thread.run_sync(rebuild, dataset, entries)
             except (SmdsError, BadDataMap) as err:
+                self.open[key] = dataset
                 self.damaged(key, "rebuild", err)
+                continue
+            finally:
+                freed = self.opening.pop(key)
+            dataset.space, self.open[key] = space, dataset
+            for ranges, txid in freed:
+                space.free(ranges, txid)
 
     # -- damage and closing -------------------------------------------------------------
 

@@ -104,12 +104,16 @@ class Space:
                 self.opened.lost.discard(entry.entry_id)
                 continue
             key = (entry.store, entry.map.owner)
+            txid = lsn if entry.recoverable and lsn else None
+            if key in self.opened.opening:  # its map is being built: freed once whole
+                self.opened.opening[key].append((entry.map.ranges, txid))
+                continue
             dataset = self.opened.open.get(key)
             if dataset is None or dataset.space is None:
                 if self.states.record(key).get("map_time") is not None:  # saved, now stale
                     self.states.set(key, map_time=None)
                 continue
-            dataset.space.free(entry.map.ranges, lsn if entry.recoverable and lsn else None)
+            dataset.space.free(entry.map.ranges, txid)
 
     def durable(self, lsn: int) -> None:
         """The log is durable up to ``lsn``: pending pages are free for reuse and the

@@ -9,6 +9,7 @@ under way, no live node of its preference list, etcd out of reach).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import structlog
@@ -20,11 +21,13 @@ from ..group.lease import now
 from ..group.node import Deposed, GroupNode, Takeover, writer_for
 from ..group.standby import Tailer, finish
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
+from ..recovery.keys import pair_of, remembered
 from ..recovery.restart import Rebuilt
 from ..recovery.sealed import rebuild_pair
 from ..storage import image
 from ..storage.datadir import DataDir
 from .clients import Clients
+from .dedup import Dedup
 from .journal import Fenced, Journal
 from .registry import Registry
 from .runtime import Runtime
@@ -37,7 +40,8 @@ class Membership:
     """Implements the node's ``Host``: what a takeover and a fence do to the daemon."""
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
-                 clients: Clients, waiters: ReadWaiters, runtime: Runtime) -> None:
+                 clients: Clients, waiters: ReadWaiters, runtime: Runtime,
+                 dedup: Dedup | None = None) -> None:
         assert config.group is not None
         self.config = config
         self.datadir = datadir
@@ -46,6 +50,7 @@ class Membership:
         self.clients = clients
         self.waiters = waiters
         self.runtime = runtime
+        self.dedup = dedup if dedup is not None else Dedup(0)
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         if config.group.standby == "warm":
@@ -118,6 +123,10 @@ class Membership:
             reports = await trio.to_thread.run_sync(
                 rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
                 self.datadir.srds, cut)
+        # the keys the earlier owners took in the window, so their resends apply nothing
+        keys = await trio.to_thread.run_sync(
+            remembered, self.datadir.logstream, cut, pair_of({name: pair}), self.dedup.window,
+            time.time_ns())
         loaded = now()
         if not takeover.current():  # fenced while rebuilding: a successor may own it now
             raise Deposed(f"this node lost {name} (epoch {takeover.epoch}) while rebuilding it")
@@ -127,6 +136,7 @@ class Membership:
         self.journal.append({STRUCTURE: name, EFFECTS: [], EPOCH: takeover.epoch,
                              SEALED: takeover.cut})
         pair.derive_status()
+        self.dedup.install(keys)
         self.registry.standby.discard(name)
         self.registry.install(pair)
         self.clients.announce(pair)
@@ -173,6 +183,7 @@ class Membership:
         self.journal.fence(Fenced(why))
         for name in list(self.registry.pairs):
             pair = self.registry.pairs.pop(name)
+            self.dedup.drop(name)
             self.waiters.fail(pair)
             self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why)

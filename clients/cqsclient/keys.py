@@ -42,7 +42,8 @@ class Keys:
         was stamped, or None if it carries none."""
         if not call.keyed or self.window <= 0:
             return None
-        call.request["key"] = [self.incarnation, next(self._sequence)]
+        if "key" not in call.request:
+            call.request["key"] = [self.incarnation, next(self._sequence)]
         return time.monotonic()
 
     def may_resend(self, call: Call, stamped: float | None) -> bool:

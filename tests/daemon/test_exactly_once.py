@@ -7,9 +7,11 @@ import hashlib
 import threading
 import time
 
+import anyio
 import pytest
 
 import cqsclient
+import cqsclient.aio
 from cqsclient import ConnectionLost, Reconnect
 from tests.faults.proxy import Proxy
 
@@ -77,6 +79,32 @@ def test_a_commit_in_doubt_across_a_sigkill_is_answered_from_the_log(proxied):
     ids = put_in_doubt(address, proxy, kill_and_restart,
                           lambda s: s.put_batch("BATCH", [b"one", b"two", b"three"]))
     assert stored(d.address, "BATCH") == ids and len(ids) == 3
+
+
+def test_the_async_client_sends_a_put_in_doubt_again(proxied):
+    """The async client does the same: its put whose reply was lost returns the
+    entry id of the one message stored."""
+    d, proxy, address = proxied
+
+    async def main() -> int:
+        async with cqsclient.aio.connect(address, client="PRODUCER", secret=SECRET,
+                                         reconnect=FAST) as c:
+            s = await c.structure("MSGQ01")
+            proxy.drop_replies(1)
+            got: dict = {}
+            async with anyio.create_task_group() as tg:
+                async def put() -> None:
+                    got["id"] = await s.put("AIO", b"once, async")
+
+                tg.start_soon(put)
+                assert await anyio.to_thread.run_sync(
+                    proxy.wait, lambda st: st.replies_dropped == 1)
+                await anyio.to_thread.run_sync(proxy.reset)
+                await anyio.to_thread.run_sync(proxy.heal)
+            return got["id"]
+
+    entry_id = anyio.run(main)
+    assert stored(d.address, "AIO") == [entry_id]
 
 
 def test_without_reconnect_a_put_in_doubt_still_raises(proxied):

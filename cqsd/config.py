@@ -126,6 +126,7 @@ class DaemonConfig:
     # log bytes since a structure's last checkpoint that start one; 0 = off
     checkpoint_log_volume: int
     log_retention: float  # seconds a segment no checkpoint needs is kept before it is trimmed
+    dedup_window: float  # seconds a put's idempotency key is remembered (alone; [group]'s in one)
     spark_master: str  # master URL the SRDS jobs run on
     spark_recovery_records: int  # crash-restart log tails longer than this use the Spark job
     job_timeout: float  # seconds an SRDS job may run before it is killed
@@ -542,6 +543,7 @@ _DAEMON: dict[str, _Key] = {
     "checkpoint_interval": _Key(_seconds(0, inclusive=True), 3600),
     "checkpoint_log_volume": _Key(_size_between(0, 1024 * GiB), "256MiB"),
     "log_retention": _Key(_seconds(0, inclusive=True), 0),
+    "dedup_window": _Key(_seconds(0, inclusive=True), 120),
     "spark_master": _Key(_spark_master, "local[*]"),
     "spark_recovery_records": _Key(_integer(0), 5_000_000),
     "job_timeout": _Key(_seconds(0, inclusive=False), 3600),
@@ -978,6 +980,7 @@ log_segment = "64MiB"
 checkpoint_interval = 3600
 checkpoint_log_volume = "256MiB"
 log_retention = 0
+dedup_window = 120
 spark_master = "local[*]"
 spark_recovery_records = 5000000
 job_timeout = 3600

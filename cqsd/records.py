@@ -34,6 +34,10 @@ STRUCTURE, EFFECTS, OTHERS = "s", "e", "x"
 # The first record of a group owner's epoch (docs/group.md) has no effects, and says
 # which epoch it starts and the cut it put on the earlier owners' series: {writer: LSN}.
 EPOCH, SEALED = "n", "z"
+# The idempotency key of the put or commit that made the record, and the entry ids it
+# produced: [client, incarnation, sequence, [entry id, ...]] (docs/group.md, "Exactly-once
+# puts"); only in a record of a request that carried one. The folds ignore it.
+KEY = "k"
 
 # Effect kinds, each with its fields after the kind:
 PUT = "P"  # entry_id, qtype, name, data, put_time: a new recoverable message

@@ -55,6 +55,7 @@ from .errors import (
     StructureFailed,
 )
 from .group import Patience, Targets, keepalive_for, misdirection, parse_targets, redirect
+from .keys import Keys
 from .model import (
     BrowsePage,
     HeldLock,
@@ -159,6 +160,7 @@ class Client:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._closing = False
         self._token: str | None = None
+        self._keys = Keys()  # each connect() draws a new incarnation
         self._reconnect_lock = anyio.Lock()
         self._book: LockBook | None = LockBook() if reconnect is not None else None
         self._interests: dict[tuple[str, str, QType], None] = {}
@@ -187,6 +189,7 @@ class Client:
         seconds = ops.seconds(timeout, self.timeout, call)
         deadline = math.inf if seconds is None else seconds + call.wait
         patience: Patience | None = None
+        stamped = self._keys.stamp(call)
         while True:
             conn = self._opened()
             progress = Progress()
@@ -216,8 +219,8 @@ class Client:
                 if self.reconnect is None or self._closing:
                     raise
                 await self._reconnect(conn, lost)
-                if lost.applied is False or call.retry:
-                    continue
+                if lost.applied is False or call.retry or self._keys.may_resend(call, stamped):
+                    continue  # a put or commit sent again with its key is applied once
                 lost.add_note(
                     "the client has reconnected; whether the daemon applied this request "
                     "is unknown (see Client.last_resync for the locks)"
@@ -253,6 +256,7 @@ class Client:
         self.structures = session.structures
         self.resync_locks = session.locks
         self._token = session.token
+        self._keys.window = session.dedup_window
 
     async def _dial(
         self, cold: bool, takeover: str | None, only: Address | None = None

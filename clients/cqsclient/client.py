@@ -38,6 +38,7 @@ from .errors import (
     StructureFailed,
 )
 from .group import Patience, Targets, keepalive_for, misdirection, parse_targets, redirect
+from .keys import Keys
 from .model import (
     BrowsePage,
     HeldLock,
@@ -235,6 +236,7 @@ class Client:
         self.timeout = dialer.timeout
         self.reconnect = reconnect
         self.last_resync: Resync | None = None
+        self._keys = Keys()  # each connect() draws a new incarnation
         self._session(session)
         self._closing = False
         self._reconnect_lock = threading.Lock()
@@ -253,6 +255,7 @@ class Client:
         self.structures: list[str] = session.structures
         self.resync_locks: list[HeldLock] = session.locks
         self._token = session.token
+        self._keys.window = session.dedup_window
 
     def __repr__(self) -> str:
         state = "closed" if self._conn.lost else "open"
@@ -266,6 +269,7 @@ class Client:
     ) -> Any:
         seconds = ops.seconds(timeout, self.timeout, call)
         patience: Patience | None = None
+        stamped = self._keys.stamp(call)
         while True:
             conn = self._conn
             try:
@@ -287,8 +291,8 @@ class Client:
                 if self.reconnect is None or self._closing:
                     raise
                 self._reconnect(conn, lost, cancelled)
-                if lost.applied is False or call.retry:
-                    continue
+                if lost.applied is False or call.retry or self._keys.may_resend(call, stamped):
+                    continue  # a put or commit sent again with its key is applied once
                 lost.add_note(
                     "the client has reconnected; whether the daemon applied this request "
                     "is unknown (see Client.last_resync for the locks)"

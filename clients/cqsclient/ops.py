@@ -94,7 +94,8 @@ RAISE: Final = _Raise()
 class Call:
     """One request: the map to send, how to read its reply, and what it does to locks."""
 
-    __slots__ = ("empty", "job", "large", "locks", "parse", "releases", "request", "retry")
+    __slots__ = ("empty", "job", "keyed", "large", "locks", "parse", "releases", "request",
+                 "retry")
 
     def __init__(
         self,
@@ -107,6 +108,7 @@ class Call:
         releases: tuple[int, ...] = (),
         job: bool = False,
         large: bool = False,
+        keyed: bool = False,
     ) -> None:
         self.request = request
         self.parse = parse
@@ -121,6 +123,9 @@ class Call:
         # True if the request carries a payload of LARGE bytes or more: it is
         # encoded around it (cqsproto.encode_frame), one copy rather than three.
         self.large = large
+        # True for a put or a commit: it carries an idempotency key (cqsclient.keys), so
+        # that after a reconnect it may be sent again and is applied once.
+        self.keyed = keyed
 
     @property
     def wait(self) -> float:
@@ -244,6 +249,7 @@ class Session:
     structures: list[str]
     locks: list[HeldLock]
     token: str | None  # for a takeover by this client's next connection
+    dedup_window: float = 0.0  # seconds the daemon remembers a put's key (0: keys not taken)
 
 
 def _session(result: dict[str, Any]) -> Session:
@@ -257,6 +263,7 @@ def _session(result: dict[str, Any]) -> Session:
             for lock in result.get("locks", [])
         ],
         token=result.get("token"),
+        dedup_window=float(result.get("dedup_window") or 0),
     )
 
 
@@ -319,7 +326,7 @@ def put(
         "recoverable": recoverable,
     }
     return Call(_timed(request, delay=delay, not_before=not_before),
-                lambda result: int(result["entry_id"]), large=_large(payload))
+                lambda result: int(result["entry_id"]), large=_large(payload), keyed=True)
 
 
 def read(structure: str, queue: str, qtype: QType, wait: float | None,
@@ -448,7 +455,7 @@ def commit(structure: str, ops: list[dict[str, Any]]) -> Call:
     request = {"op": "commit", "structure": structure, "ops": ops}
     released = tuple(op["entry_id"] for op in ops if op["op"] in ("delete", "move", "unlock"))
     return Call(request, lambda result: [int(e) for e in result["entry_ids"]], releases=released,
-                large=any(op["op"] == "put" and _large(op["data"]) for op in ops))
+                large=any(op["op"] == "put" and _large(op["data"]) for op in ops), keyed=True)
 
 
 def put_batch(

@@ -23,6 +23,9 @@ _SECONDS = ((*_NUMBER, type(None)), None)  # checked further by timing.py
 _QTYPE = ((str, int), "TRAN")
 _STRUCTURE = ((str,), REQUIRED)
 _ENTRY = ((int,), REQUIRED)
+# A put's or a commit's idempotency key, [incarnation, sequence] (docs/protocol.md,
+# "Exactly-once puts"); optional, so a client that sends none is served as before.
+_KEY = ((list, type(None)), None)
 Spec = dict[str, tuple[tuple[type, ...], Any]]  # field -> (accepted types, default)
 OPS: dict[str, Spec] = {
     "register": {
@@ -44,6 +47,7 @@ OPS: dict[str, Spec] = {
         "recoverable": ((bool,), True),
         "delay": _SECONDS,
         "not_before": _SECONDS,
+        "key": _KEY,
     },
     "read": {
         "structure": _STRUCTURE,
@@ -80,7 +84,7 @@ OPS: dict[str, Spec] = {
         "queue": ((str, type(None)), None),
         "qtype": ((str, int, type(None)), None),
     },
-    "commit": {"structure": _STRUCTURE, "ops": ((list,), REQUIRED)},
+    "commit": {"structure": _STRUCTURE, "ops": ((list,), REQUIRED), "key": _KEY},
     "register_interest": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
     "deregister_interest": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
     "query": {"kind": ((str,), REQUIRED), "structure": ((str, type(None)), None)},
@@ -110,7 +114,7 @@ OPS: dict[str, Spec] = {
 
 # The operations a commit may carry, and their fields (the "op" key aside).
 COMMIT_OPS: dict[str, Spec] = {
-    "put": {k: v for k, v in OPS["put"].items() if k != "structure"},
+    "put": {k: v for k, v in OPS["put"].items() if k not in ("structure", "key")},
     "delete": {"entry_id": _ENTRY},
     "move": {k: v for k, v in OPS["move"].items() if k != "structure"},
     "unlock": {k: v for k, v in OPS["unlock"].items() if k != "structure"},
@@ -165,6 +169,28 @@ def next_read(value: dict[str, Any]) -> dict[str, Any]:
     the field at fault. Checked before the delete is applied, so a bad one leaves
     the message where it was."""
     return fields("delete next", NEXT_READ, value, skip=())
+
+
+# An incarnation is drawn by the client at each connect: 16 hex digits in the SDK;
+# the bound keeps a remembered key small (docs/group.md prices the window by it).
+MAX_INCARNATION = 32
+MAX_SEQUENCE = 2**63 - 1
+
+
+def idempotency_key(where: str, value: list[Any] | None) -> tuple[str, int] | None:
+    """A request's ``key`` as (incarnation, sequence), or None when it has none.
+
+    Raises ProtocolError(INVALID_REQUEST) naming what is wrong with it."""
+    if value is None:
+        return None
+    if (len(value) != 2 or type(value[0]) is not str or type(value[1]) is not int
+            or not 1 <= len(value[0]) <= MAX_INCARNATION or not 0 <= value[1] <= MAX_SEQUENCE):
+        raise ProtocolError(
+            INVALID_REQUEST,
+            f"{where}: key must be [incarnation, sequence]: a string of 1 to "
+            f"{MAX_INCARNATION} characters and an integer from 0 to {MAX_SEQUENCE}",
+        )
+    return value[0], value[1]
 
 
 def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -31,6 +31,11 @@ written (it is read whole the next pass). The bookkeeping (``WarmPair``) is
 pure; the file reading and the loop (``Tailer``) are the shell, the passes run
 in a worker thread so the event loop never stalls.
 
+The tail also keeps the pair's idempotency keys of the last ``dedup_window``
+seconds (exactly-once puts, cqsd/dedup.py): those of the records its base covers
+are read from the log at load (cqsd/recovery/keys.py), the others remembered as
+they are folded, so a warm takeover answers a resend without reading them back.
+
 Lag for operators: after each pass, the records the pass had to fold and how
 old the oldest of them was are this node's lag behind the owner; the node
 publishes it per pair in etcd (``standby/<PAIR>/<NODE>``, bound to its lease,
@@ -58,9 +63,11 @@ from logstream.errors import CorruptLog, Damage, Trimmed
 from logstream.record import Frame, NeedData, Record
 from logstream.series import SegmentFile, check_header, list_series
 
+from ..dedup import Remembered, key_of_record
 from ..engine import Structure
-from ..records import OTHERS, OWNER, STRUCTURE, WHERE
+from ..records import KEY, OTHERS, OWNER, STRUCTURE, WHERE
 from ..recovery.fold import fold
+from ..recovery.keys import remembered
 from ..recovery.restart import Rebuilt
 from ..recovery.sealed import base_rows
 from ..storage import image
@@ -107,6 +114,9 @@ class WarmPair:
     sources: dict[str, str]
     folded: dict[str, int] = field(default_factory=dict)  # writer -> newest LSN of ours folded
     replayed: int = 0
+    # the pair's idempotency keys of the last dedup_window seconds (cqsd/dedup.py), kept
+    # current as the rows are: a takeover need not read them back from the log
+    keys: Remembered = field(default_factory=lambda: Remembered(0))
 
     def start(self, writer: str) -> int:
         """The first LSN to read of ``writer``: one past what every base covers."""
@@ -125,6 +135,8 @@ class WarmPair:
         if hit:
             self.folded[rec.writer] = rec.lsn
             self.replayed += 1
+            if KEY in body and (found := key_of_record(body)) is not None:
+                self.keys.remember(found[0], found[1], rec.timestamp)
         return hit
 
     def overshoots(self, cut: Mapping[str, int], *, sealed_only: bool = False) -> list[str]:
@@ -220,9 +232,12 @@ def _order(item: tuple[Record, tuple[int, int]]) -> tuple[int, str, int]:
 
 
 def load(structures: list[Structure] | tuple[str, ...], images: Path, srds: Path,
-         log_dir: Path, until: Mapping[str, int]) -> tuple[WarmPair, Follower]:
+         log_dir: Path, until: Mapping[str, int], window: float = 0
+         ) -> tuple[WarmPair, Follower]:
     """A pair's base, and the log up to ``until`` folded into it (as a cold rebuild
-    does, but keeping the cursors). Raises ImageError, FoldError, Trimmed, CorruptLog."""
+    does, but keeping the cursors); with the idempotency keys of the last ``window``
+    seconds, those the base covers read from the log, the rest as they are folded.
+    Raises ImageError, FoldError, Trimmed, CorruptLog."""
     names = tuple(s if isinstance(s, str) else s.name for s in structures)
     rows, covered, last_ids, sources = {}, {}, {}, {}
     for name in names:
@@ -231,6 +246,9 @@ def load(structures: list[Structure] | tuple[str, ...], images: Path, srds: Path
         covered[name], last_ids[name], sources[name] = (
             dict(header.get("lsn", {})), header.get("last_id", 0), report.source)
     warm = WarmPair(names, rows, covered, last_ids, sources)
+    covers = {w: min(lsn, warm.start(w) - 1) for w, lsn in until.items()}
+    warm.keys = remembered(log_dir, covers, dict.fromkeys(names, names[0]), window,
+                           time.time_ns())[names[0]]
     follower = Follower(log_dir, warm.start)
     for rec in follower.read(until):
         warm.apply(rec)
@@ -252,11 +270,12 @@ class Tailer:
     """Keeps a ``Standing`` for every pair this node could take and does not own."""
 
     def __init__(self, node: GroupNode, pairs: Mapping[str, tuple[str, ...]], images: Path,
-                 srds: Path, log_dir: Path, poll: float) -> None:
+                 srds: Path, log_dir: Path, poll: float, window: float = 0) -> None:
         self.node = node  # the GroupNode: its view, what it owns, its etcd and lease
         self.pairs = dict(pairs)  # primary -> the names of the pair's structures
         self.images, self.srds, self.log_dir = images, srds, log_dir
         self.poll = poll
+        self.window = window  # dedup_window: the keys each pair's tail keeps
         self.standing: dict[str, Standing] = {}
         self.locks: dict[str, trio.Lock] = {name: trio.Lock() for name in pairs}
         self.claiming: set[str] = set()  # pairs a takeover waits for
@@ -303,7 +322,7 @@ class Tailer:
                 gc.disable()
                 try:
                     warm, follower = load(self.pairs[name], self.images, self.srds,
-                                          self.log_dir, until)
+                                          self.log_dir, until, self.window)
                 finally:
                     gc.enable()
                 self.standing[name] = Standing(warm, follower)

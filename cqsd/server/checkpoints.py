@@ -29,6 +29,7 @@ from ..storage import image, repository
 from ..storage.datadir import DataDir
 from ..storage.image import ImageError
 from ..storage.repository import RepositoryError
+from .dedup import window_of
 from .jobs import JobFailed, Jobs
 from .journal import Journal
 from .liveconfig import LiveConfig
@@ -277,14 +278,16 @@ class Checkpoints:
 
     def trim(self) -> None:
         """Delete log segments that no slot of any structure still needs, once they are
-        older than ``log_retention``. (A crash restart starts from a base image only
-        when it is newer than the slots.) A failure to delete one is logged, and the
-        next checkpoint tries again."""
+        older than ``log_retention`` and than ``dedup_window`` (a start reads the keys
+        of that window back from the log, cqsd/recovery/keys.py). (A crash restart
+        starts from a base image only when it is newer than the slots.) A failure to
+        delete one is logged, and the next checkpoint tries again."""
         keep_from = min((self._needed_from(name) for name in self.names), default=0)
         keep_from = min(keep_from, self.journal.position + 1)
         if keep_from <= 1:
             return
-        cutoff = time.time() - self.config.daemon.log_retention
+        cutoff = time.time() - max(self.config.daemon.log_retention,
+                                   window_of(self.config.current))
         try:
             for seg in list_segments(self.datadir.logstream, self.journal.writer_id):
                 if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go

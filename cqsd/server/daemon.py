@@ -40,6 +40,7 @@ from . import notify, reload
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .connections import Connections
+from .dedup import Dedup, window_of
 from .definitions import Definitions
 from .dispatch import Dispatcher
 from .journal import WRITER, Journal
@@ -97,6 +98,7 @@ class Daemon:
         self.datasets = DataSets(self.config, self.datadir.root, self.datadir.repository,
                                  self.registry, self.limits)
         self.fsyncs = Fsyncs() if config.daemon.metrics_listen else None
+        self.dedup = Dedup(window_of(config))  # exactly-once puts (docs/group.md)
         self.journal: Journal | None = None
         self.connections: Connections | None = None
         self.membership: Membership | None = None  # a node of a group (docs/group.md)
@@ -128,18 +130,20 @@ class Daemon:
                                            self.registry.physical, self.runtime)
             self.operations = Operations(self.config, self.datadir, self.registry, self.clients,
                                          journal, self.checkpoints, self.waiters, self.datasets,
-                                         self.runtime)
+                                         self.runtime, self.dedup)
             self.smds_commands = SmdsCommands(self.config, self.datasets, self.runtime)
             if group is not None:  # owning nothing until etcd says so
                 self.membership = Membership(self.config.current, self.datadir, self.registry,
-                                             journal, self.clients, self.waiters, self.runtime)
+                                             journal, self.clients, self.waiters, self.runtime,
+                                             self.dedup)
                 self.checkpoints.sealed = self.membership.node.cuts
             self.rooms = rooms = Rooms(
                 config=self.config, life=self.life, datadir=self.datadir, limits=self.limits,
                 registry=self.registry, clients=self.clients, waiters=self.waiters,
                 datasets=self.datasets, journal=journal, checkpoints=self.checkpoints,
                 operations=self.operations, smds_commands=self.smds_commands,
-                sessions=set(), runtime=self.runtime, membership=self.membership)
+                sessions=set(), runtime=self.runtime, membership=self.membership,
+                dedup=self.dedup)
             self.dispatcher = Dispatcher(rooms, self.moves, self.timers)
             self.connections = Connections(self.config, journal, self.limits.max_frame,
                                            self.limits.max_reply, self.clients, self.dispatcher,

@@ -125,12 +125,15 @@ class Dispatcher:
                         rooms.registry.definitions.resized(event.structure, event.new_size,
                                                            event.reason)
             record = s.take_record()
+            noted = rooms.dedup.stamp(s.name, record)  # a key goes into the record of its put
             lsn = 0
             if record is not None:
                 urgent = waits_for_log(record)
                 lsn = self._log(record, urgent)
                 if urgent:
                     wait_for = lsn or NEVER
+            if noted is not None:
+                rooms.dedup.remember(s.name, noted, lsn)
             if s.offloading:
                 for structure in s.structures():
                     rooms.datasets.freed(structure, lsn)

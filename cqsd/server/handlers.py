@@ -46,7 +46,7 @@ Result = dict[str, Any]
 def op_register(rooms: Rooms, session: Session, rid: int, client: str, secret: str | None,
                 cold: bool, version: int, operator: bool, takeover: str | None) -> Result:
     """register {client, secret?, cold?, version, operator?, takeover?}
-    -> {version, server, max_message, structures, locks, client, token}"""
+    -> {version, server, max_message, structures, locks, client, token, dedup_window}"""
     if version != PROTOCOL_VERSION:
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
@@ -55,7 +55,7 @@ def op_register(rooms: Rooms, session: Session, rid: int, client: str, secret: s
     return {"version": PROTOCOL_VERSION, "server": "cqsd",
             "max_message": rooms.config.daemon.max_message,
             "structures": list(rooms.registry.pairs), "locks": locks, "client": session.client,
-            "token": token}
+            "token": token, "dedup_window": rooms.dedup.window}
 
 
 def op_deregister(rooms: Rooms, session: Session, rid: int) -> Result:
@@ -76,13 +76,19 @@ def op_connect(rooms: Rooms, session: Session, rid: int, structure: str) -> Resu
 
 def op_put(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
            qtype: str | int, data: bytes, recoverable: bool, delay: float | None,
-           not_before: float | None) -> Result:
-    """put {structure, queue, qtype?, data, recoverable?, delay? | not_before?} -> {entry_id}"""
+           not_before: float | None, key: list[Any] | None) -> Result:
+    """put {structure, queue, qtype?, data, recoverable?, delay? | not_before?, key?}
+    -> {entry_id}; a key remembered gets its first entry id, and nothing is put"""
     rooms.limits.check_size(len(data))  # and one record, unless offloaded (datasets.put)
     s = rooms.registry.structure(structure)
+    k = rooms.dedup.key(session, "put", key)
+    if (seen := rooms.dedup.recall(s.name, k)) is not None:
+        return _again(session, rid, {"entry_id": seen[0][0]}, seen[1])
     later = _not_before("put", delay, not_before)
-    return {"entry_id": rooms.datasets.put(s, _owner(session), qtype, queue, data,
-                                       recoverable, later).entry_id}
+    entry_id = rooms.datasets.put(s, _owner(session), qtype, queue, data, recoverable,
+                                  later).entry_id
+    rooms.dedup.note(s.name, k, [entry_id])
+    return {"entry_id": entry_id}
 
 
 def op_read(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
@@ -236,14 +242,27 @@ def op_unlock(rooms: Rooms, session: Session, rid: int, structure: str, entry_id
 
 
 def op_commit(rooms: Rooms, session: Session, rid: int, structure: str,
-              ops: list[Any]) -> Result:
-    """commit {structure, ops: [{op: put|delete|move|unlock, ...}]} -> {entry_ids}"""
+              ops: list[Any], key: list[Any] | None) -> Result:
+    """commit {structure, ops: [{op: put|delete|move|unlock, ...}], key?} -> {entry_ids};
+    a key remembered gets its first entry ids, and nothing is applied"""
     s = rooms.registry.structure(structure)
+    k = rooms.dedup.key(session, "commit", key)
+    if (seen := rooms.dedup.recall(s.name, k)) is not None:
+        return _again(session, rid, {"entry_ids": seen[0]}, seen[1])
     batch = [_commit_op(kind, f) for kind, f in requests.commit_ops(ops)]
     rooms.limits.check_commit(batch)
     results = rooms.datasets.commit(s, _client(session), _owner(session), batch)
-    return {"entry_ids": [e.entry_id for op, e in zip(batch, results, strict=True)
-                          if type(op) is Put]}
+    ids = [e.entry_id for op, e in zip(batch, results, strict=True) if type(op) is Put]
+    rooms.dedup.note(s.name, k, ids)
+    return {"entry_ids": ids}
+
+
+def _again(session: Session, rid: int, result: Result, lsn: int) -> Result:
+    """The reply to a request sent again (exactly-once puts, docs/group.md): what the
+    first one produced, once the record that produced it is durable."""
+    log.debug("resend_answered", client=session.client, result=result)
+    session.reply(rid, result, lsn)
+    return DEFERRED
 
 
 def _commit_op(kind: str, f: dict[str, Any]) -> Op:

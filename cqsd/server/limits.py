@@ -38,6 +38,7 @@ from ..records import (
     BLOCK,
     E_DATA,
     EFFECTS,
+    KEY,
     M_MAP,
     MAPPED,
     MOVED_IN,
@@ -58,6 +59,9 @@ EFFECT_BOUND = 96
 # An offloaded put's B effect beyond its data (kind, id, page, a bin header), and
 # each range's share of its M effect's map (a page and a count).
 BLOCK_BOUND, RANGE_BOUND = 48, 20
+# A record's idempotency key (records.KEY): a 16-character client name, an incarnation
+# of up to 32 (cqsproto.requests.MAX_INCARNATION), a sequence and headers; and an id.
+KEY_BOUND, ID_BOUND = 80, 9
 _LINKED = (PUT, MOVED_IN, MOVED_OUT, BLOCK, MAPPED)  # effects that must stay in their record
 # A reply's share of its frame beyond the payloads: ids, names, times per message.
 REPLY_HEADROOM = 2 * FRAME_HEADROOM
@@ -131,6 +135,9 @@ def bound(record: dict) -> int:
     total = _bound(record[EFFECTS])
     if others:
         total += sum(_bound(effects) for effects in others.values())
+    key = record.get(KEY)
+    if key is not None:  # client, incarnation and sequence, then an id per put
+        total += KEY_BOUND + ID_BOUND * len(key[3])
     return total
 
 
@@ -159,8 +166,11 @@ def split(record: dict, budget: int = RECORD_BUDGET) -> list[dict]:
         raise RecordTooLarge(f"a record of {size} bytes for structure {record[STRUCTURE]} "
                              f"holds payloads or overflow moves over the {budget}-byte budget")
     step = max(1, budget // EFFECT_BOUND)
-    return [{STRUCTURE: name, EFFECTS: effects[i:i + step]}
-            for name, effects in effect_lists(record) for i in range(0, len(effects), step)]
+    parts = [{STRUCTURE: name, EFFECTS: effects[i:i + step]}
+             for name, effects in effect_lists(record) for i in range(0, len(effects), step)]
+    if KEY in record:  # a commit of many deletes: its key with the last of its effects
+        parts[-1][KEY] = record[KEY]
+    return parts
 
 
 def _blocks_first(record: dict, budget: int) -> list[dict]:
@@ -172,6 +182,8 @@ def _blocks_first(record: dict, budget: int) -> list[dict]:
     both folds drop (and restart's space map, rebuilt from the entries, frees)."""
     parts: list[dict] = []
     rest: dict = {STRUCTURE: record[STRUCTURE]}
+    if KEY in record:
+        rest[KEY] = record[KEY]
     for name, effects in effect_lists(record):
         kept: list = []
         chunk: list = []

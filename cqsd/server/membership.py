@@ -9,22 +9,26 @@ under way, no live node of its preference list, etcd out of reach).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import structlog
 import trio
 
 from ..config import Config
+from ..dedup import Remembered
 from ..engine import CQSError, Reason, Structure
 from ..group.lease import now
 from ..group.node import Deposed, GroupNode, Takeover, writer_for
 from ..group.standby import Tailer, finish
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
+from ..recovery.keys import pair_of, remembered
 from ..recovery.restart import Rebuilt
 from ..recovery.sealed import rebuild_pair
 from ..storage import image
 from ..storage.datadir import DataDir
 from .clients import Clients
+from .dedup import Dedup
 from .journal import Fenced, Journal
 from .registry import Registry
 from .runtime import Runtime
@@ -37,7 +41,8 @@ class Membership:
     """Implements the node's ``Host``: what a takeover and a fence do to the daemon."""
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
-                 clients: Clients, waiters: ReadWaiters, runtime: Runtime) -> None:
+                 clients: Clients, waiters: ReadWaiters, runtime: Runtime,
+                 dedup: Dedup | None = None) -> None:
         assert config.group is not None
         self.config = config
         self.datadir = datadir
@@ -46,6 +51,7 @@ class Membership:
         self.clients = clients
         self.waiters = waiters
         self.runtime = runtime
+        self.dedup = dedup if dedup is not None else Dedup(0)
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         if config.group.standby == "warm":
@@ -53,7 +59,8 @@ class Membership:
             self.node.tailer = Tailer(
                 self.node, {name: (name, *([overflow[name]] if name in overflow else []))
                             for name in pairs},
-                datadir.images, datadir.srds, datadir.logstream, self.node.poll)
+                datadir.images, datadir.srds, datadir.logstream, self.node.poll,
+                self.dedup.window)
         journal.guard(self.node.valid, self.node.fence)
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
@@ -113,11 +120,17 @@ class Membership:
         cut = {**takeover.cut, self.journal.writer_id: position}
         started = now()
         warm = await self._warm(takeover, pair.structures())
-        reports = warm or []
+        # the keys the earlier owners took in the window, so their resends apply nothing:
+        # a warm standby kept them as it tailed, a cold one reads them back
         if warm is None:
             reports = await trio.to_thread.run_sync(
                 rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
                 self.datadir.srds, cut)
+            keys = await trio.to_thread.run_sync(
+                remembered, self.datadir.logstream, cut, pair_of({name: pair}),
+                self.dedup.window, time.time_ns())
+        else:
+            reports, keys = warm[0], {name: warm[1]}
         loaded = now()
         if not takeover.current():  # fenced while rebuilding: a successor may own it now
             raise Deposed(f"this node lost {name} (epoch {takeover.epoch}) while rebuilding it")
@@ -127,6 +140,7 @@ class Membership:
         self.journal.append({STRUCTURE: name, EFFECTS: [], EPOCH: takeover.epoch,
                              SEALED: takeover.cut})
         pair.derive_status()
+        self.dedup.install(keys)
         self.registry.standby.discard(name)
         self.registry.install(pair)
         self.clients.announce(pair)
@@ -138,7 +152,7 @@ class Membership:
         if warm is None:
             takeover.phases["load"] = round(loaded - started, 3)
         else:  # the records up to the seal, then the rows into the engine
-            tail = min(loaded - started, warm[0].replay_seconds + self.claimed)
+            tail = min(loaded - started, reports[0].replay_seconds + self.claimed)
             takeover.phases["tail"] = round(tail, 3)
             takeover.phases["restore"] = round(loaded - started - tail, 3)
         takeover.phases["listen"] = round(now() - loaded, 3)
@@ -149,7 +163,7 @@ class Membership:
                      replay_seconds=round(r.replay_seconds, 3))
 
     async def _warm(self, takeover: Takeover, structures: list[Structure]
-                    ) -> list[Rebuilt] | None:
+                    ) -> tuple[list[Rebuilt], Remembered] | None:
         """A warm standby's takeover: the tail's rows, the records up to the seal folded
         (docs/group.md); None to rebuild cold: no warm rows, a clean image to start from
         (a clean stop keeps non-recoverable messages, the tail does not have them), or
@@ -167,12 +181,14 @@ class Membership:
         if reports is None:
             log.warning("warm_image_past_seal", structure=takeover.structure,
                         action="rebuilding the pair from its base and the sealed log")
-        return reports
+            return None
+        return reports, standing.warm.keys
 
     def lose(self, why: str) -> None:
         self.journal.fence(Fenced(why))
         for name in list(self.registry.pairs):
             pair = self.registry.pairs.pop(name)
+            self.dedup.drop(name)
             self.waiters.fail(pair)
             self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why)

@@ -20,6 +20,7 @@ import trio
 from ..engine import CQSError, Reason, StructurePair
 from ..engine.entry import ELEMENT
 from ..records import rows_of
+from ..recovery.keys import pair_of, remembered
 from ..recovery.restart import load_recovered, rebuild_all
 from ..srds import slots
 from ..storage import image
@@ -27,6 +28,7 @@ from ..storage.datadir import DataDir
 from . import notify
 from .checkpoints import Checkpoints
 from .clients import Clients
+from .dedup import Dedup
 from .definitions import Definition, Held
 from .jobs import JobFailed
 from .journal import WRITER, Journal
@@ -43,7 +45,8 @@ log = structlog.get_logger()
 class Operations:
     def __init__(self, config: LiveConfig, datadir: DataDir, registry: Registry,
                  clients: Clients, journal: Journal, checkpoints: Checkpoints,
-                 waiters: ReadWaiters, datasets: DataSets, runtime: Runtime) -> None:
+                 waiters: ReadWaiters, datasets: DataSets, runtime: Runtime,
+                 dedup: Dedup | None = None) -> None:
         self.config = config
         self.datadir = datadir
         self.registry = registry
@@ -53,6 +56,7 @@ class Operations:
         self.waiters = waiters
         self.datasets = datasets
         self.runtime = runtime
+        self.dedup = dedup if dedup is not None else Dedup(0)
         self._recovering: set[str] = set()
         self.media = MediaRecovery(datasets)
 
@@ -81,6 +85,9 @@ class Operations:
             (held if r.clean else crashed).update(r.lock_owners)
         for pair in self.registry.pairs.values():
             pair.derive_status()
+        self.dedup.install(remembered(self.datadir.logstream, {WRITER: self.journal.position},
+                                      pair_of(self.registry.pairs), self.dedup.window,
+                                      time.time_ns()))
         return held, crashed - held
 
     def _spark_recover(self, name: str) -> Path | None:

@@ -19,6 +19,7 @@ from typing import Any
 from ..storage.datadir import DataDir
 from .checkpoints import Checkpoints
 from .clients import Clients
+from .dedup import Dedup
 from .journal import Journal
 from .limits import Limits
 from .liveconfig import LiveConfig
@@ -63,3 +64,5 @@ class Rooms:
     runtime: Runtime  # settle, spawn a supervised task, stop on a fatal error
     # a node of a group (docs/group.md): what it owns, its takeovers; None alone
     membership: Membership | None = None
+    # each owned pair's idempotency keys (exactly-once puts, docs/group.md)
+    dedup: Dedup = field(default_factory=lambda: Dedup(0))

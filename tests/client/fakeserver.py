@@ -389,7 +389,8 @@ class FakeServer:
     def op_connect(self, conn, rid, structure):
         return self._pair(structure).stats()
 
-    def op_put(self, conn, rid, structure, queue, qtype, data, recoverable, delay, not_before):
+    def op_put(self, conn, rid, structure, queue, qtype, data, recoverable, delay, not_before,
+               key=None):  # the fake takes no keys: it says no dedup_window at register
         Limits(self.max_message).check_message(data, recoverable)
         later = timing.not_before_ns("put", delay, not_before, time.time_ns())
         return {"entry_id": self._pair(structure).put(qtype, queue, data, recoverable, None,
@@ -447,7 +448,7 @@ class FakeServer:
                                          name=queue)
         return {"qtype": QueueType(e.qtype).name, "queue": e.name}
 
-    def op_commit(self, conn, rid, structure, ops):
+    def op_commit(self, conn, rid, structure, ops, key=None):
         batch = [_commit_op(kind, f) for kind, f in requests.commit_ops(ops)]
         Limits(self.max_message).check_commit(batch)
         done = self._pair(structure).commit(conn.client, batch)

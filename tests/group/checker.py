@@ -5,8 +5,10 @@ doubt; consumers read with a lock and delete, noting each delivery and each
 acknowledged delete. At the end the queue is drained and the verdict says
 what was **lost** (acknowledged, never deleted, not there at the end),
 **unexpected** (seen, never put), **resurrected** (its delete acknowledged,
-yet there at the end) and **duplicated** (delivered more than once: allowed
-only as the redelivery of a message locked and not deleted).
+yet there at the end), **duplicated** (delivered more than once: allowed
+only as the redelivery of a message locked and not deleted) and **put twice**
+(one payload under two entry ids: a put applied again when it was resent,
+which exactly-once puts rule out, docs/group.md).
 
 The clients follow the owner by hand (NOT_OWNER names it; a lost connection
 tries every node), so the checker needs no more of the SDK than one connection.
@@ -33,6 +35,7 @@ class History:
     delivered: Counter = field(default_factory=Counter)  # payload -> deliveries seen
     deleted_ok: set[bytes] = field(default_factory=set)
     deleted_unknown: set[bytes] = field(default_factory=set)
+    entry_ids: dict[bytes, set[int]] = field(default_factory=dict)  # payload -> ids seen
     # (the test's monotonic time, the node that acknowledged): compared with the time the
     # test saw each node event (cluster.py stamps them ``seen``)
     acks: list[tuple[float, str | None]] = field(default_factory=list)
@@ -50,7 +53,19 @@ class History:
             "resurrected": sorted(p for p in self.deleted_ok if p in there),
             "duplicated_at_end": sorted(p for p, n in there.items() if n > 1),
             "redelivered": sum(1 for n in self.delivered.values() if n > 1),
+            "put_twice": sorted(p for p, ids in self._ids().items() if len(ids) > 1),
         }
+
+    def saw(self, payload: bytes, entry_id: int) -> None:
+        """A delivery of ``payload`` as ``entry_id`` (under the lock)."""
+        self.delivered[payload] += 1
+        self.entry_ids.setdefault(payload, set()).add(entry_id)
+
+    def _ids(self) -> dict[bytes, set[int]]:
+        ids = {p: set(seen) for p, seen in self.entry_ids.items()}
+        for p, eid in self.put_ok.items():
+            ids.setdefault(p, set()).add(eid)
+        return ids
 
 
 class Follower:
@@ -144,6 +159,37 @@ class Producer(threading.Thread):
             self.follower.close()
 
 
+class ResendingProducer(threading.Thread):
+    """A producer on the SDK alone: one client of the whole group with ``reconnect``,
+    which follows the owner and sends an in-doubt put again with its key."""
+
+    def __init__(self, n: int, addresses: list[str], history: History, stop: threading.Event):
+        super().__init__(daemon=True, name=f"resender{n}")
+        self.n, self.addresses, self.history, self.stop_event = n, addresses, history, stop
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        policy = cqsclient.Reconnect(first_delay=0.05, max_delay=0.5)
+        try:
+            with cqsclient.connect(",".join(self.addresses), client=f"ONCE{self.n}",
+                                   reconnect=policy, keepalive=1.0, timeout=30) as c:
+                s = c.structure(STRUCTURE)
+                i = 0
+                while not self.stop_event.is_set():
+                    payload = b"r%d-%d" % (self.n, i)
+                    i += 1
+                    try:
+                        eid = s.put(QUEUE, payload)
+                    except (ConnectionLost, CQSError):
+                        with self.history.lock:
+                            self.history.put_unknown.add(payload)
+                        continue
+                    with self.history.lock:
+                        self.history.put_ok[payload] = eid
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            self.error = err
+
+
 class Consumer(threading.Thread):
     def __init__(self, n: int, addresses: list[str], history: History, stop: threading.Event):
         super().__init__(daemon=True, name=f"consumer{n}")
@@ -162,7 +208,7 @@ class Consumer(threading.Thread):
                 if m is None:
                     continue
                 with self.history.lock:
-                    self.history.delivered[m.data] += 1
+                    self.history.saw(m.data, m.entry_id)
                 try:
                     self.follower.call(lambda s, eid=m.entry_id: s.delete(eid),
                                        time.monotonic() + 60)
@@ -180,8 +226,9 @@ class Consumer(threading.Thread):
             self.follower.close()
 
 
-def drain(addresses: list[str]) -> list[bytes]:
-    """Every payload left in the queue, read and deleted by a fresh client."""
+def drain(addresses: list[str], history: History | None = None) -> list[bytes]:
+    """Every payload left in the queue, read and deleted by a fresh client (its entry
+    id noted in ``history``, if given, for the put-twice check)."""
     follower = Follower("DRAIN", addresses)
     left = []
     try:
@@ -190,6 +237,8 @@ def drain(addresses: list[str]) -> list[bytes]:
             if m is None:
                 return left
             left.append(m.data)
+            if history is not None:
+                history.entry_ids.setdefault(m.data, set()).add(m.entry_id)
             follower.call(lambda s, eid=m.entry_id: s.delete(eid), time.monotonic() + 60)
     finally:
         follower.close()

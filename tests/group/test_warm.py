@@ -11,9 +11,11 @@ import cqsclient
 import logstream
 from cqsd.group.ownership import Owner, Seal, View
 from cqsd.group.standby import END, Follower, Tailer, limits, load
-from cqsd.records import DATA, DELETE, EFFECTS, LOCK, PUT, STRUCTURE
+from cqsd.records import DATA, DELETE, EFFECTS, KEY, LOCK, PUT, STRUCTURE
+from cqsd.srds import slots
 from logstream.series import list_series
 
+from ..daemon.harness import Raw
 from .checker import QUEUE, owner_messages, reference_messages
 from .cluster import Node, shared_data
 
@@ -130,6 +132,31 @@ def test_a_tail_stopped_at_any_record_goes_on_from_there(tmp_path):
         assert [r.body["n"] for r in follower.read(until)] == [60]
 
 
+def test_a_warm_standby_keeps_the_idempotency_keys_of_the_window(tmp_path):
+    """A warm standby reads the keys of the records its base covers from the log when
+    it loads, and keeps those it folds after: a takeover finds every one."""
+    images, srds, log_dir = paths(tmp_path)
+    with logstream.Writer.open(log_dir, "A-1", segment_size=8192) as a:
+        def keyed(n):
+            a.append({STRUCTURE: "MSGQ01", EFFECTS: [], KEY: ["C", "i", n, [100 + n]]})
+            a.flush()
+
+        for n in range(1, 11):
+            keyed(n)
+        for name in PAIR:
+            slots.empty_checkpoint(srds, name, {"A-1": 5}, 0)
+        warm, follower = load(PAIR, images, srds, log_dir, {"A-1": END}, window=120)
+        assert warm.covered["MSGQ01"] == {"A-1": 5}
+        keyed(11)
+        for rec in follower.read({"A-1": END}):
+            warm.apply(rec)
+    now = time.time_ns()
+    assert [warm.keys.recall(("C", "i", n), now) for n in range(1, 12)] == [
+        ([100 + n], 0) for n in range(1, 12)]
+    cold, _ = load(PAIR, images, srds, log_dir, {"A-1": END})  # no window: no keys
+    assert len(cold.keys) == 0
+
+
 def standby_lag(address, node, timeout=20):
     """``node``'s entry in ``display owners`` of MSGQ01 once its lag is published."""
     deadline = time.monotonic() + timeout
@@ -161,7 +188,9 @@ initsize = "512MiB"
 def kill_and_take(etcd_server, standby, messages):
     """NODE1 owns MSGQ01 holding ``messages`` acknowledged puts, NODE2 (``standby``)
     stands by; NODE1 is killed. NODE2's takeover_done event, what it serves, the
-    reference fold and what was acknowledged."""
+    reference fold and what was acknowledged. Two puts with idempotency keys, one
+    before NODE2 starts and one while it stands by, are sent again to NODE2 after
+    its takeover: each gets its first entry id (exactly-once puts, docs/group.md)."""
     data = shared_data()
     group = "W" + uuid.uuid4().hex[:6].upper()
     one, two = (big(Node(name, data, etcd_server.endpoint, group=group, prefer=PREFER,
@@ -170,7 +199,16 @@ def kill_and_take(etcd_server, standby, messages):
     try:
         one.start()
         one.wait_for("takeover_done", structure="MSGQ01", timeout=30)
-        acked = {}
+        acked, keyed = {}, {}
+        raw = Raw(one.socket)
+        raw.register("KEYS")
+
+        def keyed_put(n):  # its reply is the one "lost": the put is sent again later
+            put = {"structure": "MSGQ01", "queue": "KEYQ", "data": b"k%d" % n, "key": ["i", n]}
+            keyed[n] = (put, raw.request("put", **put)["result"]["entry_id"])
+            acked[keyed[n][1]] = put["data"]
+
+        keyed_put(1)
         with cqsclient.connect(one.address, client="W2", timeout=30) as c:
             s = c.structure("MSGQ01")
 
@@ -184,6 +222,7 @@ def kill_and_take(etcd_server, standby, messages):
             if standby == "warm":
                 two.wait_for("warm_standby_loaded", structure="MSGQ01", timeout=60)
             put(messages - 1000, messages)
+            keyed_put(2)
             for m in s.read_batch(QUEUE, 10):
                 s.delete(m.entry_id)
                 del acked[m.entry_id]
@@ -191,6 +230,10 @@ def kill_and_take(etcd_server, standby, messages):
         mark = len(two.lines)
         one.kill()
         (done,) = two.wait_for("takeover_done", after=mark, structure="MSGQ01", timeout=60)
+        raw = Raw(two.socket)
+        raw.register("KEYS")
+        for put, entry_id in keyed.values():
+            assert raw.request("put", **put)["result"]["entry_id"] == entry_id
         if lag is not None:  # display owners, answered by the owner: the warm node's lag
             assert isinstance(lag["behind_records"], int) and lag["behind_records"] >= 0
             assert isinstance(lag["behind_seconds"], float) and lag["behind_seconds"] >= 0

@@ -27,7 +27,7 @@ def test_a_valid_request_is_parsed_with_its_defaults() -> None:
     frame = {"id": 7, "op": "put", "structure": "MSGQ01", "queue": "Q", "data": b"x"}
     assert parse(frame) == (
         7, "put", {"structure": "MSGQ01", "queue": "Q", "qtype": "TRAN", "data": b"x",
-                   "recoverable": True, "delay": None, "not_before": None},
+                   "recoverable": True, "delay": None, "not_before": None, "key": None},
     )
 
 

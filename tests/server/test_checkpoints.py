@@ -39,6 +39,7 @@ CONFIG = """
 data_dir = "{data}"
 checkpoint_interval = {interval}
 checkpoint_log_volume = {volume}
+dedup_window = {window}
 [[structure]]
 name = "MSGQ01"
 size = "1MiB"
@@ -57,8 +58,9 @@ SEALED = "NODE2-1"  # another node's series, sealed when this one took a pair ov
 class Rooms:
     """The rooms a ``Checkpoints`` is made from, on one data directory."""
 
-    def __init__(self, tmp_path, nursery, opened, *, interval=0, volume=0):
-        config = loads(CONFIG.format(data=tmp_path / "data", interval=interval, volume=volume))
+    def __init__(self, tmp_path, nursery, opened, *, interval=0, volume=0, window=0):
+        config = loads(CONFIG.format(data=tmp_path / "data", interval=interval, volume=volume,
+                                     window=window))
         self.config = LiveConfig(config)
         self.datadir = opened.close_after(DataDir(config.daemon.data_dir))
         self.datadir.open()
@@ -355,6 +357,17 @@ async def test_a_trim_keeps_the_log_after_every_structures_older_slot(make):
     slots.empty_checkpoint(srds, "MSGQ02", {WRITER: 12}, 0)
     rooms.checkpoints().trim()
     assert kept(rooms) == holding(firsts, 8) > 1
+
+
+async def test_a_trim_keeps_the_segments_of_the_dedup_window(make):
+    """Segments written in the last ``dedup_window`` seconds stay, whatever the slots
+    cover: a start reads the idempotency keys of that window back from them."""
+    rooms = make(window=120)
+    await segments_of(rooms)
+    for name in NAMES:
+        slots.empty_checkpoint(rooms.datadir.srds, name, {WRITER: 12}, 0)
+    rooms.checkpoints().trim()
+    assert kept(rooms) == 1
 
 
 async def test_a_structure_without_a_checkpoint_keeps_the_whole_log(make):

@@ -1,0 +1,102 @@
+"""Exactly-once puts: the idempotency keys of the last ``dedup_window`` seconds and
+the entry ids each produced (docs/group.md, "Exactly-once puts").
+
+Design note. A reply lost with its connection leaves the client in doubt: was
+the put applied? The SDK sends every put and commit with a key (the client's
+name, an incarnation drawn at each ``connect()``, a sequence) and, after a
+reconnect, sends an in-doubt one again with the same key. The owner of the pair
+answers a key it remembers with the entry ids it produced the first time and
+applies nothing. The key travels in the request's log record (``records.KEY``),
+so the memory is not state of its own: it is the keys of the records of the
+last ``dedup_window`` seconds, which any start (a restart, a takeover) reads
+back from the log (cqsd/recovery/keys.py), as the fold reads the messages. The
+log is kept at least that long for it (checkpoints.py, ``trim``).
+
+This module is pure: the caller passes the clock (wall-clock ns, the log
+records' stamps) and feeds it what the log says. Memory is one entry per key,
+in arrival order, so forgetting is a pop from the front: O(1) a key.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from .records import KEY, STRUCTURE
+
+Key = tuple[str, str, int]  # client, incarnation, sequence
+
+__all__ = ["Key", "Remembered", "key_field", "key_of_record"]
+
+
+class Remembered:
+    """The keys one structure pair saw in the last ``window`` seconds, each with the
+    entry ids its request produced and the LSN of its record (0: not logged, or
+    durable already). A window of 0 remembers nothing."""
+
+    __slots__ = ("_order", "_outcomes", "_last", "window_ns")
+
+    def __init__(self, window: float) -> None:
+        self.window_ns = int(window * 1e9)
+        self._outcomes: dict[Key, tuple[list[int], int, int]] = {}  # key -> ids, at, lsn
+        self._order: deque[tuple[int, Key]] = deque()  # (at, key), at never decreasing
+        self._last = 0
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    def recall(self, key: Key, now: int) -> tuple[list[int], int] | None:
+        """(entry ids, LSN) of ``key`` if it was seen within the window before ``now``."""
+        self.expire(now)
+        got = self._outcomes.get(key)
+        return None if got is None else (got[0], got[2])
+
+    def remember(self, key: Key, ids: list[int], at: int, lsn: int = 0) -> None:
+        """``key``'s request produced ``ids`` at wall-clock ns ``at`` (a clock that
+        stepped back counts as not moving: the order stays the expiry order)."""
+        if self.window_ns <= 0:
+            return
+        at = self._last = max(at, self._last)
+        self._outcomes[key] = (ids, at, lsn)
+        self._order.append((at, key))
+        self.expire(at)
+
+    def expire(self, now: int) -> None:
+        """Forget the keys seen more than the window before ``now``."""
+        horizon = now - self.window_ns
+        order, outcomes = self._order, self._outcomes
+        while order and order[0][0] < horizon:
+            at, key = order.popleft()
+            got = outcomes.get(key)
+            if got is not None and got[1] == at:  # not remembered again since
+                del outcomes[key]
+
+
+def key_field(client: str, key: tuple[str, int], ids: list[int]) -> list[Any]:
+    """A record's ``KEY`` field: [client, incarnation, sequence, entry ids]."""
+    return [client, key[0], key[1], ids]
+
+
+def key_of_record(body: dict[str, Any]) -> tuple[Key, list[int]] | None:
+    """The key a record carries and the ids it produced, or None."""
+    field = body.get(KEY)
+    if not field:
+        return None
+    client, incarnation, sequence, ids = field
+    return (client, incarnation, sequence), list(ids)
+
+
+def rebuild(records: Iterable[tuple[int, dict[str, Any]]], pair_of: dict[str, str],
+            window: float, now: int) -> dict[str, Remembered]:
+    """The memories of the pairs named in ``pair_of`` (structure -> its pair), from
+    ``(stamp, body)`` of log records in log order: what a start reads back."""
+    memories = {pair: Remembered(window) for pair in set(pair_of.values())}
+    for stamp, body in records:
+        found = key_of_record(body)
+        pair = pair_of.get(body.get(STRUCTURE, ""))
+        if found is not None and pair is not None:
+            memories[pair].remember(found[0], found[1], stamp)
+    for memory in memories.values():
+        memory.expire(now)
+    return memories

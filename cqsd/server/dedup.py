@@ -1,0 +1,83 @@
+"""The daemon's side of exactly-once puts: each owned pair's memory of keys
+(cqsd/dedup.py), the key of the request being settled, and the answer to a resend.
+
+A put or commit that carries a key is looked up first: a key the pair
+remembers is answered with the entry ids it produced, once the record that
+produced them is durable, and nothing is applied. Otherwise the handler applies
+it and ``note``s the key with its ids; the dispatcher, settling the request,
+writes them into the pair's record (``stamp``) and remembers them with its LSN
+(``remember``). The memory is filled at start, and at each takeover, from the
+log (``install``, cqsd/recovery/keys.py) and dropped with the pair.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from cqsproto import requests
+
+from ..config import Config
+from ..dedup import Key, Remembered, key_field
+from ..records import KEY
+from .session import Session
+
+Noted = tuple[Key, list[int]]
+
+
+def window_of(config: Config) -> float:
+    """Seconds keys are remembered: the group's ``dedup_window`` in a group, else the
+    daemon's (a lone daemon restarted under a client is in doubt the same way)."""
+    return config.group.dedup_window if config.group is not None else config.daemon.dedup_window
+
+
+class Dedup:
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.memories: dict[str, Remembered] = {}  # pair -> its keys
+        self._noted: dict[str, Noted] = {}  # pair -> the key of the request being settled
+
+    def key(self, session: Session, where: str, value: list[Any] | None) -> Key | None:
+        """The full key of a request's ``key`` field (INVALID_REQUEST if malformed);
+        None if it has none or the window is 0 (nothing is remembered then)."""
+        found = requests.idempotency_key(where, value)
+        if found is None or self.window <= 0:
+            return None
+        assert session.client is not None  # only registered sessions put
+        return session.client, found[0], found[1]
+
+    def recall(self, pair: str, key: Key | None) -> tuple[list[int], int] | None:
+        """(entry ids, LSN to wait for) of a key ``pair`` remembers, or None."""
+        memory = self.memories.get(pair)
+        if key is None or memory is None:
+            return None
+        return memory.recall(key, time.time_ns())
+
+    def note(self, pair: str, key: Key | None, ids: list[int]) -> None:
+        """The request with ``key`` was applied to ``pair`` and produced ``ids``."""
+        if key is not None:
+            self._noted[pair] = (key, ids)
+
+    def stamp(self, pair: str, record: dict[str, Any] | None) -> Noted | None:
+        """The key noted for ``pair``, written into its record (if it made one)."""
+        noted = self._noted.pop(pair, None) if self._noted else None
+        if noted is not None and record is not None:
+            key, ids = noted
+            record[KEY] = key_field(key[0], (key[1], key[2]), ids)
+        return noted
+
+    def remember(self, pair: str, noted: Noted, lsn: int) -> None:
+        """``noted`` is in the record at ``lsn`` (0: none; a non-recoverable put)."""
+        memory = self.memories.get(pair)
+        if memory is None:
+            memory = self.memories[pair] = Remembered(self.window)
+        memory.remember(noted[0], noted[1], time.time_ns(), lsn)
+
+    def install(self, memories: dict[str, Remembered]) -> None:
+        """The memories a start or a takeover read back from the log."""
+        self.memories.update(memories)
+
+    def drop(self, pair: str) -> None:
+        """The pair is not this daemon's any more."""
+        self.memories.pop(pair, None)
+        self._noted.pop(pair, None)

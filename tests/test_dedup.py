@@ -1,0 +1,89 @@
+"""The dedup memory of exactly-once puts (cqsd/dedup.py) against a dumb model: every
+key ever remembered, with its time, looked up by scanning; and the memory a start
+rebuilds from log records equals the one that saw them live."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from cqsd.dedup import Remembered, key_field, key_of_record, rebuild
+from cqsd.records import KEY
+
+SECOND = 10**9
+keys = st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["i1", "i2"]),
+                 st.integers(0, 5))
+
+
+class Memory(RuleBasedStateMachine):
+    """Puts, resends and the clock moving (forward, or stepping back a little)."""
+
+    @initialize(window=st.sampled_from([0, 1, 2.5, 10]))
+    def start(self, window: float) -> None:
+        self.memory = Remembered(window)
+        self.window_ns = int(window * 1e9)
+        self.now = 1_000 * SECOND
+        self.seen: list[tuple[tuple, list[int], int]] = []  # the model: key, ids, time
+        self.last = 0
+        self.latest = 0  # the latest time the memory was told: what it forgot stays forgotten
+        self.next_id = 1
+
+    def model(self, key: tuple) -> list[int] | None:
+        self.latest = max(self.latest, self.now)
+        live = [ids for k, ids, at in self.seen
+                if k == key and at >= self.latest - self.window_ns and self.window_ns > 0]
+        return live[-1] if live else None
+
+    @rule(key=keys, n=st.integers(1, 3))
+    def put(self, key: tuple, n: int) -> None:
+        """A put or commit: a key remembered is answered, else applied and remembered."""
+        got = self.memory.recall(key, self.now)
+        assert (got[0] if got else None) == self.model(key)
+        if got is None:
+            ids = list(range(self.next_id, self.next_id + n))
+            self.next_id += n
+            self.memory.remember(key, ids, self.now)
+            self.last = max(self.last, self.now)
+            self.latest = max(self.latest, self.last)
+            self.seen.append((key, ids, self.last))
+
+    @rule(seconds=st.floats(0, 4))
+    def tick(self, seconds: float) -> None:
+        self.now += int(seconds * SECOND)
+
+    @precondition(lambda self: self.now > self.last - SECOND)
+    @rule()
+    def clock_steps_back(self) -> None:
+        """A wall clock stepped back: keys stay at least as long as their window."""
+        self.now -= SECOND // 2
+
+    @invariant()
+    def forgets_what_is_old(self) -> None:
+        self.memory.expire(self.now)
+        self.latest = max(self.latest, self.now)
+        live = {k for k, _, at in self.seen if at >= self.latest - self.window_ns}
+        assert len(self.memory) == (len(live) if self.window_ns > 0 else 0)
+
+
+TestMemory = Memory.TestCase
+TestMemory.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(keys, st.integers(0, 30)), max_size=30), st.integers(0, 40))
+def test_a_start_rebuilds_the_memory_the_log_holds(puts, later):
+    """Records with keys (and some without, and some of other pairs), in log order:
+    the rebuilt memory answers what the live one answered, ``later`` seconds on."""
+    live, records, at = Remembered(10), [], 0
+    for n, (key, step) in enumerate(puts):
+        at += step * SECOND
+        if live.recall(key, at) is None:
+            live.remember(key, [n], at)
+            records.append((at, {"s": "MSGQ01", "e": [], KEY: key_field(key[0], key[1:], [n])}))
+        records.append((at, {"s": "OTHER", "e": [], KEY: key_field(key[0], key[1:], [-1])}))
+        records.append((at, {"s": "MSGQ01OV", "e": []}))
+    now = at + later * SECOND
+    rebuilt = rebuild(records, {"MSGQ01": "MSGQ01", "MSGQ01OV": "MSGQ01"}, 10, now)
+    assert set(rebuilt) == {"MSGQ01"}
+    for key, _ in puts:
+        assert rebuilt["MSGQ01"].recall(key, now) == live.recall(key, now)
+    assert key_of_record({"s": "X", "e": []}) is None

@@ -176,6 +176,12 @@ class Membership:
             self.waiters.fail(pair)
             self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why)
+        # failed by an operator, or being recovered: the new owner's takeover recovers
+        # it, and a recovery under way here finds it gone (operations.py)
+        for name in list(self.registry.failed):
+            del self.registry.failed[name]
+            self.registry.standby.add(name)
+            log.warning("owner_lost", structure=name, why=why, failed=True)
 
     def rejoin(self) -> str:
         writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]

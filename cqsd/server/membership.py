@@ -28,6 +28,7 @@ from .clients import Clients
 from .journal import Fenced, Journal
 from .registry import Registry
 from .runtime import Runtime
+from .smds.datasets import DataSets
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
@@ -37,7 +38,8 @@ class Membership:
     """Implements the node's ``Host``: what a takeover and a fence do to the daemon."""
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
-                 clients: Clients, waiters: ReadWaiters, runtime: Runtime) -> None:
+                 clients: Clients, waiters: ReadWaiters, runtime: Runtime,
+                 datasets: DataSets) -> None:
         assert config.group is not None
         self.config = config
         self.datadir = datadir
@@ -46,6 +48,7 @@ class Membership:
         self.clients = clients
         self.waiters = waiters
         self.runtime = runtime
+        self.datasets = datasets
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         if config.group.standby == "warm":
@@ -129,6 +132,7 @@ class Membership:
         pair.derive_status()
         self.registry.standby.discard(name)
         self.registry.install(pair)
+        self.datasets.open_sets.taken_over([s.name for s in pair.structures()])
         self.clients.announce(pair)
         owners = set().union(*(r.lock_owners for r in reports)) - set(self.clients.sessions)
         for client in sorted(owners):  # their holders may come back to resync
@@ -174,12 +178,14 @@ class Membership:
         for name in list(self.registry.pairs):
             pair = self.registry.pairs.pop(name)
             self.waiters.fail(pair)
+            self.datasets.open_sets.drop([s.name for s in pair.structures()])
             self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why)
         # failed by an operator, or being recovered: the new owner's takeover recovers
         # it, and a recovery under way here finds it gone (operations.py)
         for name in list(self.registry.failed):
-            del self.registry.failed[name]
+            pair = self.registry.failed.pop(name)
+            self.datasets.open_sets.drop([s.name for s in pair.structures()])
             self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why, failed=True)
 

@@ -299,6 +299,10 @@ class OpenDataSets:
         owners left them in the repository, then each opened (an inherited one
         read-only, its map rebuilt from the entries naming it), or deleted if it
         is another incarnation's and no entry names it any more."""
+        structures = [name for name in structures if (s := self.registry.physical(name))
+                      is not None and s.offload_rules is not None]
+        if not structures:
+            return
         self.states.load(structures, keep=set(self.open))
         for key in self.keys(structures):
             if key in self.open:

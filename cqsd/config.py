@@ -713,11 +713,6 @@ def _read_group(r: _Reader, table: object, daemon: dict[str, Any],
             r.add(where, "is empty: no node could own the structure (remove it for any node)")
         elif len(set(s["prefer"])) < len(s["prefer"]):
             r.add(where, "names a node twice")
-    for i, s in enumerate(structures):
-        if table is not None and s["offload"] == "smds":
-            r.add(f"structure[{i}].offload", "\"smds\" is not available in a group yet "
-                  "(docs/group.md): a deposed owner's late writes must not reach blocks the "
-                  "new owner uses; use \"none\" (payloads in the structure and the log)")
     if table is None:
         return None
     if not isinstance(table, dict):

@@ -90,7 +90,7 @@ class Checkpoints:
         for name in self._bases_due():
             log.info("base_image_due", structure=name, folded_bytes=self._folded[name])
 
-    def _covered(self, name: str, position: int) -> dict[str, int]:
+    def covered(self, name: str, position: int) -> dict[str, int]:
         """The log a checkpoint of ``name`` at ``position`` of this daemon's series
         covers: with the cuts of a group's sealed series (docs/group.md)."""
         return {**self.sealed(self.primary_of.get(name, name)), self.journal.writer_id: position}
@@ -145,7 +145,7 @@ class Checkpoints:
             path = self.datadir.images / f"{name}.base"
             try:
                 await trio.to_thread.run_sync(image.write_rows, path, name, rows, len(rows),
-                                              self._covered(name, position), last_id)
+                                              self.covered(name, position), last_id)
             except (OSError, ImageError) as err:
                 log.error("base_image_failed", structure=name, error=str(err))
                 continue
@@ -235,7 +235,7 @@ class Checkpoints:
         if s is not None and not s.stats()["messages"]:
             return await self._empty(name, self.journal.position, s.last_id)
         async with self._one_job:
-            cuts = [f"{w}={n}" for w, n in self._covered(name, cut).items()]
+            cuts = [f"{w}={n}" for w, n in self.covered(name, cut).items()]
             return await self.jobs.run(self.config.current, ["checkpoint", "--structure", name,
                                                              *(a for c in cuts
                                                                for a in ("--cut", c))],
@@ -247,7 +247,7 @@ class Checkpoints:
         started = time.time()
         if not await self.journal.wait_durable(position):
             raise JobFailed("the log failed")
-        lsn = self._covered(name, position)
+        lsn = self.covered(name, position)
         try:
             base = slots.newest_recorded(self.srds, name)
             slot = slots.empty_checkpoint(self.srds, name, lsn, last_id)

@@ -135,7 +135,8 @@ class Daemon:
             if group is not None:  # owning nothing until etcd says so
                 self.membership = Membership(self.config.current, self.datadir, self.registry,
                                              journal, self.clients, self.waiters, self.runtime,
-                                             self.dedup)
+                                             self.datasets, self.dedup)
+                self.datasets.open_sets.writer = lambda: journal.writer_id
                 self.checkpoints.sealed = self.membership.node.cuts
             self.rooms = rooms = Rooms(
                 config=self.config, life=self.life, datadir=self.datadir, limits=self.limits,
@@ -191,7 +192,7 @@ class Daemon:
                 nursery.cancel_scope.cancel()
             journal.finish_held_back()
             self._stopped_without_image(journal.failed)
-            self.datasets.durable(journal.durable)
+            self.datasets.durable(journal.acknowledged)
             journal.close()
             self._save_images()
             self.datasets.open_sets.close()

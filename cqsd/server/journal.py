@@ -317,8 +317,9 @@ class Journal:
         for session in held:
             if session.release(self.acknowledged, refused):
                 self._held.add(session)
-        if self.failed is None:
-            self.data.durable(self.durable)
+        if self.failed is None:  # what is acknowledged: in a group, within the lease, so
+            # a fenced node frees no SMDS page a delete past its seal freed (docs/smds.md)
+            self.data.durable(self.acknowledged)
         flushed, self._flushed = self._flushed, trio.Event()
         flushed.set()
 

@@ -32,6 +32,7 @@ from .dedup import Dedup
 from .journal import Fenced, Journal
 from .registry import Registry
 from .runtime import Runtime
+from .smds.datasets import DataSets
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
@@ -42,7 +43,7 @@ class Membership:
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
                  clients: Clients, waiters: ReadWaiters, runtime: Runtime,
-                 dedup: Dedup | None = None) -> None:
+                 datasets: DataSets, dedup: Dedup | None = None) -> None:
         assert config.group is not None
         self.config = config
         self.datadir = datadir
@@ -52,6 +53,7 @@ class Membership:
         self.waiters = waiters
         self.runtime = runtime
         self.dedup = dedup if dedup is not None else Dedup(0)
+        self.datasets = datasets
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         if config.group.standby == "warm":
@@ -143,6 +145,7 @@ class Membership:
         self.dedup.install(keys)
         self.registry.standby.discard(name)
         self.registry.install(pair)
+        self.datasets.open_sets.taken_over([s.name for s in pair.structures()])
         self.clients.announce(pair)
         owners = set().union(*(r.lock_owners for r in reports)) - set(self.clients.sessions)
         for client in sorted(owners):  # their holders may come back to resync
@@ -190,8 +193,16 @@ class Membership:
             pair = self.registry.pairs.pop(name)
             self.dedup.drop(name)
             self.waiters.fail(pair)
+            self.datasets.open_sets.drop([s.name for s in pair.structures()])
             self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why)
+        # failed by an operator, or being recovered: the new owner's takeover recovers
+        # it, and a recovery under way here finds it gone (operations.py)
+        for name in list(self.registry.failed):
+            pair = self.registry.failed.pop(name)
+            self.datasets.open_sets.drop([s.name for s in pair.structures()])
+            self.registry.standby.add(name)
+            log.warning("owner_lost", structure=name, why=why, failed=True)
 
     def rejoin(self) -> str:
         writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]

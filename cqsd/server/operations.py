@@ -113,7 +113,6 @@ class Operations:
         with ``purge``, empty it and make sure nothing older is ever recovered, and
         make it available again. Locks of clients still registered stay theirs; the
         others' go back as in peer recovery."""
-        self._alone("recover")
         if name in self._recovering:
             raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
         old = self.registry.failed.get(name)
@@ -141,6 +140,10 @@ class Operations:
                            f"failed: {reason}") from err
         finally:
             self._recovering.discard(name)
+        if self.registry.failed.get(name) is not old:  # a group's node fenced meanwhile
+            raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name}: this node lost "
+                           "the structure while recovering it; its new owner took it over "
+                           "from the sealed log")
         self._install(new)
         if purge:  # the data sets' contents are no longer needed: EMPTY
             await self.datasets.open_sets.purged(names, why)
@@ -162,7 +165,6 @@ class Operations:
         lost structure is (its requests get STRUCTURE_FAILED, its waiting reads end)
         until ``recover`` rebuilds it. Raises INVALID_REQUEST for an overflow
         structure (the pair fails as one), STRUCTURE_FAILED if failed already."""
-        self._alone("fail")
         primary = self.registry.overflow_of.get(name)
         if primary is not None:
             raise CQSError(Reason.INVALID_REQUEST, f"{name} is the overflow structure of "
@@ -170,14 +172,6 @@ class Operations:
         old = self._fail(name, "operator fail")
         self.registry.definitions.failed(name, True)  # until recovered, restarts included
         return {"structure": name, "status": "failed", "messages": old.stats()["messages"]}
-
-    def _alone(self, what: str) -> None:
-        """RECOVER and FAIL of a structure are built for a daemon on its own: in a group
-        the pair's takeover by another node is its recovery (docs/group.md)."""
-        if self.config.group is not None:
-            raise CQSError(Reason.INVALID_REQUEST, f"{what} is not available in a group yet: "
-                           "stop the owner (SIGTERM) and another node takes the structure "
-                           "over from its checkpoint and the sealed log")
 
     def _fail(self, name: str, why: str, **fields: Any) -> StructurePair:
         old = self.registry.fail(name)
@@ -189,7 +183,9 @@ class Operations:
     async def _rebuild(self, new: StructurePair, purge: bool, last_id: int,
                        plan: Plan | None) -> int:
         """Fill ``new`` from the checkpoint and the log (or purge both), writing the
-        blocks of the data sets ``plan`` restores; returns the records replayed."""
+        blocks of the data sets ``plan`` restores; returns the records replayed.
+        In a group the log is read up to the seals' cuts of the pair's earlier
+        owners (``Checkpoints.covered``), as a takeover reads it (docs/group.md)."""
         replayed = 0
         for s in new.structures():
             await self.checkpoints.finished(s.name)  # none starts while it is failed
@@ -198,14 +194,18 @@ class Operations:
             raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
         for s in new.structures():
             if purge:
-                slots.purge(self.datadir.srds, s.name, {WRITER: position}, last_id)
+                slots.purge(self.datadir.srds, s.name, self.checkpoints.covered(s.name, position),
+                            last_id)
                 (self.datadir.images / f"{s.name}.base").unlink(missing_ok=True)
                 continue
             path = self.datadir.images / f"{s.name}.recovered"
+            cuts = self.checkpoints.covered(s.name, position)
             await self.checkpoints.jobs.run(
-                self.config.current, ["recover", "--structure", s.name, "--to-image", str(path)])
+                self.config.current, ["recover", "--structure", s.name, "--to-image", str(path),
+                                      *(a for w, n in cuts.items() for a in ("--cut", f"{w}={n}"))])
             r = await trio.to_thread.run_sync(
-                load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable},
+                load_recovered, s, path, self.datadir.logstream,
+                self.checkpoints.covered(s.name, self.journal.durable),
                 plan.writer(s.name) if plan is not None else None)
             path.unlink()
             replayed += r.replayed

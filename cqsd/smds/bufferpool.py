@@ -16,7 +16,7 @@ A buffer is *pinned* while a read uses it (between ``lookup``/``take`` and
 empty or holding a block it can give up (the least recently used first). A
 request that finds every buffer pinned is a *wait* (MQ's "buffer waits"): the
 caller reads into memory of its own rather than block, and the figure says
-``dsbufs`` is too small. Blocks are keyed by ``(owner, first page)``; a write
+``dsbufs`` is too small. Blocks are keyed by ``(data set, first page)``; a write
 or a free of pages invalidates every cached block overlapping them, so a
 buffer never serves bytes the data set no longer holds.
 """
@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from .pages import PAGE, Range
 
-BlockKey = tuple[str, int]  # (owner, data-set page where the message block starts)
+BlockKey = tuple[str, int]  # (data set name, page where the message block starts)
 
 
 class Held(NamedTuple):

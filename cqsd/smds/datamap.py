@@ -13,6 +13,7 @@ read makes before any byte reaches a client).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -27,6 +28,9 @@ from .header import Prefix, check_block, check_prefix, pack_prefix
 from .pages import PAGE, PREFIX, Piece, Range, pieces
 
 U32, U63 = 1 << 32, 1 << 63
+# a group node's log series, ``NODE-N`` (docs/group.md): in a group each incarnation of
+# a node allocates only in data sets of its own, named after its series
+WRITER = re.compile(r"[A-Z0-9]{1,8}-[1-9][0-9]{0,9}")
 
 
 class Block(NamedTuple):
@@ -43,16 +47,21 @@ def _is_int(value: object, limit: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class DataMap:
-    """Where an offloaded payload is: ``ranges`` of the data set of ``owner``."""
+    """Where an offloaded payload is: ``ranges`` of the data set of ``owner`` (in a
+    group, of ``owner`` as node incarnation ``writer`` put it: docs/smds.md)."""
 
     owner: str
     length: int
     crc: int
     ranges: tuple[Range, ...]
+    writer: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.owner, str) or not CLIENT_NAME.fullmatch(self.owner):
             raise BadDataMap(f"owner {self.owner!r} is not a client name")
+        if self.writer is not None and (not isinstance(self.writer, str)
+                                        or not WRITER.fullmatch(self.writer)):
+            raise BadDataMap(f"writer {self.writer!r} is not a node's log series (NODE-N)")
         if not _is_int(self.length, U63) or not _is_int(self.crc, U32):
             raise BadDataMap(f"length {self.length!r} or CRC {self.crc!r} out of range")
         try:
@@ -62,27 +71,37 @@ class DataMap:
                              f"allocation rule: {error}") from None
 
     @classmethod
-    def of(cls, owner: str, payload: bytes | memoryview, ranges: Sequence[Range]) -> DataMap:
+    def of(cls, owner: str, payload: bytes | memoryview, ranges: Sequence[Range],
+           writer: str | None = None) -> DataMap:
         """The map of ``payload`` stored in ``ranges`` (as SpaceMap.allocate gave them)."""
-        return cls(owner, len(payload), crc32c(payload), tuple(ranges))
+        return cls(owner, len(payload), crc32c(payload), tuple(ranges), writer)
+
+    @property
+    def dataset(self) -> str:
+        """The name of the data set holding the payload, in its structure's folder:
+        the owner, or in a group ``OWNER.NODE-N``."""
+        return dataset_name(self.owner, self.writer)
 
     # -- the encoded form --------------------------------------------------------------
 
     def encode(self) -> list[Any]:
-        """``[owner, length, crc, [page, count, …]]``, ready for msgpack."""
-        return [self.owner, self.length, self.crc, [n for r in self.ranges for n in r]]
+        """``[owner, length, crc, [page, count, …]]``, with ``writer`` after it in a
+        group; ready for msgpack."""
+        flat = [self.owner, self.length, self.crc, [n for r in self.ranges for n in r]]
+        return flat if self.writer is None else [*flat, self.writer]
 
     @classmethod
     def decode(cls, obj: object) -> DataMap:
         """A map back from its encoded form (lists or tuples). Raises BadDataMap."""
-        if not isinstance(obj, list | tuple) or len(obj) != 4:
-            raise BadDataMap(f"a data map is a 4-element array, not {obj!r:.80}")
-        owner, length, crc, flat = obj
+        if not isinstance(obj, list | tuple) or len(obj) not in (4, 5):
+            raise BadDataMap(f"a data map is a 4- or 5-element array, not {obj!r:.80}")
+        owner, length, crc, flat = obj[:4]
+        writer = obj[4] if len(obj) == 5 else None
         if (not isinstance(flat, list | tuple) or not flat or len(flat) % 2
                 or not all(_is_int(n, U63) for n in flat)):
             raise BadDataMap(f"ranges must be pairs of page and count, not {flat!r:.80}")
         ranges = tuple(Range(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
-        return cls(owner, length, crc, ranges)
+        return cls(owner, length, crc, ranges, writer)
 
     # -- the layout --------------------------------------------------------------------
 
@@ -182,3 +201,9 @@ class DataMap:
         for raw, (_, offset, nbytes) in zip(heads, parts, strict=True):
             check_prefix(raw, entry_id=entry_id, owner=self.owner, length=self.length,
                          offset=offset, nbytes=nbytes)
+
+
+def dataset_name(owner: str, writer: str | None) -> str:
+    """The data set of ``owner`` put by incarnation ``writer`` (None: a daemon on its
+    own): ``OWNER`` or ``OWNER.NODE-N``, its file's name without ``.smds``."""
+    return owner if writer is None else f"{owner}.{writer}"

@@ -1,4 +1,5 @@
-"""One data set file, ``<data_dir>/smds/<STRUCTURE>/<CLIENT>.smds``: the storage shell.
+"""One data set file, ``<data_dir>/smds/<STRUCTURE>/<CLIENT>.smds`` (in a group
+``<CLIENT>.<NODE>-<N>.smds``, docs/smds.md): the storage shell.
 
 The only module of ``cqsd.smds`` that touches files (docs/architecture.md); the formats,
 the space map and the checks are the pure modules beside it, and this one
@@ -18,6 +19,9 @@ applies them in the order docs/smds.md gives:
 - ``expand``: 20% more, up to ``dsmax``; a refusal is ``ExpandFailed`` by name.
 - ``close``: the space map after the extent, fdatasync, the header naming it
   with OPEN clear, fdatasync.
+- ``inherit``: in a group, another incarnation's data set opened read-only:
+  its messages are read, nothing is ever written to it (docs/smds.md, "In a
+  group of daemons").
 
 Write errors are sticky, as the log's (docs/logstream.md): once a write or fdatasync fails, every
 later write, sync, expansion and close raises the same ``WriteFailed``. The
@@ -27,6 +31,7 @@ methods block; the daemon calls them from a worker thread.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import os
@@ -38,7 +43,7 @@ from typing import TypeVar
 from logstream.durable import TEMP_SUFFIX, fsync_dir, make_dirs
 
 from .bufferpool import Buffer, BufferPool, Held
-from .datamap import Block, DataMap
+from .datamap import Block, DataMap, dataset_name
 from .errors import (
     BadPrefix,
     BadSpaceMap,
@@ -55,16 +60,19 @@ SUFFIX = ".smds"
 T = TypeVar("T")
 
 
-def path_of(data_dir: str | os.PathLike[str], structure: str, owner: str) -> Path:
-    """Where the data set of (``structure``, ``owner``) lives (docs/smds.md)."""
-    return Path(data_dir) / "smds" / structure / f"{owner}{SUFFIX}"
+def path_of(data_dir: str | os.PathLike[str], structure: str, owner: str,
+            writer: str | None = None) -> Path:
+    """Where the data set of (``structure``, ``owner``) lives, in a group the one
+    incarnation ``writer`` of a node put in (docs/smds.md)."""
+    return Path(data_dir) / "smds" / structure / f"{dataset_name(owner, writer)}{SUFFIX}"
 
 
 class DataSet:
     """A data set open for update. ``space`` is its space map: loaded, new, or None
     until the caller rebuilds it (``rebuild_reason`` says why one is needed)."""
 
-    def __init__(self, path: Path, fd: int, header: Header, pool: BufferPool | None) -> None:
+    def __init__(self, path: Path, fd: int, header: Header, pool: BufferPool | None,
+                 inherited: bool = False) -> None:
         self.path = path
         self._fd: int | None = fd
         self.header = header
@@ -72,6 +80,7 @@ class DataSet:
         self.space: SpaceMap | None = None
         self.rebuild_reason: str | None = None
         self.failure: WriteFailed | None = None
+        self.inherited = inherited  # read-only: another incarnation's (``inherit``)
 
     def __repr__(self) -> str:
         return f"DataSet({str(self.path)!r}, size={self.size}, failure={self.failure})"
@@ -83,6 +92,11 @@ class DataSet:
     @property
     def owner(self) -> str:
         return self.header.owner
+
+    @property
+    def name(self) -> str:
+        """The data set's name in its structure: its file's, ``OWNER[.NODE-N]``."""
+        return self.path.name.removesuffix(SUFFIX)
 
     @property
     def size(self) -> int:
@@ -99,12 +113,12 @@ class DataSet:
     @classmethod
     def create(cls, data_dir: str | os.PathLike[str], structure: str, owner: str, *,
                dsblock: int, dssize: int, pool: BufferPool | None = None,
-               replace: bool = False) -> DataSet:
+               replace: bool = False, writer: str | None = None) -> DataSet:
         """Format a new data set of ``dssize`` rounded up to whole blocks, open for
         update with an empty space map. Raises FileExistsError if the file exists
         and not ``replace`` (a NEW or EMPTY data set is formatted over), OSError
         when the space or the file cannot be had, ValueError for a bad name."""
-        path = path_of(data_dir, structure, owner)
+        path = path_of(data_dir, structure, owner, writer)
         if path.exists() and not replace:
             raise FileExistsError(f"{path} already exists")
         size = whole_blocks(dssize, dsblock)
@@ -134,7 +148,7 @@ class DataSet:
     @classmethod
     def open(cls, data_dir: str | os.PathLike[str], structure: str, owner: str, *,
              map_time: int | None, created: int | None = None, recovering: bool = False,
-             pool: BufferPool | None = None) -> DataSet:
+             pool: BufferPool | None = None, writer: str | None = None) -> DataSet:
         """Open the data set for update (docs/smds.md, "Restart processing" 1, 3, 5).
 
         ``map_time`` is the space-map timestamp the repository holds (None if
@@ -150,7 +164,7 @@ class DataSet:
         (``rebuild_reason`` ``smaller-copy``) must show that no block in use lay
         beyond them. Fewer than two blocks is ShortDataSet.
         """
-        path = path_of(data_dir, structure, owner)
+        path = path_of(data_dir, structure, owner, writer)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
             header = read_header(_pread(fd, 2 * PAGE, 0, path))
@@ -173,6 +187,32 @@ class DataSet:
         except BaseException:
             os.close(fd)
             raise
+        return dataset
+
+    @classmethod
+    def inherit(cls, data_dir: str | os.PathLike[str], structure: str, owner: str, writer: str,
+                *, created: int | None = None, pool: BufferPool | None = None) -> DataSet:
+        """Open another incarnation's data set read-only (docs/smds.md, "In a group of
+        daemons"): the header read and validated, nothing written, no saved map
+        used; the caller rebuilds the space map from the entries naming it, to
+        know when the last is gone. A file shorter than its extent is taken at
+        its whole blocks, as ``open`` takes it. Raises what ``open`` raises, but
+        never WriteFailed."""
+        path = path_of(data_dir, structure, owner, writer)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            header = read_header(_pread(fd, 2 * PAGE, 0, path))
+            validate(header, structure=structure, owner=owner, created=created)
+            extent = os.fstat(fd).st_size // header.dsblock * header.dsblock
+            if extent < 2 * header.dsblock:
+                raise ShortDataSet("short", f"{path} holds {extent // header.dsblock} whole "
+                                            f"blocks, fewer than the two a data set needs")
+        except BaseException:
+            os.close(fd)
+            raise
+        dataset = cls(path, fd, dataclasses.replace(header, size=min(extent, header.size)), pool,
+                      inherited=True)
+        dataset.rebuild_reason = "inherited"
         return dataset
 
     def _saved_map(self, map_time: int | None) -> tuple[SpaceMap | None, str | None]:
@@ -201,7 +241,7 @@ class DataSet:
         for position, prefix, data in blocks:
             if self.pool is not None:
                 pages = -(-(len(prefix) + len(data)) // PAGE)
-                self.pool.invalidate(self.owner, [Range(position // PAGE, pages)])
+                self.pool.invalidate(self.name, [Range(position // PAGE, pages)])
             self._guard("write", functools.partial(_pwrite_all, self.fd, [prefix, data], position))
 
     def write_message(self, datamap: DataMap, entry_id: int, payload: bytes | memoryview) -> None:
@@ -212,7 +252,7 @@ class DataSet:
         if self.pool is not None and type(payload) is bytes:
             offset = 0  # the blocks cut the payload in order
             for position, prefix, data in blocks:
-                self.pool.hold((self.owner, position // PAGE), len(prefix) + len(data),
+                self.pool.hold((self.name, position // PAGE), len(prefix) + len(data),
                                Held(entry_id, offset, data))
                 offset += len(data)
 
@@ -258,7 +298,7 @@ class DataSet:
         pool = self.pool
         if pool is None:
             return self._read_into(bytearray(nbytes), position)
-        key = (self.owner, position // PAGE)
+        key = (self.name, position // PAGE)
         buffer = pool.lookup(key, nbytes)
         if buffer is not None:
             leases.append(buffer)
@@ -371,6 +411,8 @@ class DataSet:
         self.header = header
 
     def _check(self) -> None:
+        if self.inherited:  # a bug: the rule of docs/smds.md, "In a group of daemons"
+            raise ValueError(f"{self.path} is another incarnation's: never written")
         if self.failure is not None:
             raise self.failure
 

@@ -65,10 +65,10 @@ def _run(args: argparse.Namespace) -> dict:
         spark = session.start(args.master, dict(args.conf),
                               progress=args.progress and sys.stderr.isatty())
     try:
+        cut = dict(args.cut) if args.cut else None
         if args.job == "checkpoint":
-            cut = dict(args.cut) if args.cut else None
             return jobs.checkpoint(spark, data_dir, args.structure, cut, stages)
-        return jobs.recover(spark, data_dir, args.structure, args.to_image, stages)
+        return jobs.recover(spark, data_dir, args.structure, args.to_image, stages, cut)
     finally:
         spark.stop()
 
@@ -122,13 +122,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cqsd.srds",
                                      description="structure checkpoints (SRDS) and recovery")
     jobs_ = parser.add_subparsers(dest="job", required=True)
-    take = jobs_.add_parser("checkpoint", parents=[one],
-                            help="fold the current slot and the log into the other slot")
-    take.add_argument("--cut", action="append", type=_position, default=[],
-                      metavar="WRITER=LSN",
-                      help="last LSN to include per writer (repeatable; default: the log's end)")
-    rebuild = jobs_.add_parser("recover", parents=[one],
-                               help="newest valid slot + the whole log after it -> an image")
+    cut = argparse.ArgumentParser(add_help=False, parents=[one])
+    cut.add_argument("--cut", action="append", type=_position, default=[], metavar="WRITER=LSN",
+                     help="last LSN to include per writer, writers not named left out "
+                          "(repeatable; default: every writer to the log's end)")
+    jobs_.add_parser("checkpoint", parents=[cut],
+                     help="fold the current slot and the log into the other slot")
+    rebuild = jobs_.add_parser("recover", parents=[cut],
+                               help="newest valid slot + the log after it -> an image")
     rebuild.add_argument("--to-image", help="default <data-dir>/images/<S>.recovered")
     report = jobs_.add_parser(
         "report", parents=[common],

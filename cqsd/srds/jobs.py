@@ -93,16 +93,19 @@ def checkpoint(spark: SparkSession, data_dir: Path, structure: str,
 
 
 def recover(spark: SparkSession, data_dir: Path, structure: str,
-            to_image: Path | None = None, stages: Stages | None = None) -> dict:
-    """Fold the newest valid slot (or nothing) and every log record after it into a
-    structure image at ``to_image`` (default ``images/<S>.recovered``). Raises
+            to_image: Path | None = None, stages: Stages | None = None,
+            cut: dict[str, int] | None = None) -> dict:
+    """Fold the newest valid slot (or nothing) and the log after it up to ``cut``
+    (default: the end of the log now) into a structure image at ``to_image``
+    (default ``images/<S>.recovered``). In a group the cut holds the seals' cuts:
+    a deposed owner's records past them are never folded (docs/group.md). Raises
     what ``checkpoint`` raises, and ImageError."""
     stages = stages or Stages("recover", structure)
     layout = DataDir(str(data_dir))
     path = Path(to_image) if to_image else layout.images / f"{structure}.recovered"
     attempt: dict = {"lsn_from": {}, "lsn_to": {}}
     with slots.locked(layout.srds, structure, exclusive=False) as directory:
-        base, tasks = _plan(stages, layout, structure, None, attempt)
+        base, tasks = _plan(stages, layout, structure, cut, attempt)
         staged = slots.staging_dir(directory, "recover")
         try:
             coverage, last_id, chunks = _fold_into(staged, spark, stages, structure, base,

@@ -155,6 +155,12 @@ def update_smds(path: Path, structure: str, owner: str, **fields: object) -> Non
            (structure, owner, *values))
 
 
+def forget_smds(path: Path, structure: str, owner: str) -> None:
+    """Drop a data set's row: its file was deleted (in a group, an inherited data set
+    whose last message is gone; docs/smds.md)."""
+    _write(path, "DELETE FROM smds WHERE structure = ? AND owner = ?", (structure, owner))
+
+
 def smds_datasets(path: Path) -> list[dict]:
     """Every data set the repository knows, with its states and overrides."""
     return [dict(r) for r in _read(path, "SELECT * FROM smds ORDER BY structure, owner")]

@@ -30,6 +30,10 @@ What it models, and what not:
   full.
 - Unix sockets, on command (`sockets off`): a socket's mknod fails with ENOSYS,
   as on a FUSE file system without a mknod handler.
+- A stalled write, on command (`stall`): a write to a file whose name ends with
+  the given suffix waits, without an answer, until `stall off`; the writer
+  hangs inside its pwrite as a process paused in the middle of it does, and
+  its write lands when it is let go (a deposed owner's late write).
 - fallocate: pyfuse3 has no handler, so fallocate(2) fails with EOPNOTSUPP and
   glibc's posix_fallocate falls back to writing a byte per block (through the
   cache). Hard links, symlinks and xattrs are not supported.
@@ -37,7 +41,8 @@ What it models, and what not:
 Run: ``python -m tests.faults.lazyfs BACKING MOUNTPOINT`` mounts, prints
 ``ready`` and serves until stdin closes, ``stop`` or SIGTERM; a ``drop [KEEP]``
 line on stdin is answered ``dropped FILES BYTES`` (KEEP: see `LazyFS.drop`),
-``full on`` / ``full off`` and ``sockets on`` / ``sockets off`` with the same line.
+``full on`` / ``full off``, ``sockets on`` / ``sockets off`` and ``stall SUFFIX`` /
+``stall off`` with the same line.
 Tests use the `LazyFS` class below.
 """
 
@@ -142,6 +147,9 @@ def _operations():
             self.unsynced: dict[int, Unsynced] = {}
             self.full = False  # a full disk: nothing that needs new space is written
             self.sockets = True  # off: no Unix sockets, as a FUSE file system without mknod
+            self.stall: str | None = None  # writes to files of this suffix wait (``stall``)
+            self.stalled: list[str] = []  # the files whose writes are waiting now
+            self.unstalled = None  # a trio.Event set when the stall ends
 
         # -- inodes ------------------------------------------------------------------
 
@@ -330,6 +338,11 @@ def _operations():
             return state.read(fd, off, size)
 
         async def write(self, fh, off, buf):
+            if self.stall is not None and os.readlink(self._proc(fh)).endswith(self.stall):
+                name = os.path.basename(os.readlink(self._proc(fh)))
+                self.stalled.append(name)
+                await self.unstalled.wait()
+                self.stalled.remove(name)
             self._space(fh, off + len(buf))
             self._state(fh).write(self.opened[fh][0], off, buf)
             return len(buf)
@@ -418,6 +431,17 @@ async def _serve(ops) -> None:
                 line, pending = pending.split(b"\n", 1)
                 if line.strip() == b"stop":
                     return
+                if line.split()[:1] == [b"stall"]:
+                    suffix = line.split()[1].decode()
+                    if suffix == "off":
+                        ops.stall = None
+                        if ops.unstalled is not None:
+                            ops.unstalled.set()
+                    else:
+                        ops.stall, ops.unstalled = suffix, trio.Event()
+                    print(f"stall {suffix}", flush=True)
+                if line.split()[:1] == [b"stalled"]:
+                    print("stalled " + " ".join(ops.stalled), flush=True)
                 if line.split()[:1] == [b"full"]:
                     ops.full = line.split()[1:] == [b"on"]
                     print("full " + ("on" if ops.full else "off"), flush=True)
@@ -518,6 +542,23 @@ class LazyFS:
         self.proc.stdin.flush()
         if self._reply(timeout) != line:
             raise RuntimeError(f"lazyfs did not answer {line!r}")
+
+    def stall(self, suffix: str | None, timeout: float = 20.0) -> None:
+        """Hold every write to a file whose name ends with ``suffix`` (its writer hangs
+        in the write), or with None let the held writes land and stop holding."""
+        assert self.proc is not None and self.proc.stdin is not None
+        word = suffix or "off"
+        self.proc.stdin.write(f"stall {word}\n")
+        self.proc.stdin.flush()
+        if self._reply(timeout) != f"stall {word}":
+            raise RuntimeError("lazyfs did not answer the stall command")
+
+    def stalled(self, timeout: float = 20.0) -> list[str]:
+        """The names of the files whose writes are held now."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write("stalled\n")
+        self.proc.stdin.flush()
+        return self._reply(timeout).split()[1:]
 
     def stop(self, timeout: float = 20.0) -> None:
         """Unmount and end the process (killed, and the mount detached, if it hangs)."""

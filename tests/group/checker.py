@@ -127,9 +127,11 @@ class Follower:
 
 
 class Producer(threading.Thread):
-    def __init__(self, n: int, addresses: list[str], history: History, stop: threading.Event):
+    def __init__(self, n: int, addresses: list[str], history: History, stop: threading.Event,
+                 size: int = 0):
+        """``size``: each payload padded to that many bytes (say, to be offloaded)."""
         super().__init__(daemon=True, name=f"producer{n}")
-        self.n, self.history, self.stop_event = n, history, stop
+        self.n, self.history, self.stop_event, self.size = n, history, stop, size
         self.follower = Follower(f"PUT{n}", addresses)
         self.error: BaseException | None = None
         self.last_error: BaseException | None = None  # of the last put in doubt
@@ -138,7 +140,7 @@ class Producer(threading.Thread):
         i = 0
         try:
             while not self.stop_event.is_set():
-                payload = b"p%d-%d" % (self.n, i)
+                payload = (b"p%d-%d " % (self.n, i)).ljust(self.size, b"%d" % (i % 10))
                 i += 1
                 try:
                     eid = self.follower.call(lambda s, p=payload: s.put(QUEUE, p),

@@ -54,7 +54,9 @@ class Node(Daemon):
 
     def __init__(self, name: str, data: Path, etcd: str, group: str = "TESTG", lease: int = 2,
                  prefer: str = "", standby: str = "cold", daemon_keys: str = "",
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, structure_keys: str = ""):
+        """``prefer`` and ``structure_keys`` are lines of MSGQ01's table."""
+        prefer = f"{prefer}\n{structure_keys}"
         super().__init__(daemon_keys=daemon_keys, structures=STRUCTURES.format(prefer=prefer),
                          env=env)
         self.name = name
@@ -80,8 +82,10 @@ class FaultyGroup:
     and faked wall clock. ``data`` is the backing directory: what is on the disk."""
 
     def __init__(self, names: tuple[str, ...], etcd: str, group: str, lease: int,
-                 daemon_keys: str = "", standby: tuple[str, ...] = ("cold",)) -> None:
-        """``standby``: each node's, in turn (a warm one and a cold one test both)."""
+                 daemon_keys: str = "", standby: tuple[str, ...] = ("cold",),
+                 structure_keys: str = "") -> None:
+        """``standby``: each node's, in turn (a warm one and a cold one test both);
+        ``structure_keys``: lines of MSGQ01's table."""
         self.root = Path(tempfile.mkdtemp(prefix="cqf"))
         self.backing = self.root / "backing"
         self.data = self.backing / "data"
@@ -101,7 +105,8 @@ class FaultyGroup:
                 self.nodes[name] = Node(name, mount.mountpoint / "data",
                                         f"http://127.0.0.1:{proxy.address[1]}", group=group,
                                         lease=lease, daemon_keys=daemon_keys, env=env,
-                                        standby=standby[i % len(standby)])
+                                        standby=standby[i % len(standby)],
+                                        structure_keys=structure_keys)
         except BaseException:
             self.close()
             raise

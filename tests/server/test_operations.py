@@ -1,6 +1,6 @@
 """What operators do to whole structures (operations.py): fail a pair for a drill,
-alter its current size, copy it to a new instance (rebuild), refuse what a node
-of a group cannot do on its own, and rebuild every structure at start.
+alter its current size, copy it to a new instance (rebuild), recover it (in a
+group, up to the seals' cuts), and rebuild every structure at start.
 
 Real rooms on a temporary data directory (registry, definitions in the
 repository, clients, waiters, data sets, journal, checkpoints); the runtime is
@@ -9,6 +9,7 @@ dispatcher's, outside this module).
 """
 
 import functools
+from unittest.mock import ANY
 
 import pytest
 import structlog
@@ -27,6 +28,7 @@ from cqsd.server.registry import Registry
 from cqsd.server.runtime import Runtime
 from cqsd.server.smds.datasets import DataSets
 from cqsd.server.waiters import ReadWaiters, Waiter
+from cqsd.srds import slots
 from cqsd.storage import repository
 from cqsd.storage.datadir import DataDir
 
@@ -213,18 +215,40 @@ async def test_a_rebuild_to_a_size_that_cannot_hold_the_messages_is_refused(make
 # -- a node of a group ---------------------------------------------------------------
 
 
-async def test_in_a_group_recover_and_fail_are_refused_saying_why(make):
-    """In a group a pair's takeover by another node is its recovery: recover and
-    fail are INVALID_REQUEST, naming what to do instead, and nothing fails."""
+async def test_in_a_group_a_purge_covers_the_sealed_series_at_their_cuts(make):
+    """In a group, recover --purge leaves an empty slot covering the pair's sealed
+    series at their cuts as well as this node's: a later takeover folds none of
+    the purged records of earlier owners back."""
     rooms = make(group=True)
-    reason, message = refused(rooms.operations.fail, "MSGQ01")
-    assert reason == Reason.INVALID_REQUEST
-    assert message.startswith("fail is not available in a group yet: stop the owner")
+    rooms.operations.checkpoints.sealed = lambda name: {"NODE2-1": 7, "NODE3-2": 11}
+    rooms.fill(3)
+    assert rooms.operations.fail("MSGQ01")["status"] == "failed"
+    done = await rooms.operations.recover("MSGQ01", purge=True)
+    assert (done["source"], done["messages"]) == ("purge", 0)
+    for name in ("MSGQ01", "MSGQ01OV"):
+        slot = slots.newest_valid(rooms.datadir.srds, name)
+        assert slot.lsn == {"NODE2-1": 7, "NODE3-2": 11, rooms.journal.writer_id: ANY}, slot.lsn
+
+
+async def test_a_recovery_whose_pair_went_to_another_owner_installs_nothing(make):
+    """A node fenced while recovering a pair loses it (membership.py takes it off the
+    failed pairs): the recovery ends STRUCTURE_FAILED and installs nothing."""
+    rooms = make(group=True)
+    rooms.operations.fail("MSGQ01")
+    real = rooms.operations._rebuild
+
+    async def fenced_meanwhile(*args):
+        replayed = await real(*args)
+        del rooms.registry.failed["MSGQ01"]  # what Membership.lose does
+        rooms.registry.standby.add("MSGQ01")
+        return replayed
+
+    rooms.operations._rebuild = fenced_meanwhile
     with pytest.raises(CQSError) as caught:
         await rooms.operations.recover("MSGQ01", purge=True)
-    assert caught.value.reason == Reason.INVALID_REQUEST
-    assert caught.value.message.startswith("recover is not available in a group")
-    assert rooms.registry.failed == {} and rooms.operations.recovering == set()
+    assert caught.value.reason == Reason.STRUCTURE_FAILED
+    assert "lost the structure while recovering it" in caught.value.message
+    assert "MSGQ01" not in rooms.registry.pairs
 
 
 # -- restart -------------------------------------------------------------------------

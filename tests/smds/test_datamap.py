@@ -65,6 +65,8 @@ def test_every_map_the_space_map_makes_round_trips(length, before):
     ["IMS1", PAGE, 0, [16, 1]],  # a last range too small for its bytes
     ["IMS1", 10, 0, [16, 1, 32, 1]],  # a first range not filled
     ["IMS1", room(1), 0, [16, 1, 32, 1]],  # an empty last range
+    ["IMS1", 1, 0, [16, 1], "NODE1"], ["IMS1", 1, 0, [16, 1], "node1-1"],  # not a series
+    ["IMS1", 1, 0, [16, 1], "NODE1-1", 0],  # six elements
 ])
 def test_a_map_that_breaks_the_rules_is_refused(obj):
     """Wrong shape or types, a bad owner, lengths out of range, ranges that do not follow
@@ -166,3 +168,13 @@ def test_restart_after_recovery_checks_every_blocks_prefix_not_its_data():
     assert caught.value.reason == "unwritten"
     with pytest.raises(ValueError):
         dmap.check_prefixes(42, heads[:1])
+
+
+def test_a_group_nodes_map_names_its_incarnations_data_set_and_round_trips():
+    """In a group the map carries the node incarnation that put it, as a fifth element,
+    and so names that incarnation's data set; a map without one keeps four."""
+    alone = DataMap.of("IMS1", b"x" * 10, [Range(16, 1)])
+    grouped = DataMap.of("IMS1", b"x" * 10, [Range(16, 1)], "NODE1-3")
+    assert (alone.dataset, len(alone.encode())) == ("IMS1", 4)
+    assert (grouped.dataset, grouped.encode()[4]) == ("IMS1.NODE1-3", "NODE1-3")
+    assert DataMap.decode(msgpack.unpackb(msgpack.packb(grouped.encode()))) == grouped

@@ -441,3 +441,23 @@ def test_a_payload_that_can_change_is_written_but_not_held(tmp_path):
     assert pool.statistics().cached == 0
     assert ds.read(dm, 1) == b"x" * 10000
     ds.abandon()
+
+
+def test_another_incarnations_data_set_is_read_and_never_written(tmp_path):
+    """In a group a new owner opens an earlier incarnation's data set read-only: its
+    messages read back, not a byte of the file changes, and a write is refused."""
+    ds = DataSet.create(tmp_path, "S1", "C1", dsblock=DSBLOCK, dssize=DSSIZE, writer="NODE1-1")
+    path = path_of(tmp_path, "S1", "C1", "NODE1-1")
+    assert path.name == "C1.NODE1-1.smds" and ds.name == "C1.NODE1-1"
+    dm = DataMap.of("C1", b"inherited" * 500, ds.space.allocate(Q, 4500), "NODE1-1")
+    ds.write_message(dm, 7, b"inherited" * 500)
+    ds.sync()
+    ds.abandon()  # as a crashed owner leaves it: OPEN set, no saved map
+    before = path.read_bytes()
+    heir = DataSet.inherit(tmp_path, "S1", "C1", "NODE1-1")
+    assert (heir.inherited, heir.space, heir.rebuild_reason) == (True, None, "inherited")
+    assert heir.read(dm, 7) == b"inherited" * 500
+    with pytest.raises(ValueError, match="never written"):
+        heir.write_message(dm, 8, b"inherited" * 500)
+    heir.abandon()
+    assert path.read_bytes() == before

@@ -8,6 +8,8 @@ writing late records (puts of messages nobody acknowledged) stamped among the
 next owner's. Read back with the cuts the log itself names (``cut_of``), the
 reference fold and the Spark fold both give exactly the history's rows, the
 late writes nowhere; read without the cuts, the late writes would be there.
+The recovery job, given those cuts as ``cqsctl recover`` gives them in a
+group, rebuilds the same rows.
 """
 
 import random
@@ -18,9 +20,11 @@ from hypothesis import strategies as st
 
 import logstream
 from cqsd.recovery.sealed import cut_of
+from cqsd.srds import jobs
+from cqsd.storage import image
 
 from .folds import log_order, python_fold, spark_fold
-from .histories import Drawn, History
+from .histories import Drawn, History, Seeded
 
 FOLDS = {"python": python_fold, "spark": spark_fold}
 NODES = ["NODE1", "NODE2", "NODE3"]
@@ -97,3 +101,23 @@ def test_folds_of_a_sealed_multi_epoch_log_ignore_late_writes(fold_name, request
         if late:
             unsealed = fold(spark, {}, read_records(log_dir), h.names)
             assert any(eid > LATE_ID for rows in unsealed.values() for eid in rows)
+
+
+def test_the_recovery_job_given_the_seals_cuts_leaves_the_late_writes_out(spark, tmp_path):
+    """The recovery job (what ``cqsctl recover`` runs) over a log of three epochs and two
+    takeovers, given the seals' cuts as ``--cut``, rebuilds each structure of the
+    pair to the history's rows; given none, the deposed owners' late puts are in."""
+    h = History("G", Seeded(26)).run(300)
+    n = len(h.records)
+    log_dir = tmp_path / "logstream"
+    log_dir.mkdir()
+    assert write_epochs(log_dir, h, [h.safe(n // 3), h.safe(2 * n // 3)], random.Random(26))
+    cut = cut_of(log_dir, h.primary.name)
+    assert len(cut) == 3, cut
+    for s in h.names:
+        done = jobs.recover(spark, tmp_path, s, to_image=tmp_path / f"{s}.img", cut=cut)
+        assert done["lsn"] == cut
+        assert image.read_rows(tmp_path / f"{s}.img", s)[1] == h.expected()[s]
+    jobs.recover(spark, tmp_path, h.primary.name, to_image=tmp_path / "unsealed.img")
+    unsealed = image.read_rows(tmp_path / "unsealed.img", h.primary.name)[1]
+    assert any(eid > LATE_ID for eid in unsealed)

@@ -10,6 +10,7 @@ and logs every change as one event with the old state, the new one and why
 """
 
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,15 @@ class Availability:
         self._states: dict[DataSetKey, SmdsState] = {}
         self._records: dict[DataSetKey, dict[str, Any]] = {}  # the repository's row of each
 
-    def load(self) -> None:
-        """Read the states the repository keeps (at start, the data directory locked)."""
+    def load(self, structures: list[str] | None = None,
+             keep: Collection[DataSetKey] = ()) -> None:
+        """Read the states the repository keeps: all at start; in a group, those of
+        ``structures`` again at a takeover, as their earlier owners left them,
+        except the data sets in ``keep`` (open here)."""
         for row in repository.smds_datasets(self.path):
             key = (row["structure"], row["owner"])
+            if (structures is not None and key[0] not in structures) or key in keep:
+                continue
             self._records[key] = row
             self._states[key] = SmdsState(Status(row["status"]), Access(row["access"]),
                                           Conn.CLOSED,
@@ -80,6 +86,12 @@ class Availability:
             level(EVENT_NAMES[change.state], structure=key[0], owner=key[1], old=change.old,
                   new=change.new, cause=str(change.event), reason=reason)
         return new
+
+    def forget(self, key: DataSetKey) -> None:
+        """The data set is gone for good (``OpenDataSets.discard``): NOTFOUND again."""
+        repository.forget_smds(self.path, *key)
+        self._records.pop(key, None)
+        self._states.pop(key, None)
 
     def set(self, key: DataSetKey, **fields: Any) -> None:
         """Write fields of the data set's repository row (and keep them)."""

@@ -27,6 +27,7 @@ from ...engine import CQSError, Entry, Put, Reason, Structure, StructurePair, pa
 from ...engine.qtypes import check_name
 from ...engine.structure import Op
 from ...smds import BadPrefix, DataMap, SmdsError
+from ...smds.datamap import dataset_name
 from ...smds.dataset import DataSet
 from ..limits import Limits, offload_bound
 from ..liveconfig import LiveConfig
@@ -119,8 +120,8 @@ class DataSets:
         if dmap is None:
             return entry.data
         assert entry.store is not None  # set with the map
-        key = (entry.store, dmap.owner)
-        dataset = self.open_sets.dataset(entry.store, dmap.owner, create=False)
+        key = (entry.store, dmap.dataset)
+        dataset = self.open_sets.dataset(entry.store, dmap.dataset, create=False)
         try:
             return dataset.read(dmap, entry.entry_id)
         except BadPrefix as err:
@@ -130,7 +131,7 @@ class DataSets:
                 self.open_sets.lose([entry], f"its block does not match its entry ({err})")
                 raise CQSError(Reason.SMDS_UNAVAILABLE,
                                f"entry {entry.entry_id}: its data in the data set of "
-                               f"{dmap.owner} in {entry.store} is damaged ({err}); it was not "
+                               f"{dmap.dataset} in {entry.store} is damaged ({err}); it was not "
                                f"recoverable and has been deleted") from None
         except SmdsError as err:
             self.open_sets.damaged(key, "read", err)
@@ -138,17 +139,21 @@ class DataSets:
 
     def _place(self, structure: str, owner: str, key: tuple[int, str],
                data: bytes) -> tuple[DataSet, DataMap]:
-        dataset = self.open_sets.dataset(structure, owner, create=True)
-        return dataset, DataMap.of(owner, data, self.space.allocate(dataset, key, len(data)))
+        """Space for ``data`` in ``owner``'s data set: in a group, always the one of this
+        node's incarnation, never one it inherited (docs/smds.md)."""
+        writer = self.open_sets.writer()
+        dataset = self.open_sets.dataset(structure, dataset_name(owner, writer), create=True)
+        return dataset, DataMap.of(owner, data, self.space.allocate(dataset, key, len(data)),
+                                   writer)
 
     def _write(self, dataset: DataSet, entry: Entry, data: bytes) -> None:
         assert entry.map is not None
-        if self.open_sets.open.get((dataset.structure, dataset.owner)) is not dataset:
+        if self.open_sets.open.get((dataset.structure, dataset.name)) is not dataset:
             return  # an earlier write of the same request failed: reads say so
         try:
             dataset.write_message(entry.map, entry.entry_id, data)
         except SmdsError as err:  # the log has the blocks of a recoverable one: recovery
-            self.open_sets.damaged((dataset.structure, dataset.owner), "write", err)
+            self.open_sets.damaged((dataset.structure, dataset.name), "write", err)
             return
         if entry.recoverable:
             self.syncs.wrote(dataset)
@@ -174,7 +179,7 @@ class DataSets:
 
     def _failed(self, failed: Failures) -> None:
         for dataset, err in failed:
-            self.open_sets.damaged((dataset.structure, dataset.owner), "sync", err, dataset)
+            self.open_sets.damaged((dataset.structure, dataset.name), "sync", err, dataset)
 
     # -- what the rest of the daemon asks of the data sets -------------------------------
 

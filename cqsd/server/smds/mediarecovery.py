@@ -58,7 +58,7 @@ class Plan:
 
     def _write(self, structure: str, row: list[Any]) -> None:
         dmap = DataMap.decode(row[MAP])
-        key = (structure, dmap.owner)
+        key = (structure, dmap.dataset)
         dataset = self.datasets.get(key)
         if dataset is None or key in self.failed or len(row[DATA]) != dmap.length:
             return  # not restored, or its data is not in the log: restart deletes it
@@ -112,10 +112,15 @@ class MediaRecovery:
     def _probe(self, key: DataSetKey) -> str | None:
         """Why recovery finds the data set invalid when it opens it, or None when it
         passes its checks (or cannot be opened for a reason not its own)."""
-        record = self.states.record(key)
+        created = self.states.record(key).get("created") or None
+        owner, writer = self.ds.open_sets.split(key[1])
         try:
-            DataSet.open(self.ds.data_dir, *key, map_time=None,
-                         created=record.get("created") or None).abandon()
+            if self.ds.open_sets.inherited(key[1]):  # read, never written, unless restored
+                DataSet.inherit(self.ds.data_dir, key[0], owner, writer or "",
+                                created=created).abandon()
+            else:
+                DataSet.open(self.ds.data_dir, key[0], owner, writer=writer, map_time=None,
+                             created=created).abandon()
         except FileNotFoundError:
             return "recovery found it gone"
         except DataSetDamage as err:
@@ -127,15 +132,16 @@ class MediaRecovery:
     def _prepare(self, key: DataSetKey, pool: BufferPool) -> DataSet:
         """Open for recovery (made anew without a valid header), PARTIAL_RECOVERY set;
         its writes go past ``pool``, forgetting what it holds of them."""
-        structure, owner = key
+        structure = key[0]
+        owner, writer = self.ds.open_sets.split(key[1])
         try:
             dataset = DataSet.open(self.ds.data_dir, structure, owner, map_time=None,
-                                   recovering=True, pool=pool)
+                                   recovering=True, pool=pool, writer=writer)
         except (FileNotFoundError, DataSetDamage) as err:
             sc = self.ds.config.structure(structure)
             dataset = DataSet.create(self.ds.data_dir, structure, owner, dsblock=sc.dsblock,
-                                     dssize=sc.dssize, pool=pool, replace=True)
-            log.warning("smds_recovery_formatted", structure=structure, owner=owner,
+                                     dssize=sc.dssize, pool=pool, replace=True, writer=writer)
+            log.warning("smds_recovery_formatted", structure=structure, owner=key[1],
                         reason=str(err))
         try:
             dataset.mark_recovery(True)

@@ -21,6 +21,8 @@ whole. The daemon's start and a request's first open still run it on the loop:
 nothing is served before the first, and the second is a new data set's.
 """
 
+import contextlib
+import os
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -28,9 +30,12 @@ from pathlib import Path
 import structlog
 import trio
 
+from logstream.durable import fsync_dir
+
 from ...engine import CQSError, Entry, Reason
 from ...engine.entry import DELETED, LOCKED
 from ...smds import BadDataMap, Range, SmdsError
+from ...smds.datamap import WRITER
 from ...smds.dataset import DataSet, path_of
 from ...smds.states import Access, Avail, Event, IllegalTransition, Status
 from ..liveconfig import LiveConfig
@@ -61,6 +66,22 @@ class OpenDataSets:
         self.last: dict[DataSetKey, tuple[int, float]] = {}  # size and % used when last open
         self.lost: set[int] = set()  # entries deleted because their data is gone
         self._errors: dict[DataSetKey, str] = {}  # why each last failed, for refusals
+        # in a group, this node's incarnation (its log series): the one whose data sets
+        # it allocates in (docs/smds.md, "In a group of daemons"); None alone
+        self.writer: Callable[[], str | None] = lambda: None
+
+    def split(self, name: str) -> tuple[str, str | None]:
+        """A data set's name as (owner, incarnation): ``OWNER.NODE-N`` in a group, the
+        owner alone in a daemon on its own (whose client names may hold dots)."""
+        owner, _, writer = name.rpartition(".")
+        if self.writer() is None or not owner or not WRITER.fullmatch(writer):
+            return name, None
+        return owner, writer
+
+    def inherited(self, name: str) -> bool:
+        """Whether the data set is another incarnation's: read, never written here."""
+        writer = self.split(name)[1]
+        return writer is not None and writer != self.writer()
 
     # -- opening: restart processing --------------------------------------------------
 
@@ -93,7 +114,7 @@ class OpenDataSets:
             folder = path_of(self.data_dir, name, "X").parent
             if folder.is_dir():
                 keys.update((name, p.stem) for p in folder.glob("*.smds"))
-            keys.update((name, e.map.owner) for e in self.entries(name) if e.map is not None)
+            keys.update((name, e.map.dataset) for e in self.entries(name) if e.map is not None)
         return sorted(keys)
 
     def dataset(self, structure: str, owner: str, *, create: bool) -> DataSet:
@@ -172,7 +193,8 @@ class OpenDataSets:
         self.states.fire(key, Event.OPEN, why)
         return partial(restart, self.data_dir, key, self.states.state(key).status,
                        self.states.record(key), self.config.structure(key[0]),
-                       self.tuning.pool(key[0]))
+                       self.tuning.pool(key[0]), writer=self.split(key[1])[1],
+                       inherited=self.inherited(key[1]))
 
     def _opened(self, key: DataSetKey, dataset: DataSet, how: str, lost: list[Entry]) -> DataSet:
         self.open[key] = dataset
@@ -208,7 +230,7 @@ class OpenDataSets:
 
     def owned(self, key: DataSetKey) -> list[Entry]:
         """The entries whose data is in the data set (the clean-up queue's included)."""
-        return [e for e in self.entries(key[0]) if e.map is not None and e.map.owner == key[1]]
+        return [e for e in self.entries(key[0]) if e.map is not None and e.map.dataset == key[1]]
 
     def lose(self, entries: list[Entry], why: str, *, mapped: bool = True) -> None:
         """Delete messages whose data is gone, each with an event (seed 000: a
@@ -222,7 +244,7 @@ class OpenDataSets:
             if not mapped:
                 self.lost.add(e.entry_id)
             pair.delete(e.owner if e.where == LOCKED else None, e.entry_id, operator=True)
-            log.error("smds_message_lost", structure=e.store, owner=e.map.owner,
+            log.error("smds_message_lost", structure=e.store, owner=e.map.dataset,
                       entry_id=e.entry_id, queue=e.name, recoverable=e.recoverable, reason=why)
 
     async def reopen(self, structures: list[str]) -> None:
@@ -285,7 +307,7 @@ class OpenDataSets:
             dataset = self._drop(key)
             pending = dataset.space is not None and dataset.space.pending_pages
             stamp = None
-            if save:
+            if save and not dataset.inherited:
                 try:
                     stamp = dataset.close()
                 except SmdsError as err:
@@ -303,6 +325,10 @@ class OpenDataSets:
         for key in sorted(self.open):
             dataset = self._drop(key)
             self.states.fire(key, Event.CLOSE, "daemon stop")
+            if dataset.inherited:  # never written here: its next owner rebuilds its map
+                dataset.abandon()
+                self.states.fire(key, Event.CLOSED, "daemon stop")
+                continue
             try:
                 assert dataset.space is not None
                 dataset.space.release(1 << 62)
@@ -314,7 +340,7 @@ class OpenDataSets:
                 stamp = None
             self.states.set(key, map_time=stamp)
             self.states.fire(key, Event.CLOSED, "daemon stop")
-            if not any(e.map is not None and e.map.owner == key[1]
+            if not any(e.map is not None and e.map.dataset == key[1]
                        for e in self.entries(key[0])):
                 self.states.fire(key, Event.CLOSE_EMPTY, "closed holding no message")
 
@@ -330,6 +356,57 @@ class OpenDataSets:
                 continue  # NOTFOUND: nothing to empty
             self.states.set(key, map_time=None)
             self.last[key] = (self.last.get(key, (0, 0.0))[0], 0.0)
+
+    # -- in a group of daemons (docs/smds.md) --------------------------------------------
+
+    def taken_over(self, structures: list[str]) -> None:
+        """A takeover installed ``structures``: their data sets' states as the earlier
+        owners left them in the repository, then each opened (an inherited one
+        read-only, its map rebuilt from the entries naming it), or deleted if it
+        is another incarnation's and no entry names it any more."""
+        structures = [name for name in structures if (s := self.registry.physical(name))
+                      is not None and s.offload_rules is not None]
+        if not structures:
+            return
+        self.states.load(structures, keep=set(self.open))
+        for key in self.keys(structures):
+            if key in self.open:
+                continue
+            if self.inherited(key[1]) and not self.owned(key):
+                self.discard(key, "taken over holding no message")
+            elif self.states.state(key).may_open():
+                self.try_open(key, "takeover")
+
+    def drop(self, structures: list[str]) -> None:
+        """This node lost ``structures`` (fenced): their data sets closed at once, with
+        no write at all, since the new owner may be reading them."""
+        for key in [k for k in self.open if k[0] in structures]:
+            self.states.fire(key, Event.CLOSE, "the node lost the structure")
+            self._drop(key).abandon()
+            self.states.fire(key, Event.CLOSED, "the node lost the structure")
+
+    def release_inherited(self) -> None:
+        """After a flush: an inherited data set whose last message's delete is durable
+        (and acknowledged: the journal says so only within the lease) is deleted."""
+        for key, dataset in list(self.open.items()):
+            space = dataset.space
+            if dataset.inherited and space is not None and not space.pending_pages \
+                    and not space.usage().used_pages:
+                self.states.fire(key, Event.CLOSE, "its last message is gone")
+                self._drop(key).abandon()
+                self.states.fire(key, Event.CLOSED, "its last message is gone")
+                self.discard(key, "its last message is gone")
+
+    def discard(self, key: DataSetKey, why: str) -> None:
+        """Delete another incarnation's data set that holds no message any more, with
+        its repository row: nothing will ever read it again."""
+        path = path_of(self.data_dir, key[0], *self.split(key[1]))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            fsync_dir(path.parent)
+        self.states.forget(key)
+        self.last.pop(key, None)
+        log.info("smds_inherited_deleted", structure=key[0], owner=key[1], reason=why)
 
 
 def _words(err: BaseException) -> str:

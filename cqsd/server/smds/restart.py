@@ -37,33 +37,45 @@ class AllocFailed(Exception):
 
 
 def restart(data_dir: Path, key: tuple[str, str], status: Status, record: dict[str, Any],
-            sc: StructureConfig, pool: BufferPool,
-            owned: Callable[[], list[Entry]]) -> tuple[DataSet, str, list[Entry]]:
-    """The data set of ``key`` opened for update (made, if NEW, EMPTY or RECOVERED and
-    missing or without a header) with its space map loaded, reset or rebuilt from
-    ``owned()``; returns it, how its map was had, and the entries whose data it
-    does not hold (RECOVERED only).
+            sc: StructureConfig, pool: BufferPool, owned: Callable[[], list[Entry]], *,
+            writer: str | None = None,
+            inherited: bool = False) -> tuple[DataSet, str, list[Entry]]:
+    """The data set of ``key`` (in a group, the one incarnation ``writer`` put in)
+    opened for update (made, if NEW, EMPTY or RECOVERED and missing or without a
+    header) with its space map loaded, reset or rebuilt from ``owned()``;
+    returns it, how its map was had, and the entries whose data it does not
+    hold (RECOVERED only). An ``inherited`` one, another incarnation's, is
+    opened read-only, never made, and its map always rebuilt (docs/smds.md,
+    "In a group of daemons").
 
     ``record`` is the repository's row (identity, saved map's timestamp). Raises
     FileNotFoundError (an ACTIVE one is missing), AllocFailed, OSError, or the
     named damage of cqsd.smds (header, Unformatted for an ACTIVE one, DownLevel,
     OutsideDataSet, OverlappingRanges, ReadFailed, WriteFailed), BadDataMap.
     """
-    structure, owner = key
+    structure, owner = key[0], key[1].removesuffix(f".{writer}")
     active = status == Status.ACTIVE
+    created = (record.get("created") or None) if active else None
     try:
-        dataset = DataSet.open(data_dir, structure, owner, pool=pool,
-                               map_time=record.get("map_time") if active else None,
-                               created=(record.get("created") or None) if active else None)
-        how = "saved map" if dataset.space is not None else "rebuilt"
+        if inherited:
+            assert writer is not None
+            dataset = DataSet.inherit(data_dir, structure, owner, writer, created=created,
+                                      pool=pool)
+        else:
+            dataset = DataSet.open(data_dir, structure, owner, pool=pool, writer=writer,
+                                   map_time=record.get("map_time") if active else None,
+                                   created=created)
+        how = "inherited" if inherited else "saved map" if dataset.space is not None \
+            else "rebuilt"
     except (FileNotFoundError, Unformatted):
-        if active:
+        if active or inherited:
             raise  # missing: ALLOCFAIL; unformatted: "unexpectedly empty", FAILED
         try:
             dataset = DataSet.create(data_dir, structure, owner, dsblock=sc.dsblock,
-                                     dssize=sc.dssize, pool=pool, replace=True)
+                                     dssize=sc.dssize, pool=pool, replace=True, writer=writer)
         except OSError as err:
-            raise AllocFailed(f"{path_of(data_dir, *key)} cannot be made") from err
+            raise AllocFailed(f"{path_of(data_dir, structure, owner, writer)} cannot be "
+                              "made") from err
         how = "created"
     if how == "saved map":
         return dataset, how, []  # no scan of the structure: a clean restart stays quick

@@ -43,11 +43,11 @@ class Space:
                 ranges = space.allocate(key, nbytes)
                 break
             except NoSpace as err:
-                self.short.add((dataset.structure, dataset.owner))
+                self.short.add((dataset.structure, dataset.name))
                 if not self.expand(dataset):
                     raise CQSError(
                         Reason.SMDS_FULL,
-                        f"the data set of {dataset.owner} in {dataset.structure} has no room for "
+                        f"the data set of {dataset.name} in {dataset.structure} has no room for "
                         f"{nbytes} bytes ({err}) and cannot expand "
                         f"({self._why_not_expand(dataset)}); delete messages, or alter-smds "
                         f"--dsexpand yes with room on disk") from None
@@ -63,7 +63,7 @@ class Space:
     def expand(self, dataset: DataSet) -> bool:
         """Grow the data set by a fifth if its dsexpand allows; a failure turns its
         dsexpand off (seed 000: DSEXPAND(NO)) and says why."""
-        key = (dataset.structure, dataset.owner)
+        key = (dataset.structure, dataset.name)
         if not self.tuning.dsexpand(key):
             return False
         sc = self.config.structure(dataset.structure)
@@ -72,7 +72,7 @@ class Space:
             dataset.expand(sc.dsmax)
         except ExpandFailed as err:
             self.states.set(key, dsexpand="NO")
-            log.warning("smds_expand_failed", structure=dataset.structure, owner=dataset.owner,
+            log.warning("smds_expand_failed", structure=dataset.structure, owner=dataset.name,
                         size=old, dsmax=sc.dsmax, reason=err.reason, error=str(err),
                         action="dsexpand is now off for this data set; puts that need space "
                                "get SMDS_FULL")
@@ -81,16 +81,16 @@ class Space:
             self.opened.damaged(key, "expand", err)
             return False
         self.short.discard(key)
-        log.info("smds_expanded", structure=dataset.structure, owner=dataset.owner,
+        log.info("smds_expanded", structure=dataset.structure, owner=dataset.name,
                  size=old, new_size=dataset.size)
         return True
 
     def _why_not_expand(self, dataset: DataSet) -> str:
-        override = self.states.record((dataset.structure, dataset.owner)).get("dsexpand")
+        override = self.states.record((dataset.structure, dataset.name)).get("dsexpand")
         if override == "NO":
             return "dsexpand is off for it (alter-smds, or a failed expansion: see the " \
                    "smds_expand_failed event)"
-        if not self.tuning.dsexpand((dataset.structure, dataset.owner)):
+        if not self.tuning.dsexpand((dataset.structure, dataset.name)):
             return "dsexpand is off"
         return "it is at dsmax"
 
@@ -103,7 +103,7 @@ class Space:
             if entry.entry_id in self.opened.lost:  # its pages were never in the map
                 self.opened.lost.discard(entry.entry_id)
                 continue
-            key = (entry.store, entry.map.owner)
+            key = (entry.store, entry.map.dataset)
             txid = lsn if entry.recoverable and lsn else None
             if key in self.opened.opening:  # its map is being built: freed once whole
                 self.opened.opening[key].append((entry.map.ranges, txid))
@@ -124,3 +124,4 @@ class Space:
         for structure in self.registry.structures():
             if structure.offload_rules is not None:
                 structure.clean_up(lsn)
+        self.opened.release_inherited()

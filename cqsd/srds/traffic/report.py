@@ -186,7 +186,7 @@ def slim(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _mapped_length(packed: bytes | None) -> int | None:
-    """The payload length in an M effect's data map, [owner, length, crc, ranges]."""
+    """The payload length in an M effect's data map, [owner, length, crc, ranges, (writer)]."""
     try:
         return int(msgpack.unpackb(packed)[1])
     except (TypeError, ValueError, IndexError, msgpack.UnpackException):

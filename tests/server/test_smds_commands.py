@@ -92,11 +92,11 @@ async def test_a_rescan_runs_aside_while_other_requests_are_served(daemon, clien
     entered, go = threading.Event(), threading.Event()
     real = cqsd.server.smds.opened.restart
 
-    def gated(*args):
+    def gated(*args, **kwargs):
         entered.set()
         go.wait(10)  # on the loop (as it was) this holds every request for 10 s
         try:
-            return real(*args)
+            return real(*args, **kwargs)
         finally:
             order.append("rescan done")
 

@@ -15,7 +15,7 @@ import structlog
 import trio
 
 from ..config import Config
-from ..engine import CQSError, Reason, Structure
+from ..engine import CQSError, Reason, StructurePair
 from ..group.lease import now
 from ..group.node import Deposed, GroupNode, Takeover, writer_for
 from ..group.standby import Tailer, finish
@@ -53,7 +53,8 @@ class Membership:
             self.node.tailer = Tailer(
                 self.node, {name: (name, *([overflow[name]] if name in overflow else []))
                             for name in pairs},
-                datadir.images, datadir.srds, datadir.logstream, self.node.poll)
+                datadir.images, datadir.srds, datadir.logstream, self.node.poll,
+                registry.new_pair)
         journal.guard(self.node.valid, self.node.fence)
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
@@ -108,13 +109,14 @@ class Membership:
 
     async def take(self, takeover: Takeover) -> None:
         name = takeover.structure
-        pair = self.registry.new_pair(name)
         position = self.journal.durable  # none of the pair in this series comes later
         cut = {**takeover.cut, self.journal.writer_id: position}
         started = now()
-        warm = await self._warm(takeover, pair.structures())
-        reports = warm or []
-        if warm is None:
+        warm = await self._warm(takeover)
+        if warm is not None:
+            pair, reports = warm
+        else:
+            pair = self.registry.new_pair(name)
             reports = await trio.to_thread.run_sync(
                 rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
                 self.datadir.srds, cut)
@@ -137,8 +139,8 @@ class Membership:
         self.runtime.settle()
         if warm is None:
             takeover.phases["load"] = round(loaded - started, 3)
-        else:  # the records up to the seal, then the rows into the engine
-            tail = min(loaded - started, warm[0].replay_seconds + self.claimed)
+        else:  # the records up to the seal, then the pair installed as it stands
+            tail = min(loaded - started, reports[0].replay_seconds + self.claimed)
             takeover.phases["tail"] = round(tail, 3)
             takeover.phases["restore"] = round(loaded - started - tail, 3)
         takeover.phases["listen"] = round(now() - loaded, 3)
@@ -148,26 +150,26 @@ class Membership:
                      image_seconds=round(r.image_seconds, 3),
                      replay_seconds=round(r.replay_seconds, 3))
 
-    async def _warm(self, takeover: Takeover, structures: list[Structure]
-                    ) -> list[Rebuilt] | None:
-        """A warm standby's takeover: the tail's rows, the records up to the seal folded
-        (docs/group.md); None to rebuild cold: no warm rows, a clean image to start from
-        (a clean stop keeps non-recoverable messages, the tail does not have them), or
-        rows that went past the seal."""
+    async def _warm(self, takeover: Takeover) -> tuple[StructurePair, list[Rebuilt]] | None:
+        """A warm standby's takeover: the tail's live pair, the records up to the seal
+        folded into it (docs/group.md); None to rebuild cold: no warm pair, a clean
+        image to start from (a clean stop keeps non-recoverable messages, the tail does
+        not have them), or a pair that went past the seal."""
         tailer = self.node.tailer
         if tailer is None:
             return None
         t0 = now()
         standing = await tailer.claim(takeover.structure)
         self.claimed = now() - t0  # waiting out a pass under way counts as tailing
-        if standing is None or any(
-                image.path_for(self.datadir.images, s.name).exists() for s in structures):
+        if standing is None or any(image.path_for(self.datadir.images, s.name).exists()
+                                   for s in standing.pair.structures()):
             return None
-        reports = await trio.to_thread.run_sync(finish, standing, structures, takeover.cut)
+        reports = await trio.to_thread.run_sync(finish, standing, takeover.cut)
         if reports is None:
             log.warning("warm_image_past_seal", structure=takeover.structure,
                         action="rebuilding the pair from its base and the sealed log")
-        return reports
+            return None
+        return standing.pair, reports
 
     def lose(self, why: str) -> None:
         self.journal.fence(Fenced(why))

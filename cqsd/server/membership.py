@@ -9,15 +9,19 @@ under way, no live node of its preference list, etcd out of reach).
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import structlog
 import trio
 
+from logstream.errors import LogWriteFailed
+
 from ..config import Config
 from ..engine import CQSError, Reason, StructurePair
 from ..group.lease import now
-from ..group.node import Deposed, GroupNode, Takeover, writer_for
+from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
 from ..group.standby import Tailer, finish
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.restart import Rebuilt
@@ -78,6 +82,7 @@ class Membership:
                 "stands_by": sorted(self.registry.standby),
                 "lease_left": round(node.lease.left(now()), 3),
                 "fenced": node.fenced_since is not None, "etcd_error": node.etcd_error,
+                "disk_error": None if node.disk_error is None else str(node.disk_error),
                 "takeovers": node.takeovers}
 
     def refusal(self, name: str) -> CQSError:
@@ -94,6 +99,8 @@ class Membership:
             return err
         if name in node.taking:
             why = "this node is taking it over"
+        elif node.disk_error is not None:
+            why = f"this node cannot write its log ({node.disk_error})"
         elif node.etcd_error is not None:
             why = f"etcd is unreachable ({node.etcd_error})"
         else:
@@ -180,6 +187,17 @@ class Membership:
             log.warning("owner_lost", structure=name, why=why)
 
     def rejoin(self) -> str:
-        writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]
-        self.journal.rotate(writer)
+        log_dir = self.datadir.logstream
+        writer = writer_for(self.config.group.node, log_dir)  # type: ignore[union-attr]
+        need = self.journal.writer.segment_size
+        try:
+            room = os.statvfs(log_dir)  # a series starts by preallocating a segment
+            if room.f_bavail * room.f_frsize < need:
+                raise OSError(errno.ENOSPC, f"No space left on device ({need} bytes needed "
+                              f"for a log segment, {room.f_bavail * room.f_frsize} free)")
+            self.journal.rotate(writer)
+        except LogWriteFailed as err:
+            raise RejoinFailed(log_dir, err.error) from err
+        except OSError as err:
+            raise RejoinFailed(log_dir, err) from err
         return writer

@@ -16,8 +16,9 @@ The faults, each on the owner of the pair unless said otherwise (`FAULTS`):
   power cut of that node.
 - ``disk``: the *standby's* disk full (its lazyfs mount), then the owner killed:
   the standby takes over inside its preallocated log segment, and when it needs
-  a new segment it fails cleanly, acknowledging nothing more; the restarted
-  node takes over, and the full node comes back once there is space.
+  a new segment it fails cleanly, acknowledging nothing more (or, fenced, it
+  cannot start a new series and waits, ``rejoin_failed``); the restarted node
+  takes over, and the full node comes back once there is space.
 
 ``CQSD_TAKEOVER_CYCLES=N`` runs N cycles of each fault (default 1).
 """
@@ -159,7 +160,10 @@ class Loop:
         self.figures[fault] += 1
 
     def takeover(self, node, mark: int, timeout: float = 30) -> None:
-        node.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=timeout)
+        try:
+            node.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=timeout)
+        except AssertionError as err:
+            raise AssertionError(f"{err} {trouble(self.nodes)}") from None
 
     def kill(self, owner, other) -> None:
         mark = len(other.lines)
@@ -210,26 +214,31 @@ class Loop:
         try:
             owner.kill()
             other.wait_until(lambda: not other.alive or any(
-                e.get("event") in ("takeover_done", "takeover_failed", "log_write_failed")
+                e.get("event") in ("takeover_done", "takeover_failed", "log_write_failed",
+                                   "rejoin_failed")
                 for e in other.lines[mark:]), "its takeover, or its failure", 30)
             owner_mark = len(owner.lines)
             owner.start()
             # the full node fails at its next segment, at the latest: the other takes over
             other.wait_until(lambda: not other.alive or any(
-                e.get("event") == "log_write_failed" or (e.get("event") == "takeover_failed"
-                                                         and e.get("structure") == STRUCTURE)
+                e.get("event") in ("log_write_failed", "rejoin_failed") or (
+                    e.get("event") == "takeover_failed" and e.get("structure") == STRUCTURE)
                 for e in other.lines[mark:]), "the full disk", 60)
             self.deposed.append((other, time.monotonic() + SLACK))
             self.takeover(owner, owner_mark, timeout=60)
-            if other.alive:
+            if other.alive and not other.events("rejoin_failed", after=mark):
                 other.proc.wait(30)
         finally:
             mount.full(False)
-        # it failed on the full disk: at a new segment (log_write_failed), rebuilding
-        # (takeover_failed) or at a new series after a fence by load (the node stops)
+        # it failed on the full disk: at a new segment (log_write_failed: the node
+        # stops), rebuilding (takeover_failed) or at a new series after a fence by load
+        # (rejoin_failed: it stays fenced until there is room)
         said = json.dumps(other.lines[mark:], default=str)
         assert "No space left on device" in said, said[-3000:]
-        other.start()
+        if other.alive:
+            other.wait_for("node_rejoined", after=mark, timeout=30)
+        else:
+            other.start()
 
     def progress(self, n: int = PROGRESS) -> None:
         base = len(self.history.put_ok)

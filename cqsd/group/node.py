@@ -263,6 +263,8 @@ class GroupNode:
                     scope.cancel()
                     return
             if self.lease.valid(now()):
+                for name in self.orphans():
+                    await self._own(name, self.view.owners[name].epoch, self.view_at)
                 for name in to_take(self.group.node, self.pairs, self.view):
                     if name not in self.taking:
                         await self._try(name)
@@ -276,12 +278,23 @@ class GroupNode:
         try:
             won, kv = await self.etcd.create(key(self.group.name, "owners", name), value,
                                              self.lease.lease)
-        except EtcdError as err:
+        except EtcdError as err:  # if etcd made the key all the same, orphans() finds it
             self.etcd_error = str(err)
             return
-        if not won or kv is None:
-            return
-        epoch = kv.create_revision
+        if won and kv is not None:
+            await self._own(name, kv.create_revision, detected)
+
+    def orphans(self) -> list[str]:
+        """Pairs whose owner key is this incarnation's (so bound to its lease) though
+        the node does not know it owns them: a create etcd applied but whose reply
+        timed out (a loaded machine). Left alone, the key would keep the pair
+        ownerless for as long as the node lives; the node takes them over instead."""
+        return [name for name, o in sorted(self.view.owners.items())
+                if o.node == self.group.node and o.lease == self.lease.lease
+                and name in self.pairs and name not in self.owned and name not in self.taking]
+
+    async def _own(self, name: str, epoch: int, detected: float) -> None:
+        """The pair ``name`` is this node's at ``epoch``: take it over, or give it up."""
         self.owned[name] = epoch
         self.taking.add(name)
         log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch)
@@ -298,7 +311,7 @@ class GroupNode:
                 try:
                     await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
                 except EtcdError:
-                    pass  # the lease takes the key with it in the end
+                    pass  # still ours: orphans() finds it, and it is tried again
         finally:
             self.taking.discard(name)
 

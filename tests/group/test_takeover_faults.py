@@ -262,6 +262,9 @@ def faulty(etcd_server):
         group.close()
 
 
+# one cycle of each fault takes 1.5-4 minutes on a loaded 2-core machine; long runs
+# (CQSD_TAKEOVER_CYCLES) are bounded by their cycles, not by pytest-timeout's 300 s
+@pytest.mark.timeout(0 if CYCLES > 1 else 600)
 def test_every_fault_mixed_loses_nothing_acknowledged(faulty):
     """Each fault of FAULTS in turn, CYCLES times: the checker is clean, no deposed
     node acknowledged anything, the owner equals the reference and Spark folds, and

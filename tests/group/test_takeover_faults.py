@@ -53,7 +53,10 @@ from .cluster import FaultyGroup
 CYCLES = int(os.environ.get("CQSD_TAKEOVER_CYCLES", "1"))
 FAULTS = tuple(os.environ.get("CQSD_TAKEOVER_FAULTS", "kill pause partition clock power disk")
                .split())
-LEASE = 2
+# seconds; 2 livelocked a soak at load 17 on 2 cores: a node fenced by load alone
+# while rebuilding the pair it had just won (it then gives the takeover up, as it
+# must), over and over, every node alike
+LEASE = 3
 PROGRESS = 20  # acknowledged puts between two faults: the clients are really working
 SLACK = 0.5  # seconds a reply sent before a fence may take to reach its client
 SEGMENT = "64KiB"  # small log segments: a full disk is met at the next rotation, soon

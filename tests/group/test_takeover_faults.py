@@ -64,18 +64,24 @@ STEP = 300  # seconds a clock is stepped
 
 
 def owner_of(nodes):
-    """The node that owns STRUCTURE now, by asking each live node; None if none does."""
+    """The node that owns STRUCTURE now, by asking each live node, confirmed by that
+    node's own status; None if none does. (A node's view can name itself owner by a
+    key of its last incarnation that etcd has not yet expired: another node may be
+    taking the pair over at that moment.)"""
     for node in nodes.values():
         if not node.alive:
             continue
         try:
             with cqsclient.connect(node.address, client="OBSERVER", timeout=2) as c:
                 rows = {r["structure"]: r for r in c.query("owners")}
+            owner = rows[STRUCTURE]["owner"]
+            if owner is None or not nodes[owner].alive:
+                continue
+            with cqsclient.connect(nodes[owner].address, client="OBSERVER", timeout=2) as c:
+                if STRUCTURE in c.query("status")[0]["group"]["owns"]:
+                    return nodes[owner]
         except cqsclient.errors.CQSError:
             continue
-        owner = rows[STRUCTURE]["owner"]
-        if owner is not None and nodes[owner].alive:
-            return nodes[owner]
     return None
 
 

@@ -610,6 +610,15 @@ class Structure:
         entry.delivery_count = delivery_count
         return entry
 
+    def forget(self, entry_id: int) -> None:
+        """Drop a message without a trace: no effect, no event. A warm standby mirrors
+        the owner's log record by record (docs/group.md): each message a record
+        touched is forgotten, then restored as the reference fold left its row.
+        Raises ENTRY_NOT_FOUND."""
+        entry = self._find(entry_id)
+        self._take(entry)
+        self._free(entry)
+
     # -- overflow: what a primary and its overflow structure need of each other --
 
     def pair_with(self, overflow: "Structure") -> None:
@@ -814,6 +823,10 @@ class Structure:
     def cost(self, nbytes: int) -> tuple[int, int]:
         """(data elements, list entries) a message of ``nbytes`` occupies, segments included."""
         return self.space.cost(nbytes)
+
+    def message_count(self) -> int:
+        """The messages here (heads: ready, locked, cold or delayed)."""
+        return len(self._entries)
 
     def __iter__(self) -> Iterator[Entry]:
         """Every message head, in entry-id order (for images and checks)."""

@@ -29,6 +29,7 @@ from the clean image, without waiting out the lease.
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ log = structlog.get_logger()
 __all__ = ["Deposed", "GroupNode", "Host", "Takeover", "writer_for"]
 
 REJOIN_DELAY = 0.5  # seconds between attempts to reach etcd after a fence
+# seconds between attempts to start a new series on a disk that refused one: an
+# attempt that got as far as a segment's header leaves an empty series behind
+DISK_RETRY = 2.0
 
 
 def writer_for(node: str, log_dir: Path) -> str:
@@ -81,6 +85,16 @@ class Deposed(Exception):
     """The node lost the pair while taking it over: the takeover is given up."""
 
 
+class RejoinFailed(Exception):
+    """After a fence, the node could not start its new series (its disk is full, say):
+    it stays fenced, owning nothing, and tries again; nothing stored is touched."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        self.path = path
+        self.reason = errno.errorcode.get(error.errno or 0, "EIO")  # ENOSPC, EROFS, ...
+        super().__init__(f"{path}: cannot start a new log series: {error.strerror or error}")
+
+
 class Host(Protocol):
     """What the node needs of the daemon it belongs to."""
 
@@ -98,7 +112,8 @@ class Host(Protocol):
         """Stop acknowledging and drop every pair (fenced)."""
 
     def rejoin(self) -> str:
-        """After a fence, continue as a new incarnation: its writer id."""
+        """After a fence, continue as a new incarnation: its writer id. Raises
+        RejoinFailed if its series cannot be started."""
 
 
 class GroupNode:
@@ -117,6 +132,7 @@ class GroupNode:
         self.takeovers = 0
         self.fenced_since: float | None = None
         self.etcd_error: str | None = None  # why etcd did not answer last, if it did not
+        self.disk_error: RejoinFailed | None = None  # why the last rejoin failed, if it did
         self.poll = min(0.5, group.lease / 10)
         self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
 
@@ -177,6 +193,16 @@ class GroupNode:
                 self.etcd_error = str(err)
                 await trio.sleep(REJOIN_DELAY)
                 continue
+            except RejoinFailed as err:
+                if self.disk_error is None or str(self.disk_error) != str(err):
+                    log.error("rejoin_failed", node=self.group.node, disk=str(err.path),
+                              reason=err.reason, error=str(err),
+                              action="owning nothing, acknowledging nothing, keeping what "
+                                     "is stored; trying again")
+                self.disk_error = err
+                await self._revoke()
+                await trio.sleep(DISK_RETRY)
+                continue
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keepalive, nursery.cancel_scope)
                 nursery.start_soon(self._watch, nursery.cancel_scope)
@@ -187,11 +213,12 @@ class GroupNode:
         sent = now()
         lease, ttl = await self.etcd.grant(self.group.lease)
         self.lease.granted(lease, ttl, sent)
+        self.etcd_error = None  # it answered: what stops the node now is said below
         if self.fenced_since is not None:  # a new series, at once: no await in between
-            writer = self.host.rejoin()
+            writer = self.host.rejoin()  # raises RejoinFailed
             log.info("node_rejoined", node=self.group.node, writer=writer,
                      fenced_seconds=round(now() - self.fenced_since, 3))
-            self.fenced_since = None
+            self.fenced_since = self.disk_error = None
         await self.etcd.put(key(self.group.name, "nodes", self.group.node), json.dumps({
             "advertise": self.group.advertise, "writer": self.host.writer,
             "standby": self.group.standby}), lease=lease)
@@ -236,6 +263,8 @@ class GroupNode:
                     scope.cancel()
                     return
             if self.lease.valid(now()):
+                for name in self.orphans():
+                    await self._own(name, self.view.owners[name].epoch, self.view_at)
                 for name in to_take(self.group.node, self.pairs, self.view):
                     if name not in self.taking:
                         await self._try(name)
@@ -249,12 +278,23 @@ class GroupNode:
         try:
             won, kv = await self.etcd.create(key(self.group.name, "owners", name), value,
                                              self.lease.lease)
-        except EtcdError as err:
+        except EtcdError as err:  # if etcd made the key all the same, orphans() finds it
             self.etcd_error = str(err)
             return
-        if not won or kv is None:
-            return
-        epoch = kv.create_revision
+        if won and kv is not None:
+            await self._own(name, kv.create_revision, detected)
+
+    def orphans(self) -> list[str]:
+        """Pairs whose owner key is this incarnation's (so bound to its lease) though
+        the node does not know it owns them: a create etcd applied but whose reply
+        timed out (a loaded machine). Left alone, the key would keep the pair
+        ownerless for as long as the node lives; the node takes them over instead."""
+        return [name for name, o in sorted(self.view.owners.items())
+                if o.node == self.group.node and o.lease == self.lease.lease
+                and name in self.pairs and name not in self.owned and name not in self.taking]
+
+    async def _own(self, name: str, epoch: int, detected: float) -> None:
+        """The pair ``name`` is this node's at ``epoch``: take it over, or give it up."""
         self.owned[name] = epoch
         self.taking.add(name)
         log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch)
@@ -271,7 +311,7 @@ class GroupNode:
                 try:
                     await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
                 except EtcdError:
-                    pass  # the lease takes the key with it in the end
+                    pass  # still ours: orphans() finds it, and it is tried again
         finally:
             self.taking.discard(name)
 
@@ -315,6 +355,15 @@ class GroupNode:
                   action="no more acknowledgements; the pairs go to other nodes; "
                          "rejoining as a new incarnation once etcd answers")
         self.host.lose(why)
+
+    async def _revoke(self) -> None:
+        """Give back a lease this node will not use (it expires anyway)."""
+        with trio.move_on_after(self.etcd.timeout):
+            try:
+                await self.etcd.revoke(self.lease.lease)
+            except EtcdError:
+                pass
+        self.lease.lost()
 
     async def leave(self) -> None:
         """At a clean stop, after the images are saved: give the pairs up at once."""

@@ -1,11 +1,23 @@
-"""A warm standby: the rows of every pair this node could take, kept current by
-tailing the shared log, so a takeover is the seal and the last records.
+"""A warm standby: a live engine pair for every pair this node could take, kept
+current by tailing the shared log, so a takeover is the seal, the last records,
+and listening.
 
 Design note (docs/group.md). A cold standby rebuilds a pair at takeover from
 its base (the clean or base image, or the newest SRDS slot) and the whole log
-after it; a warm one (``standby = "warm"``) does that once, at start, and then
-folds what the owner appends, every ``poll`` seconds. At takeover it folds only
-the records between its position and the seal's cut and restores the rows.
+after it, then restores the rows into the engine (at 10^6 messages the restore
+alone is seconds: an entry object and a sorted map slot per message). A warm
+one (``standby = "warm"``) does all of that once, at start, into an engine pair
+of its own that no client sees, and then applies what the owner appends, every
+``poll`` seconds. At takeover it applies only the records between its position
+and the seal's cut, and the daemon installs that pair as it stands.
+
+How a record is applied. The reference fold stays the judge (recovery/fold.py):
+for each record, the messages it touches are taken out of the engine as image
+rows (``row_of``), the fold applies the record to those rows, and the engine
+entries are replaced by the rows as they now are (``Structure.forget``, then
+``restore``, as an image load would make them). So the live pair is, record by
+record, what restoring the fold's rows would give, without ever holding a
+second copy of the messages.
 
 Which records a pass may fold. A pair's records come from one writer at a time
 (its owner), and a new epoch stamps its records after the sealed ones, so the
@@ -64,8 +76,8 @@ from logstream.record import Frame, NeedData, Record
 from logstream.series import SegmentFile, check_header, list_series
 
 from ..dedup import Remembered, key_of_record
-from ..engine import Structure
-from ..records import KEY, OTHERS, OWNER, STRUCTURE, WHERE
+from ..engine import Structure, StructurePair
+from ..records import EFFECTS, KEY, OTHERS, STRUCTURE, row_of
 from ..recovery.fold import fold
 from ..recovery.keys import remembered
 from ..recovery.restart import Rebuilt
@@ -105,10 +117,10 @@ class Lag:
 
 @dataclass
 class WarmPair:
-    """The rows of one pair's structures and what of the log they cover (pure)."""
+    """One pair's structures, live engine structures kept as the reference fold of
+    the log they cover would have them (pure: no I/O)."""
 
-    names: tuple[str, ...]
-    rows: dict[str, dict[int, list[Any]]]
+    structures: dict[str, Structure]
     covered: dict[str, dict[str, int]]  # structure -> writer -> LSN its base covers
     last_ids: dict[str, int]
     sources: dict[str, str]
@@ -122,29 +134,61 @@ class WarmPair:
         """The first LSN to read of ``writer``: one past what every base covers."""
         return min(c.get(writer, 0) for c in self.covered.values()) + 1
 
-    def apply(self, rec: Record) -> bool:
-        """Fold ``rec`` if it is of this pair and its base does not cover it."""
+    def targets(self, rec: Record) -> list[str]:
+        """The structures of this pair that ``rec`` changes and their base does not cover."""
         body = rec.body
         if not isinstance(body, dict):
-            return False
-        hit = False
-        for name in (body.get(STRUCTURE), *body.get(OTHERS, ())):
-            if name in self.rows and rec.lsn > self.covered[name].get(rec.writer, 0):
-                self.last_ids[name] = max(self.last_ids[name], fold(self.rows[name], [body], name))
-                hit = True
-        if hit:
-            self.folded[rec.writer] = rec.lsn
-            self.replayed += 1
-            if KEY in body and (found := key_of_record(body)) is not None:
-                self.keys.remember(found[0], found[1], rec.timestamp)
-        return hit
+            return []
+        return [name for name in dict.fromkeys((body.get(STRUCTURE), *body.get(OTHERS, ())))
+                if name in self.covered and rec.lsn > self.covered[name].get(rec.writer, 0)]
+
+    def counted(self, rec: Record) -> None:
+        """``rec`` was folded (overshoots judges the newest of each writer)."""
+        self.folded[rec.writer] = rec.lsn
+        self.replayed += 1
+        body = rec.body
+        if KEY in body and (found := key_of_record(body)) is not None:
+            self.keys.remember(found[0], found[1], rec.timestamp)
+
+    def apply(self, rec: Record) -> bool:
+        """Fold ``rec`` into the structures if it is of this pair and not covered. The
+        reference fold is the judge: the rows of the messages the record touches are
+        taken from the engine, folded, and put back in place of the old entries.
+        Raises FoldError (an effect on a message not here)."""
+        names = self.targets(rec)
+        for name in names:
+            self.last_ids[name] = max(self.last_ids[name],
+                                      mirror(self.structures[name], rec.body, name))
+        if names:
+            self.counted(rec)
+        return bool(names)
 
     def overshoots(self, cut: Mapping[str, int], *, sealed_only: bool = False) -> list[str]:
-        """The writers of which a record beyond ``cut`` was folded: the rows hold what
-        the log no longer counts. ``sealed_only`` (while tailing) leaves out writers
-        not in ``cut``: the owner, and an owner gone whose seal is still to come."""
+        """The writers of which a record beyond ``cut`` was folded: the structures hold
+        what the log no longer counts. ``sealed_only`` (while tailing) leaves out
+        writers not in ``cut``: the owner, and an owner gone whose seal is still to come."""
         return sorted(w for w, lsn in self.folded.items()
                       if (w in cut or not sealed_only) and lsn > cut.get(w, 0))
+
+
+def mirror(s: Structure, body: dict[str, Any], name: str) -> int:
+    """Apply one record of ``name`` to the live structure ``s`` through the reference
+    fold (recovery/fold.py): the touched messages as rows, folded, restored. Returns
+    the highest entry id the record put (0 if none). Raises FoldError."""
+    ids = {effect[1] for effect in body[EFFECTS]} if body.get(STRUCTURE) == name else set()
+    others = body.get(OTHERS)
+    if others and name in others:
+        ids.update(effect[1] for effect in others[name])
+    rows = {i: row_of(s.entry(i)) for i in ids if s.holds(i)}
+    last_id = fold(rows, [body], name)
+    for i in sorted(ids):
+        if s.holds(i):
+            s.forget(i)
+        row = rows.get(i)
+        if row is not None:
+            s.restore(*row)
+    s.events.clear()  # nobody listens to a standby's structures: the takeover announces
+    return last_id
 
 
 class Follower:
@@ -231,34 +275,41 @@ def _order(item: tuple[Record, tuple[int, int]]) -> tuple[int, str, int]:
     return (rec.timestamp, rec.writer, rec.lsn)
 
 
-def load(structures: list[Structure] | tuple[str, ...], images: Path, srds: Path,
-         log_dir: Path, until: Mapping[str, int], window: float = 0
-         ) -> tuple[WarmPair, Follower]:
-    """A pair's base, and the log up to ``until`` folded into it (as a cold rebuild
-    does, but keeping the cursors); with the idempotency keys of the last ``window``
-    seconds, those the base covers read from the log, the rest as they are folded.
-    Raises ImageError, FoldError, Trimmed, CorruptLog."""
-    names = tuple(s if isinstance(s, str) else s.name for s in structures)
+def load(structures: list[Structure], images: Path, srds: Path, log_dir: Path,
+         until: Mapping[str, int], window: float = 0) -> tuple[WarmPair, Follower]:
+    """Fill a pair's empty ``structures`` from their base and the log up to ``until``
+    (as a cold rebuild does, but keeping the cursors); with the idempotency keys of
+    the last ``window`` seconds, those the base covers read from the log, the rest as
+    they are folded. Raises ImageError, FoldError, Trimmed, CorruptLog."""
     rows, covered, last_ids, sources = {}, {}, {}, {}
-    for name in names:
-        report = Rebuilt(name, clean=False)
-        header, rows[name] = base_rows(name, images, srds, report)
-        covered[name], last_ids[name], sources[name] = (
+    for s in structures:
+        report = Rebuilt(s.name, clean=False)
+        header, rows[s.name] = base_rows(s.name, images, srds, report)
+        covered[s.name], last_ids[s.name], sources[s.name] = (
             dict(header.get("lsn", {})), header.get("last_id", 0), report.source)
-    warm = WarmPair(names, rows, covered, last_ids, sources)
+    warm = WarmPair({s.name: s for s in structures}, covered, last_ids, sources)
+    names = tuple(warm.structures)
     covers = {w: min(lsn, warm.start(w) - 1) for w, lsn in until.items()}
     warm.keys = remembered(log_dir, covers, dict.fromkeys(names, names[0]), window,
                            time.time_ns())[names[0]]
     follower = Follower(log_dir, warm.start)
-    for rec in follower.read(until):
-        warm.apply(rec)
+    for rec in follower.read(until):  # folded as rows: a bulk load beats entry by entry
+        names = warm.targets(rec)
+        for name in names:
+            last_ids[name] = max(last_ids[name], fold(rows[name], [rec.body], name))
+        if names:
+            warm.counted(rec)
+    for s in structures:
+        image.restore(s, rows.pop(s.name))
+        s.last_id = max(s.last_id, last_ids[s.name])
     return warm, follower
 
 
 @dataclass
 class Standing:
-    """One pair this node stands by for: the rows, the cursors, the last lag."""
+    """One pair this node stands by for: its live structures, the cursors, the last lag."""
 
+    pair: StructurePair
     warm: WarmPair
     follower: Follower
     lag: Lag = field(default_factory=Lag)
@@ -270,9 +321,11 @@ class Tailer:
     """Keeps a ``Standing`` for every pair this node could take and does not own."""
 
     def __init__(self, node: GroupNode, pairs: Mapping[str, tuple[str, ...]], images: Path,
-                 srds: Path, log_dir: Path, poll: float, window: float = 0) -> None:
+                 srds: Path, log_dir: Path, poll: float,
+                 new_pair: Callable[[str], StructurePair], window: float = 0) -> None:
         self.node = node  # the GroupNode: its view, what it owns, its etcd and lease
         self.pairs = dict(pairs)  # primary -> the names of the pair's structures
+        self.new_pair = new_pair  # an empty pair as the daemon's definitions say
         self.images, self.srds, self.log_dir = images, srds, log_dir
         self.poll = poll
         self.window = window  # dedup_window: the keys each pair's tail keeps
@@ -319,16 +372,18 @@ class Tailer:
                             why="records folded here lie beyond a newer seal")
                 s = None
             if s is None:
+                pair = self.new_pair(name)
                 gc.disable()
                 try:
-                    warm, follower = load(self.pairs[name], self.images, self.srds,
+                    warm, follower = load(pair.structures(), self.images, self.srds,
                                           self.log_dir, until, self.window)
                 finally:
                     gc.enable()
-                self.standing[name] = Standing(warm, follower)
+                gc.freeze()  # as after a restart: the collector never walks the loaded pair
+                self.standing[name] = Standing(pair, warm, follower)
                 log.info("warm_standby_loaded", structure=name, sources=warm.sources,
                          records_replayed=warm.replayed,
-                         messages=sum(len(r) for r in warm.rows.values()))
+                         messages=sum(s.message_count() for s in pair.structures()))
                 return
             s.owner_writer, count, oldest = owner_writer, 0, None
             for rec in s.follower.read(until):
@@ -362,7 +417,7 @@ class Tailer:
                 pass  # the lag is advisory; the next pass tries again
 
     async def claim(self, name: str) -> Standing | None:
-        """At takeover: the pair's warm rows, out of the tail (None if there are none)."""
+        """At takeover: the pair as the tail left it, out of the tail (None if there is none)."""
         self.claiming.add(name)  # a pass under way stops at its next record
         try:
             async with self.locks[name]:
@@ -371,31 +426,19 @@ class Tailer:
             self.claiming.discard(name)
 
 
-def finish(standing: Standing, structures: list[Structure], cut: Mapping[str, int]
-           ) -> list[Rebuilt] | None:
-    """Fold the records between the tail and the seal's ``cut`` and restore the rows
-    into the empty ``structures``; None if the rows went past the cut (rebuild cold)."""
+def finish(standing: Standing, cut: Mapping[str, int]) -> list[Rebuilt] | None:
+    """Fold the records between the tail and the seal's ``cut`` into the standing
+    pair, which is then the pair to serve; None if it went past the cut (rebuild
+    cold). Raises FoldError, Trimmed, CorruptLog."""
     warm = standing.warm
     if warm.overshoots(cut):
         return None
     t0 = time.perf_counter()
-    gc.disable()
-    try:
-        before = warm.replayed
-        for rec in standing.follower.read(cut):
-            warm.apply(rec)
-        replay = time.perf_counter() - t0
-        reports = []
-        for s in structures:
-            t1 = time.perf_counter()
-            rows = warm.rows[s.name]
-            image.restore(s, rows)
-            s.last_id = max(s.last_id, warm.last_ids[s.name])
-            reports.append(Rebuilt(
-                s.name, clean=False, source="warm", messages=len(rows),
-                replayed=warm.replayed - before, image_seconds=time.perf_counter() - t1,
-                replay_seconds=replay,
-                lock_owners={r[OWNER] for r in rows.values() if r[WHERE] == "locked"}))
-        return reports
-    finally:
-        gc.enable()
+    before = warm.replayed
+    for rec in standing.follower.read(cut):
+        warm.apply(rec)
+    replay = time.perf_counter() - t0
+    return [Rebuilt(s.name, clean=False, source="warm", messages=s.message_count(),
+                    replayed=warm.replayed - before, replay_seconds=replay,
+                    lock_owners=set(s.locks.by_owner))
+            for s in standing.pair.structures()]

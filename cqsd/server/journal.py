@@ -215,25 +215,33 @@ class Journal:
             held = len(self._held_back)  # those whose blocks the sync below covers
             if held:
                 await self.sync_data()
-            target = self.writer.appended_lsn + held
+            # a fence and a rejoin may ``rotate`` to a new series while a worker thread
+            # flushes: that flush stays with the series it began in, and counts for nothing
+            writer = self.writer
+            target = writer.appended_lsn + held
             if target <= self.durable:
                 continue
-            before, seconds = self.durable, 0.0
+            before, seconds, durable = self.durable, 0.0, self.durable
             try:
                 if held:
-                    self.durable, seconds = await trio.to_thread.run_sync(
-                        self._append_and_flush, self._held_back[:held], target)
+                    durable, seconds = await trio.to_thread.run_sync(
+                        self._append_and_flush, self._held_back[:held], target, writer)
                 elif self._fsync_average < INLINE_FSYNC:
                     started = time.perf_counter()
-                    self.durable = self.writer.flush(target)
+                    durable = writer.flush(target)
                     seconds = time.perf_counter() - started
                 else:
-                    self.durable, seconds = await trio.to_thread.run_sync(
-                        self._append_and_flush, [], target)
+                    durable, seconds = await trio.to_thread.run_sync(
+                        self._append_and_flush, [], target, writer)
             except (logstream.LogstreamError, ValueError) as err:
-                self.fail(err)  # ValueError: a held-back record refused, unwritten
+                if writer is self.writer:  # else the old series' error: it is left anyway
+                    self.fail(err)  # ValueError: a held-back record refused, unwritten
             finally:
-                del self._held_back[:held]
+                if writer is self.writer:
+                    del self._held_back[:held]
+            if writer is not self.writer:
+                continue
+            self.durable = durable
             if self.fenced is None and self.failed is None:
                 if self.owner_valid():  # after the fsync: only then is the record ours to ack
                     self.acknowledged = self.durable
@@ -247,16 +255,19 @@ class Journal:
             self._wake()
             await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 
-    def _append_and_flush(self, held: list[tuple[dict, bool]], target: int) -> tuple[int, float]:
+    def _append_and_flush(self, held: list[tuple[dict, bool]], target: int,
+                          writer: logstream.Writer | None = None) -> tuple[int, float]:
         """In a worker thread: append the records held back (their blocks are on
-        disk), then fsync up to ``target``; the durable LSN and the fsync's seconds."""
+        disk), then fsync up to ``target`` (of ``writer``, the journal's when the flush
+        began); the durable LSN and the fsync's seconds."""
+        writer = writer or self.writer
         for body, blocks in held:
             if blocks:  # a record naming blocks holds their data: written from where it is
-                self.writer.append_packed(pack_parts(body, MAX_BODY))
+                writer.append_packed(pack_parts(body, MAX_BODY))
             else:
-                self.writer.append(body)
+                writer.append(body)
         started = time.perf_counter()
-        durable = self.writer.flush(target)
+        durable = writer.flush(target)
         return durable, time.perf_counter() - started
 
     def finish_held_back(self) -> None:

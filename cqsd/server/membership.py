@@ -9,17 +9,21 @@ under way, no live node of its preference list, etcd out of reach).
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from pathlib import Path
 
 import structlog
 import trio
 
+from logstream.errors import LogWriteFailed
+
 from ..config import Config
 from ..dedup import Remembered
-from ..engine import CQSError, Reason, Structure
+from ..engine import CQSError, Reason, StructurePair
 from ..group.lease import now
-from ..group.node import Deposed, GroupNode, Takeover, writer_for
+from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
 from ..group.standby import Tailer, finish
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.keys import pair_of, remembered
@@ -62,7 +66,7 @@ class Membership:
                 self.node, {name: (name, *([overflow[name]] if name in overflow else []))
                             for name in pairs},
                 datadir.images, datadir.srds, datadir.logstream, self.node.poll,
-                self.dedup.window)
+                registry.new_pair, self.dedup.window)
         journal.guard(self.node.valid, self.node.fence)
         registry.standby = set(registry.pairs) | set(registry.failed)
         registry.pairs, registry.failed = {}, {}
@@ -86,6 +90,7 @@ class Membership:
                 "stands_by": sorted(self.registry.standby),
                 "lease_left": round(node.lease.left(now()), 3),
                 "fenced": node.fenced_since is not None, "etcd_error": node.etcd_error,
+                "disk_error": None if node.disk_error is None else str(node.disk_error),
                 "takeovers": node.takeovers}
 
     def refusal(self, name: str) -> CQSError:
@@ -102,6 +107,8 @@ class Membership:
             return err
         if name in node.taking:
             why = "this node is taking it over"
+        elif node.disk_error is not None:
+            why = f"this node cannot write its log ({node.disk_error})"
         elif node.etcd_error is not None:
             why = f"etcd is unreachable ({node.etcd_error})"
         else:
@@ -117,22 +124,23 @@ class Membership:
 
     async def take(self, takeover: Takeover) -> None:
         name = takeover.structure
-        pair = self.registry.new_pair(name)
         position = self.journal.durable  # none of the pair in this series comes later
         cut = {**takeover.cut, self.journal.writer_id: position}
         started = now()
-        warm = await self._warm(takeover, pair.structures())
+        warm = await self._warm(takeover)
         # the keys the earlier owners took in the window, so their resends apply nothing:
         # a warm standby kept them as it tailed, a cold one reads them back
-        if warm is None:
+        if warm is not None:
+            pair, reports, kept = warm
+            keys = {name: kept}
+        else:
+            pair = self.registry.new_pair(name)
             reports = await trio.to_thread.run_sync(
                 rebuild_pair, pair.structures(), self.datadir.images, self.datadir.logstream,
                 self.datadir.srds, cut)
             keys = await trio.to_thread.run_sync(
                 remembered, self.datadir.logstream, cut, pair_of({name: pair}),
                 self.dedup.window, time.time_ns())
-        else:
-            reports, keys = warm[0], {name: warm[1]}
         loaded = now()
         if not takeover.current():  # fenced while rebuilding: a successor may own it now
             raise Deposed(f"this node lost {name} (epoch {takeover.epoch}) while rebuilding it")
@@ -154,7 +162,7 @@ class Membership:
         self.runtime.settle()
         if warm is None:
             takeover.phases["load"] = round(loaded - started, 3)
-        else:  # the records up to the seal, then the rows into the engine
+        else:  # the records up to the seal, then the pair installed as it stands
             tail = min(loaded - started, reports[0].replay_seconds + self.claimed)
             takeover.phases["tail"] = round(tail, 3)
             takeover.phases["restore"] = round(loaded - started - tail, 3)
@@ -165,27 +173,27 @@ class Membership:
                      image_seconds=round(r.image_seconds, 3),
                      replay_seconds=round(r.replay_seconds, 3))
 
-    async def _warm(self, takeover: Takeover, structures: list[Structure]
-                    ) -> tuple[list[Rebuilt], Remembered] | None:
-        """A warm standby's takeover: the tail's rows, the records up to the seal folded
-        (docs/group.md); None to rebuild cold: no warm rows, a clean image to start from
-        (a clean stop keeps non-recoverable messages, the tail does not have them), or
-        rows that went past the seal."""
+    async def _warm(self, takeover: Takeover
+                    ) -> tuple[StructurePair, list[Rebuilt], Remembered] | None:
+        """A warm standby's takeover: the tail's live pair, the records up to the seal
+        folded into it, and the keys it kept (docs/group.md); None to rebuild cold: no
+        warm pair, a clean image to start from (a clean stop keeps non-recoverable
+        messages, the tail does not have them), or a pair that went past the seal."""
         tailer = self.node.tailer
         if tailer is None:
             return None
         t0 = now()
         standing = await tailer.claim(takeover.structure)
         self.claimed = now() - t0  # waiting out a pass under way counts as tailing
-        if standing is None or any(
-                image.path_for(self.datadir.images, s.name).exists() for s in structures):
+        if standing is None or any(image.path_for(self.datadir.images, s.name).exists()
+                                   for s in standing.pair.structures()):
             return None
-        reports = await trio.to_thread.run_sync(finish, standing, structures, takeover.cut)
+        reports = await trio.to_thread.run_sync(finish, standing, takeover.cut)
         if reports is None:
             log.warning("warm_image_past_seal", structure=takeover.structure,
                         action="rebuilding the pair from its base and the sealed log")
             return None
-        return reports, standing.warm.keys
+        return standing.pair, reports, standing.warm.keys
 
     def lose(self, why: str) -> None:
         self.journal.fence(Fenced(why))
@@ -205,6 +213,17 @@ class Membership:
             log.warning("owner_lost", structure=name, why=why, failed=True)
 
     def rejoin(self) -> str:
-        writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]
-        self.journal.rotate(writer)
+        log_dir = self.datadir.logstream
+        writer = writer_for(self.config.group.node, log_dir)  # type: ignore[union-attr]
+        need = self.journal.writer.segment_size
+        try:
+            room = os.statvfs(log_dir)  # a series starts by preallocating a segment
+            if room.f_bavail * room.f_frsize < need:
+                raise OSError(errno.ENOSPC, f"No space left on device ({need} bytes needed "
+                              f"for a log segment, {room.f_bavail * room.f_frsize} free)")
+            self.journal.rotate(writer)
+        except LogWriteFailed as err:
+            raise RejoinFailed(log_dir, err.error) from err
+        except OSError as err:
+            raise RejoinFailed(log_dir, err) from err
         return writer

@@ -466,3 +466,22 @@ def test_queries_report_usage():
     assert s.queues() == [q]
     assert {h["lh"] for h in s.header_stats()} == {LOCK_LH, list_header(1, "Q")}
     assert s.client_stats() == {"IMS1": 1}
+
+
+def test_forget_drops_a_message_wherever_it_is_without_a_trace():
+    """A ready, a locked and a long message forgotten (a warm standby replacing entries
+    a log record touched): gone, their space given back, no effect, no event."""
+    s = make()
+    locked = s.put("TRAN", "TRANX", b"l").entry_id
+    ready = s.put("TRAN", "TRANX", b"r").entry_id
+    long = s.put("TRAN", "TRANY", bytes(5000)).entry_id
+    assert s.read("IMS1", "TRAN", "TRANX").entry_id == locked
+    s.effects.clear()
+    s.take_events()
+    for eid in (ready, locked, long):
+        s.forget(eid)
+    assert s.message_count() == 0 and not s.holds(locked)
+    assert s.elements_used == 0 and s.entries_used == 0
+    assert s.effects == [] and s.take_events() == [] and s.client_locks("IMS1") == []
+    with raises("ENTRY_NOT_FOUND"):
+        s.forget(ready)

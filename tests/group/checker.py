@@ -26,6 +26,7 @@ from cqsclient.errors import ConnectionLost, CQSError, NotOwner, RequestTimeout
 
 STRUCTURE, QUEUE = "MSGQ01", "TRANX"
 SETTLE = 0.05  # seconds a client waits before trying again while a pair has no owner
+QUIET = 5.0  # seconds after a request in doubt before the drain believes an empty queue
 
 
 @dataclass
@@ -230,18 +231,35 @@ class Consumer(threading.Thread):
 
 def drain(addresses: list[str], history: History | None = None) -> list[bytes]:
     """Every payload left in the queue, read and deleted by a fresh client (its entry
-    id noted in ``history``, if given, for the put-twice check)."""
+    id noted in ``history``, if given, for the put-twice check). A request in doubt
+    (the owner fenced under load, a takeover) is tried again: a message read twice by
+    its id counts once, and an empty queue counts only ``QUIET`` seconds after the
+    last doubt (a lock of ours may be going back to the queue)."""
     follower = Follower("DRAIN", addresses)
-    left = []
+    left: dict[int, bytes] = {}
+    doubt = float("-inf")
+    deadline = time.monotonic() + 120
     try:
         while True:
-            m = follower.call(lambda s: s.read(QUEUE), time.monotonic() + 60)
-            if m is None:
-                return left
-            left.append(m.data)
-            if history is not None:
-                history.entry_ids.setdefault(m.data, set()).add(m.entry_id)
-            follower.call(lambda s, eid=m.entry_id: s.delete(eid), time.monotonic() + 60)
+            try:
+                m = follower.call(lambda s: s.read(QUEUE), deadline)
+                if m is not None:
+                    left[m.entry_id] = m.data
+                    if history is not None:
+                        history.entry_ids.setdefault(m.data, set()).add(m.entry_id)
+                    follower.call(lambda s, eid=m.entry_id: s.delete(eid), deadline)
+                elif time.monotonic() > doubt + QUIET:
+                    return list(left.values())
+                else:
+                    time.sleep(SETTLE)
+            except (ConnectionLost, RequestTimeout, CQSError) as err:
+                if isinstance(err, CQSError) and err.reason in ("LOCK_NOT_HELD",
+                                                                "ENTRY_NOT_FOUND"):
+                    continue  # our lock went back at a takeover: read again
+                if time.monotonic() > deadline:
+                    raise
+                doubt = time.monotonic()
+                follower.close()
     finally:
         follower.close()
 

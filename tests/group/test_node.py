@@ -6,6 +6,7 @@ import uuid
 import trio
 
 from cqsd.config import GroupConfig
+from cqsd.group.etcd import Etcd, EtcdUnavailable
 from cqsd.group.node import Deposed, GroupNode, Takeover
 
 
@@ -59,3 +60,39 @@ async def test_a_node_fenced_while_rebuilding_a_pair_does_not_serve_it(etcd_serv
         nursery.cancel_scope.cancel()
     assert host.current == [False]
     assert host.served == [] and node.takeovers == 0 and "P" not in node.owned
+
+
+class LostReply(Etcd):
+    """etcd applies the first create, and its reply is lost (a timeout under load)."""
+
+    lost = False
+
+    async def create(self, key, value, lease=0):
+        made = await super().create(key, value, lease)
+        if not self.lost:
+            self.lost = True
+            raise EtcdUnavailable("etcd unreachable (the test: the reply was lost)")
+        return made
+
+
+class QuickHost(SlowHost):
+    async def take(self, takeover: Takeover) -> None:
+        self.served.append(takeover.structure)
+        self.done.set()
+
+
+async def test_a_pair_won_by_a_create_whose_reply_was_lost_is_taken_over(etcd_server, tmp_path):
+    """The create of the owner key was applied but its reply never came: the node finds
+    the key bound to its own lease and takes the pair over (it left the pair with
+    no owner serving it, for as long as the node lived: the soak's liveness timeout)."""
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    host, etcd = QuickHost(tmp_path), LostReply(group.etcd)
+    node = GroupNode(group, {"P": None}, host, etcd)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(20):
+            await host.done.wait()
+        nursery.cancel_scope.cancel()
+    assert etcd.lost and host.served == ["P"] and "P" in node.owned

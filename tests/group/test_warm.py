@@ -9,9 +9,10 @@ import pytest
 
 import cqsclient
 import logstream
+from cqsd.engine import QueueType, Structure, StructurePair
 from cqsd.group.ownership import Owner, Seal, View
 from cqsd.group.standby import END, Follower, Tailer, limits, load
-from cqsd.records import DATA, DELETE, EFFECTS, KEY, LOCK, PUT, STRUCTURE
+from cqsd.records import DATA, DELETE, EFFECTS, KEY, LOCK, PUT, STRUCTURE, rows_of
 from cqsd.srds import slots
 from logstream.series import list_series
 
@@ -23,8 +24,14 @@ PAIR = ("MSGQ01", "MSGQ01OV")
 PREFER = 'prefer = ["NODE1", "NODE2"]'
 
 
-def payloads(rows):
-    return {eid: row[DATA] for eid, row in rows.items()}
+def payloads(structure):
+    """A live structure's messages as the checker's: id -> payload."""
+    return {eid: row[DATA] for eid, row in rows_of(structure).items()}
+
+
+def new_pair(name):
+    """An empty pair as a daemon's registry would make it (Tailer's ``new_pair``)."""
+    return StructurePair(Structure(name, 1 << 30), Structure(name + "OV", 1 << 30))
 
 
 def paths(data):
@@ -50,8 +57,9 @@ def test_a_warm_standbys_rows_follow_the_serving_owner(owner):
         s = c.structure("MSGQ01")
         first = s.put_batch(QUEUE, [b"a%d" % i for i in range(200)])
         (writer,) = list_series(data / "logstream")
-        warm, follower = load(PAIR, *paths(data), limits(writer, {}))
-        assert payloads(warm.rows["MSGQ01"]) == owner_messages(owner.address)
+        warm, follower = load(new_pair("MSGQ01").structures(), *paths(data),
+                              limits(writer, {}))
+        assert payloads(warm.structures["MSGQ01"]) == owner_messages(owner.address)
         for i in range(5):  # the owner appends while the standby tails
             s.put_batch(QUEUE, [b"b%d-%d" % (i, n) for n in range(100)])
             for m in s.read_batch(QUEUE, 30):
@@ -61,13 +69,13 @@ def test_a_warm_standbys_rows_follow_the_serving_owner(owner):
             seen = [r.lsn for r in follower.read(limits(writer, {})) if warm.apply(r)]
             assert seen, "the pass folded none of the owner's new records"
             live = owner_messages(owner.address)
-            assert payloads(warm.rows["MSGQ01"]) == live == reference_messages(data)
+            assert payloads(warm.structures["MSGQ01"]) == live == reference_messages(data)
     assert warm.folded[writer] == follower.next[writer] - 1
 
 
 def put(writer, eids, structure="MSGQ01", at=None):
     return writer.append({STRUCTURE: structure, EFFECTS: [
-        [PUT, e, "TRAN", QUEUE, b"m%d" % e, 0] for e in eids]}, at)
+        [PUT, e, int(QueueType.TRAN), QUEUE, b"m%d" % e, 0] for e in eids]}, at)
 
 
 def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
@@ -81,7 +89,7 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
         a.append({STRUCTURE: "MSGQ01", EFFECTS: [[LOCK, 3, "IMS1"], [DELETE, 4]]})
         a.flush()
         tailer = Tailer(None, {"MSGQ01": PAIR}, tmp_path / "images", tmp_path / "srds",
-                        log_dir, 0.1)
+                        log_dir, 0.1, new_pair)
         owned_by_1 = View(owners={"MSGQ01": Owner("MSGQ01", "NODE1", "", "NODE1-1", 5, 1)})
         tailer._pass("MSGQ01", owned_by_1)  # loads
         sealed_at = a.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 5]]})
@@ -89,7 +97,7 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
         a.flush()
         tailer._pass("MSGQ01", owned_by_1)
         warm = tailer.standing["MSGQ01"].warm
-        assert set(warm.rows["MSGQ01"]) == {1, 2, 3, 6, 7, 8, 9, 10, 11, 12}
+        assert set(payloads(warm.structures["MSGQ01"])) == {1, 2, 3, 6, 7, 8, 9, 10, 11, 12}
         assert warm.folded["NODE1-1"] == late
         tailer._pass("MSGQ01", View())  # the owner gone, its seal still to come:
         assert tailer.standing["MSGQ01"].warm is warm  # nothing to judge yet, no reload
@@ -105,7 +113,7 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
         seals={"MSGQ01": [Seal("MSGQ01", 9, "NODE3-1", {"NODE1-1": sealed_at}, 0)]})
     tailer._pass("MSGQ01", owned_by_3)
     warm = tailer.standing["MSGQ01"].warm
-    assert set(warm.rows["MSGQ01"]) == {2, 3, 6, 7, 8, 9, 10, 20}
+    assert set(payloads(warm.structures["MSGQ01"])) == {2, 3, 6, 7, 8, 9, 10, 20}
     assert warm.folded == {"NODE1-1": sealed_at, "NODE3-1": 2}
 
 
@@ -145,7 +153,8 @@ def test_a_warm_standby_keeps_the_idempotency_keys_of_the_window(tmp_path):
             keyed(n)
         for name in PAIR:
             slots.empty_checkpoint(srds, name, {"A-1": 5}, 0)
-        warm, follower = load(PAIR, images, srds, log_dir, {"A-1": END}, window=120)
+        warm, follower = load(new_pair("MSGQ01").structures(), images, srds, log_dir,
+                              {"A-1": END}, window=120)
         assert warm.covered["MSGQ01"] == {"A-1": 5}
         keyed(11)
         for rec in follower.read({"A-1": END}):
@@ -153,7 +162,8 @@ def test_a_warm_standby_keeps_the_idempotency_keys_of_the_window(tmp_path):
     now = time.time_ns()
     assert [warm.keys.recall(("C", "i", n), now) for n in range(1, 12)] == [
         ([100 + n], 0) for n in range(1, 12)]
-    cold, _ = load(PAIR, images, srds, log_dir, {"A-1": END})  # no window: no keys
+    cold, _ = load(new_pair("MSGQ01").structures(), images, srds, log_dir,
+                   {"A-1": END})  # no window: no keys
     assert len(cold.keys) == 0
 
 

@@ -1,0 +1,114 @@
+"""SMDS states that stay true across stops (issue 28), through a real daemon and
+cqsctl: a failed structure's data sets keep their status at a clean stop, a failed
+recover stays failed, a command naming no data set writes nothing, `display smds`
+shows a closed data set's size, and a put that can never fit changes nothing."""
+
+import json
+
+import pytest
+
+import cqsclient
+from cqsclient.errors import CQSError
+
+from .test_smds import MiB, payload
+from .test_smds_status import cqsctl
+
+S = "TINY"
+TINY = f"""
+[[structure]]
+name = "{S}"
+size = "16MiB"
+offload = "smds"
+dsblock = "8KiB"
+dssize = "128KiB"
+"""
+
+
+def rows(d, kind: str) -> dict[str, dict]:
+    """{owner: row} of `display KIND S --json`."""
+    status, out, err = cqsctl(d, "--json", "display", kind, S)
+    assert status == 0, err
+    return {r["owner"]: r for r in json.loads(out)}
+
+
+def put(d, client: str, n: int, seed: int, recoverable: bool = True) -> int:
+    with cqsclient.connect(d.address, client=client) as c:
+        return c.structure(S).put("Q", payload(n, seed), recoverable=recoverable)
+
+
+def test_a_failed_structures_data_set_stays_active_across_a_clean_stop(make_daemon):
+    """fail, then SIGTERM: the data set holding the failed structure's message is not
+    marked EMPTY (its entries are unknown until a recover), so after a restart it is
+    still ACTIVE, and `display smds` shows its 128 KiB though it was not opened."""
+    d = make_daemon(structures=TINY).start()
+    put(d, "IMSA", 40_000, 1)
+    assert cqsctl(d, "fail", S)[0] == 0
+    seen = len(d.lines)
+    d.stop()
+    assert not d.events("smds_status_changed", seen, new="EMPTY")
+    d.restart()
+    assert rows(d, "cfstatus")["IMSA"]["status"] == "ACTIVE"
+    row = rows(d, "smds")["IMSA"]
+    assert (row["size"], row["status"]) == (128 * 1024, "ACTIVE")
+
+
+def test_a_failed_recover_stays_failed_across_a_restart_and_a_recover_ends_it(make_daemon):
+    """recover killed by job_timeout: STRUCTURE_FAILED, and after SIGTERM and a restart
+    the structure still refuses requests, its data set is not EMPTY; a recover
+    with time enough brings the message back byte for byte."""
+    d = make_daemon('spark_master = "local[1]"\njob_timeout = 1', structures=TINY).start()
+    entry = put(d, "IMSA", 40_000, 2)
+    status, _, err = cqsctl(d, "recover", S)
+    assert status != 0 and "STRUCTURE_FAILED" in err
+    seen = len(d.lines)
+    d.stop()
+    assert not d.events("smds_status_changed", seen, new="EMPTY")
+    d.restart()
+    with cqsclient.connect(d.address, client="IMSB") as c, pytest.raises(CQSError) as failed:
+        c.structure(S).browse_all("Q")
+    assert failed.value.reason == "STRUCTURE_FAILED"
+    assert rows(d, "cfstatus")["IMSA"]["status"] != "EMPTY"
+    d.stop()
+    d.config.write_text(d.config.read_text().replace("job_timeout = 1", "job_timeout = 600"))
+    d.restart()
+    status, _, err = cqsctl(d, "recover", S)
+    assert status == 0, err
+    with cqsclient.connect(d.address, client="IMSB") as c:
+        assert {m.entry_id: m.data for m in c.structure(S).browse_all("Q")} == {
+            entry: payload(40_000, 2)}
+
+
+def test_a_command_naming_an_owner_without_a_data_set_is_refused_and_writes_nothing(
+        make_daemon):
+    """reset-smds, alter-smds, start-smdsconn and stop-smdsconn naming an owner that has
+    put nothing offloaded exit non-zero with INVALID_REQUEST naming the data sets there
+    are, and no row for it appears, then or after a restart."""
+    d = make_daemon(structures=TINY).start()
+    put(d, "IMSA", 40_000, 3)
+    for argv in (["reset-smds", S, "NOSUCH", "--access", "enabled"],
+                 ["reset-smds", S, "NOSUCH", "--status", "failed"],
+                 ["alter-smds", S, "NOSUCH", "--dsexpand", "no"],
+                 ["start-smdsconn", S, "NOSUCH"], ["stop-smdsconn", S, "NOSUCH"]):
+        status, out, err = cqsctl(d, *argv)
+        assert status != 0 and "INVALID_REQUEST" in err and "IMSA" in err, (argv, out, err)
+        assert "NOTFOUND" in err
+    d.stop()
+    d.restart()
+    assert list(rows(d, "cfstatus")) == list(rows(d, "smds")) == ["IMSA"]
+
+
+def test_a_put_that_can_never_fit_is_refused_before_the_data_set_grows(make_daemon):
+    """A 20 MiB non-recoverable put to a data set of dsmax 8 MiB is SMDS_FULL at once:
+    the data set keeps its size and its DSEXPAND, and a 1 MiB put then grows it."""
+    d = make_daemon('max_message = "21MiB"', structures=TINY + 'dsmax = "8MiB"\n').start()
+    put(d, "IMSA", 40_000, 4)
+    before = rows(d, "smds")["IMSA"]
+    with cqsclient.connect(d.address, client="IMSA") as c, pytest.raises(CQSError) as full:
+        c.structure(S).put("Q", payload(20 * MiB, 5), recoverable=False)
+    assert full.value.reason == "SMDS_FULL" and "never" in str(full.value)
+    after = rows(d, "smds")["IMSA"]
+    assert (after["size"], after["dsexpand"]) == (before["size"], True)
+    assert not d.events("smds_expanded") and not d.events("smds_expand_failed")
+    put(d, "IMSA", MiB, 6, recoverable=False)
+    assert rows(d, "smds")["IMSA"]["size"] > MiB
+

@@ -112,3 +112,41 @@ def test_a_put_that_can_never_fit_is_refused_before_the_data_set_grows(make_daem
     put(d, "IMSA", MiB, 6, recoverable=False)
     assert rows(d, "smds")["IMSA"]["size"] > MiB
 
+
+def test_reads_pass_over_a_message_whose_data_set_is_failed_or_stopped(make_daemon):
+    """The first message of a queue has its data in a FAILED data set, the third in a
+    STOPPED one: reads deliver the others, in order, leaving those two where they
+    are, untouched; a browse shows all four, those two with no data and why; with
+    nothing else left a read is SMDS_UNAVAILABLE; once the data sets are back, both
+    are read in order, byte for byte, delivered once."""
+    d = make_daemon(structures=TINY).start()
+    first = put(d, "IMSA", 40_000, 7)
+    with cqsclient.connect(d.address, client="IMSC") as c:
+        small = c.structure(S).put("Q", b"kept in the structure")
+    third = put(d, "IMSB", 50_000, 8)
+    with cqsclient.connect(d.address, client="IMSC") as c:
+        fourth = c.structure(S).put("Q", b"after them")
+    assert cqsctl(d, "reset-smds", S, "IMSA", "--status", "failed")[0] == 0
+    assert cqsctl(d, "stop-smdsconn", S, "IMSB")[0] == 0
+    with cqsclient.connect(d.address, client="READER") as c:
+        s = c.structure(S)
+        shown = list(s.browse_all("Q"))
+        assert [(m.entry_id, m.data if m.unavailable is None else None) for m in shown] == [
+            (first, None), (small, b"kept in the structure"), (third, None),
+            (fourth, b"after them")]
+        assert "FAILED" in shown[0].unavailable and "STOPPED" in shown[2].unavailable
+        delivered = s.read_batch("Q", 10)
+        assert [m.entry_id for m in delivered] == [small, fourth]
+        for m in delivered:
+            s.delete(m.entry_id)
+        with pytest.raises(CQSError) as refused:
+            s.read("Q")
+        assert refused.value.reason == "SMDS_UNAVAILABLE" and str(first) in str(refused.value)
+    status, out, _ = cqsctl(d, "browse", S, "Q")
+    assert status == 0 and "UNAVAILABLE" in out
+    assert cqsctl(d, "reset-smds", S, "IMSA", "--status", "recovered")[0] == 0
+    assert cqsctl(d, "start-smdsconn", S, "IMSB")[0] == 0
+    with cqsclient.connect(d.address, client="READER2") as c:
+        got = c.structure(S).read_batch("Q", 10)
+    assert [(m.entry_id, m.data, m.delivery_count) for m in got] == [
+        (first, payload(40_000, 7), 1), (third, payload(50_000, 8), 1)]

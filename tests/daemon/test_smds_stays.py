@@ -150,3 +150,30 @@ def test_reads_pass_over_a_message_whose_data_set_is_failed_or_stopped(make_daem
         got = c.structure(S).read_batch("Q", 10)
     assert [(m.entry_id, m.data, m.delivery_count) for m in got] == [
         (first, payload(40_000, 7), 1), (third, payload(50_000, 8), 1)]
+
+
+def test_a_structure_at_80_percent_takes_a_put_that_fits_and_is_full_only_past_its_size(
+        make_daemon):
+    """Issue 28, item 5 (FULL with 20% free): a put's cost is its segments of entry_max,
+    each with 64 bytes of entry controls in whole 512-byte elements (a 5 MiB put is
+    10,400 elements, 5.08 MiB). At 80% of SIZE, grown there from INITSIZE, a 5 MiB
+    put fits and FULL stays no; the next one needs more than SIZE has free and is
+    STRUCTURE_FULL naming both figures, FULL yes; a put that fits clears it."""
+    d = make_daemon(structures='[[structure]]\nname = "BIG"\nsize = "32MiB"\n'
+                               'initsize = "8MiB"\noverflow_threshold = 100\n').start()
+    with cqsclient.connect(d.address, client="FILL") as c:
+        s = c.structure("BIG")
+        for i in range(25):
+            s.put("Q", payload(MiB, i), recoverable=False)
+        row = c.query("structures", "BIG")[0]
+        assert row["elements_used"] == 25 * 2080 and row["elements_used"] >= 0.79 * 65536
+        s.put("Q", payload(5 * MiB, 30), recoverable=False)
+        row = c.query("structures", "BIG")[0]
+        assert (row["full"], row["current_size"]) == (False, 32 * MiB)
+        with pytest.raises(CQSError) as full:
+            s.put("Q", payload(5 * MiB, 31), recoverable=False)
+        assert full.value.reason == "STRUCTURE_FULL"
+        assert "10400 data elements" in str(full.value) and "3136 elements" in str(full.value)
+        assert c.query("structures", "BIG")[0]["full"] is True
+        s.put("Q", payload(MiB, 32), recoverable=False)
+        assert c.query("structures", "BIG")[0]["full"] is False

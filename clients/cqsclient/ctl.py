@@ -163,6 +163,10 @@ def format_messages(messages: Sequence[Message]) -> str:
             row["recoverable"] = m.recoverable
     if any(m.home is not None for m in messages):
         columns.insert(-2, "home")
+    if any(m.unavailable is not None for m in messages):  # data in an unavailable data set
+        columns.insert(-2, "unavailable")
+        for row, m in zip(rows, messages, strict=True):
+            row["unavailable"] = m.unavailable is not None
     return format_table(rows, columns)
 
 

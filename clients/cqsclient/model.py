@@ -58,7 +58,9 @@ class Message:
     ``put_time`` is nanoseconds since the epoch; ``delivery_count`` counts the
     reads with a lock, the current one included. ``where`` (``"ready"``,
     ``"locked"``, ``"cold"``), ``owner`` and ``home`` (the ``(qtype, queue)`` a
-    suspended message came from) are set by browse only.
+    suspended message came from) are set by browse only, and so is
+    ``unavailable``: why the payload is not there (``data`` is then empty), for a
+    message whose data is in a shared message data set that cannot be read now.
     """
 
     entry_id: int
@@ -72,6 +74,7 @@ class Message:
     where: str | None = None
     owner: str | None = None
     home: tuple[str, str] | None = None
+    unavailable: str | None = None
 
     def __repr__(self) -> str:
         # Payloads can be 100 MiB: a repr must not print them whole.

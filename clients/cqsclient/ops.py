@@ -192,6 +192,7 @@ def message_from_wire(wire: dict[str, Any], structure: str) -> Message:
         where=wire.get("where"),
         owner=wire.get("owner"),
         home=(home[0], home[1]) if home else None,
+        unavailable=wire.get("unavailable"),
     )
 
 

@@ -11,6 +11,7 @@ in the data set of structure ``store`` it lies, and it costs the elements of
 its encoded map, however long the payload.
 """
 
+from collections.abc import Callable
 
 from sortedcontainers import SortedDict
 
@@ -81,6 +82,10 @@ class Entry:
             f"Entry({self.entry_id}, {self.qtype}:{self.name}, {self.length}B, "
             f"{self.where}, owner={self.owner}, deliveries={self.delivery_count})"
         )
+
+
+# whether a read must pass over a message it cannot deliver now (Structure.read)
+Passed = Callable[[Entry], bool]
 
 
 class Queue:

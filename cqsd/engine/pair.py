@@ -37,7 +37,7 @@ from typing import Any
 from ..smds.datamap import DataMap
 from .browse import Cursor, CursorIn, position
 from .commit import Delete, Move, Op, Put, Unlock
-from .entry import Entry
+from .entry import Entry, Passed
 from .errors import CQSError, Reason
 from .events import Altered, Event, ExitFailed, OverflowMode, OverflowStatus, QueueWork
 from .overflow import (
@@ -142,14 +142,16 @@ class StructurePair:
         key = (parse_qtype(qtype), check_name(name))
         return self.overflow if key in self._status else self.primary
 
-    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None) -> Entry:
-        """Lock the first message of a queue, by id across both structures."""
+    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None,
+             passed: Passed | None = None) -> Entry:
+        """Lock the first message of a queue (that ``passed`` does not pass over), by
+        id across both structures."""
         if not self._status:
-            return self.primary.read(client, qtype, name, lease)
+            return self.primary.read(client, qtype, name, lease, passed)
         key = (parse_qtype(qtype), name)
         if key not in self._status:
-            return self.primary.read(client, *key, lease)
-        entry = self._first(key).read(client, *key, lease)
+            return self.primary.read(client, *key, lease, passed)
+        entry = self._first(key, passed).read(client, *key, lease, passed)
         self._recheck(key)
         return entry
 
@@ -518,11 +520,11 @@ class StructurePair:
         overflow = self.overflow
         return overflow if overflow is not None and overflow.holds(entry_id) else self.primary
 
-    def _first(self, key: QueueKey) -> Structure:
+    def _first(self, key: QueueKey, passed: Passed | None = None) -> Structure:
         """The structure holding the queue's first ready message (the primary if none)."""
         if self.overflow is None:
             return self.primary
-        here, there = self.primary.head_id(key), self.overflow.head_id(key)
+        here, there = self.primary.head_id(key, passed), self.overflow.head_id(key, passed)
         if there is not None and (here is None or there < here):
             return self.overflow
         return self.primary

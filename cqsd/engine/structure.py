@@ -95,6 +95,7 @@ from .entry import (
     READY,
     STAGED,
     Entry,
+    Passed,
     Queue,
     elements,
 )
@@ -277,14 +278,22 @@ class Structure:
                 yield entry
         yield from self.cleanup
 
-    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None) -> Entry:
+    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None,
+             passed: Passed | None = None) -> Entry:
         """Lock the first message of a queue for ``client``, for ``lease`` seconds if
-        given (``expire``). Raises NO_MESSAGE."""
+        given (``expire``), passing over those ``passed`` says cannot be delivered now
+        (their data in a data set that is unavailable: MQ skips to what it can
+        deliver), which stay where they are; a SERIAL queue is taken in order, so
+        never past its first. Raises NO_MESSAGE."""
         key = (parse_qtype(qtype), name)
         queue = self._queues.get(key)
         if queue is None or (key[0] == SERIAL and key in self.locks.serial_busy):
             raise CQSError(Reason.NO_MESSAGE, f"no readable message on {show(key)}")
-        entry = queue.pop_first()
+        if passed is None:
+            entry = queue.pop_first()
+        else:
+            entry = self._deliverable(queue, passed)
+            queue.remove(entry)
         if not queue.entries:
             self._drop_queue(queue)
         self.locks.lock(entry, client)
@@ -687,10 +696,32 @@ class Structure:
         """The message with this id. Raises ENTRY_NOT_FOUND."""
         return self._find(entry_id)
 
-    def head_id(self, key: QueueKey) -> int | None:
-        """The id of the first ready message of a queue, or None if it has none."""
+    def head_id(self, key: QueueKey, passed: Passed | None = None) -> int | None:
+        """The id of the first ready message of a queue (that ``passed`` does not pass
+        over), or None if it has none."""
         queue = self._queues.get(key)
-        return None if queue is None else queue.entries.peekitem(0)[0]
+        if queue is None:
+            return None
+        if passed is None:
+            head: int = queue.entries.peekitem(0)[0]
+            return head
+        try:
+            return self._deliverable(queue, passed).entry_id
+        except CQSError:
+            return None
+
+    @staticmethod
+    def _deliverable(queue: Queue, passed: Passed) -> Entry:
+        """The queue's first message ``passed`` does not pass over (its first, for a
+        SERIAL queue); raises NO_MESSAGE."""
+        entry: Entry
+        for entry in queue.entries.values():
+            if not passed(entry):
+                return entry
+            if queue.qtype == SERIAL:
+                break
+        raise CQSError(Reason.NO_MESSAGE, f"no message of {show((queue.qtype, queue.name))} "
+                                          f"can be delivered now")
 
     def movable(self, key: QueueKey, limit: int) -> list[Entry]:
         """Up to ``limit`` ready messages of a queue that overflow processing can

@@ -91,12 +91,12 @@ class Daemon:
         self.runtime = Runtime()
         self.registry = Registry(self.config, Definitions(config, self.datadir.repository))
         self.clients = Clients(self.config, self.registry, self.runtime)
-        self.waiters = ReadWaiters(self.limits.reply_bytes)
+        self.datasets = DataSets(self.config, self.datadir.root, self.datadir.repository,
+                                 self.registry, self.limits)
+        self.waiters = ReadWaiters(self.limits.reply_bytes, self.datasets.undeliverable)
         self.stopped = trio.Event()
         self.moves = OverflowMoves(self.registry, self.runtime)
         self.timers = Timers(self.registry, self.runtime, lambda: self.clients.held_over)
-        self.datasets = DataSets(self.config, self.datadir.root, self.datadir.repository,
-                                 self.registry, self.limits)
         self.fsyncs = Fsyncs() if config.daemon.metrics_listen else None
         self.dedup = Dedup(window_of(config))  # exactly-once puts (docs/group.md)
         self.journal: Journal | None = None

@@ -20,6 +20,7 @@ from cqsproto import PROTOCOL_VERSION, requests, timing
 from ..engine import (
     CQSError,
     Delete,
+    Entry,
     Move,
     Put,
     QueueKey,
@@ -100,9 +101,13 @@ def op_read(rooms: Rooms, session: Session, rid: int, structure: str, queue: str
         raise _bad(f"read: n must be 1 to {MAX_READ_BATCH}, got {n}")
     if lease is not None:
         lease = timing.lease_seconds("read", lease)
-    got = read_up_to(s, _client(session), key, n, rooms.limits.reply_bytes, lease)
+    passed_over: list[Entry] = []
+    got = read_up_to(s, _client(session), key, n, rooms.limits.reply_bytes, lease,
+                     _passing(rooms, passed_over))
     if got:
         return _messages(rooms, s, _client(session), got)
+    if passed_over:  # every message there has its data in a data set unavailable now
+        raise rooms.datasets.unavailable(passed_over[0])
     if not wait:
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
     if not 0 < wait <= rooms.config.daemon.max_wait:
@@ -134,6 +139,17 @@ async def _wait_read(rooms: Rooms, session: Session, rid: int, s: StructurePair,
         session.fail(rid, Reason.STRUCTURE_FAILED, f"structure {s.name} failed during the wait")
     elif waiter.messages is None and not rooms.life.stopping:
         session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
+
+
+def _passing(rooms: Rooms, passed_over: list[Entry]) -> Callable[[Entry], bool]:
+    """The ``passed`` of a read: the messages whose data set is unavailable now
+    (``DataSets.undeliverable``), each noted in ``passed_over``."""
+    def passed(entry: Entry) -> bool:
+        if rooms.datasets.undeliverable(entry):
+            passed_over.append(entry)
+            return True
+        return False
+    return passed
 
 
 def _messages(rooms: Rooms, s: StructurePair, client: str, got: list[Any]) -> Result:
@@ -173,7 +189,7 @@ def op_browse(rooms: Rooms, session: Session, rid: int, structure: str, queue: s
             found, after = found[:i], position(found[i - 1])
             break
         size += e.length
-    return wire.messages([wire.browsed(e, rooms.datasets.payload(e)) for e in found],
+    return wire.messages([rooms.datasets.browsed(e) for e in found],
                          cursor=list(after) if after else None)
 
 
@@ -208,7 +224,8 @@ def _read_after_delete(rooms: Rooms, s: StructurePair, client: str, key: QueueKe
     and a plain read surfaces the error."""
     if s.readable:
         rooms.waiters.serve(s)
-    got = read_up_to(s, client, key, n, rooms.limits.reply_bytes, lease)
+    got = read_up_to(s, client, key, n, rooms.limits.reply_bytes, lease,
+                     rooms.datasets.undeliverable)
     try:
         return _payloads(rooms, s, client, got)
     except CQSError as err:

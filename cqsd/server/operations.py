@@ -134,6 +134,7 @@ class Operations:
             reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
             if plan is not None:
                 self.media.fail(plan, f"the recovery of {name} failed: {reason}")
+            self.registry.definitions.failed(name, True)  # as fail's: until recovered
             log.error("structure_recovery_failed", structure=name, error=reason,
                       action="the structure stays failed; retry cqsctl recover, or --purge")
             raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "

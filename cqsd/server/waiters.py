@@ -11,6 +11,7 @@ from collections import deque
 import trio
 
 from ..engine import CQSError, Entry, QueueKey, Reason, Structure, StructurePair
+from ..engine.entry import Passed
 
 # What waiters wait on: the daemon's rooms hold a StructurePair per structure, which
 # has a Structure's read API (name, watched, readable, read); a bare Structure serves alike.
@@ -30,8 +31,9 @@ class Waiter:
 
 
 class ReadWaiters:
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, passed: Passed | None = None) -> None:
         self.budget = budget  # payload bytes one reply may carry (read_up_to)
+        self.passed = passed  # messages a read passes over (their data set unavailable)
         self._queues: dict[tuple[str, QueueKey], deque[Waiter]] = {}
 
     def add(self, structure: Readable, key: QueueKey, waiter: Waiter) -> None:
@@ -56,7 +58,7 @@ class ReadWaiters:
             while queue:
                 waiter = queue[0]
                 got = read_up_to(structure, waiter.client, key, waiter.n, self.budget,
-                                 waiter.lease)
+                                 waiter.lease, self.passed)
                 if not got:
                     break
                 queue.popleft()
@@ -87,15 +89,16 @@ class ReadWaiters:
 
 
 def read_up_to(structure: Readable, client: str, key: QueueKey, n: int, budget: int,
-               lease: float | None = None) -> list[Entry]:
+               lease: float | None = None, passed: Passed | None = None) -> list[Entry]:
     """Lock up to ``n`` messages for ``client`` (for ``lease`` seconds, if given),
     stopping once their payloads pass ``budget`` bytes, so that a reply holds at
-    most one message more than that."""
+    most one message more than that; those ``passed`` passes over stay where they
+    are."""
     got: list[Entry] = []
     size = 0
     try:
         while len(got) < n and size < budget:
-            entry = structure.read(client, *key, lease)
+            entry = structure.read(client, *key, lease, passed)
             got.append(entry)
             size += entry.length
     except CQSError as err:

@@ -50,6 +50,7 @@ from .errors import (
     ExpandFailed,
     ReadFailed,
     ShortDataSet,
+    SmdsError,
     WriteFailed,
 )
 from .header import OPEN, PARTIAL_RECOVERY, Header, pack_header, read_header, validate
@@ -65,6 +66,22 @@ def path_of(data_dir: str | os.PathLike[str], structure: str, owner: str,
     """Where the data set of (``structure``, ``owner``) lives, in a group the one
     incarnation ``writer`` of a node put in (docs/smds.md)."""
     return Path(data_dir) / "smds" / structure / f"{dataset_name(owner, writer)}{SUFFIX}"
+
+
+def extent(data_dir: str | os.PathLike[str], structure: str, owner: str, dsblock: int) -> int:
+    """The size of a data set that is not open, for the displays: the extent its header
+    records, or with no header to trust the whole blocks its file holds; 0 with no
+    file. Reads two pages and writes nothing."""
+    path = path_of(data_dir, structure, owner)
+    try:
+        with open(path, "rb") as f:
+            length = os.fstat(f.fileno()).st_size
+            try:
+                return read_header(f.read(2 * PAGE)).size
+            except SmdsError:
+                return length // dsblock * dsblock
+    except OSError:
+        return 0
 
 
 class DataSet:

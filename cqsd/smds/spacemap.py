@@ -194,6 +194,16 @@ class SpaceMap:
             rest -= nb
         return ranges
 
+    def blocks_needed(self, queue: Hashable, nbytes: int) -> int:
+        """New blocks ``allocate(queue, nbytes)`` takes: 0 when the payload fits in the
+        queue's current block (so a caller can tell a put that can never fit)."""
+        block = self._current.get(queue)
+        tail = 0 if block is None else self.ppb - self._cursor[block]
+        if block is not None and nbytes <= room(tail):
+            return 0
+        rest = nbytes - room(tail) if block is not None else nbytes
+        return max(1, -(-rest // room(self.ppb)))
+
     def _take_block(self) -> int:
         if self._returned:
             return heapq.heappop(self._returned)

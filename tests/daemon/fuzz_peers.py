@@ -309,6 +309,12 @@ def sdk_request(peer: SdkPeer, op: str, f: dict, timeout: float | None = None) -
         "recover": lambda: c.recover(f["structure"], f["purge"]),
         "delete_structure": lambda: c.delete_structure(f["structure"]),
         "connect": lambda: c.structure(f["structure"]).stats,
+        "reset_smds": lambda: c.reset_smds(f["structure"], f["owner"], access=f.get("access"),
+                                           status=f.get("status")),
+        "start_smdsconn": lambda: {"rows": c.start_smdsconn(f["structure"], f["owner"])},
+        "stop_smdsconn": lambda: {"rows": c.stop_smdsconn(f["structure"], f["owner"])},
+        "alter_smds": lambda: c.alter_smds(f["structure"], f["owner"], dsbufs=f["dsbufs"],
+                                           dsexpand=f["dsexpand"]),
         "deregister": c.deregister,
     }
     reply = peer.call(lambda: calls[op]() or {}, timeout=timeout)

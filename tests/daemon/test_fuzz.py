@@ -1,9 +1,10 @@
 """A live-daemon fuzzer (issue 11): a Hypothesis state machine drives a real
 `cqsd run` with random sequences of every request of docs/protocol.md, from
-several clients at once, through the SDK and through raw frames (unknown,
-missing and wrong-typed fields, unknown ops, bad ids, garbage, truncated and
-oversized frames), with sizes from 0 bytes to past every limit, and clients
-that drop, re-register warm and cold, and come back after a daemon restart.
+several clients at once (the SMDS commands among them: fuzz_smds.py), through
+the SDK and through raw frames (unknown, missing and wrong-typed fields,
+unknown ops, bad ids, garbage, truncated and oversized frames), with sizes
+from 0 bytes to past every limit, and clients that drop, re-register warm and
+cold, and come back after a daemon restart.
 
 After every step the daemon must still be running and answering on a fresh
 connection, its log must hold no traceback, and what it stores must be what
@@ -76,6 +77,7 @@ from .fuzz_draws import (
 )
 from .fuzz_model import Model, digest, qtype_name, valid_queue
 from .fuzz_peers import ANSWER_TIMEOUT, RawPeer, sdk_request
+from .fuzz_smds import SmdsRules
 from .harness import Daemon
 
 # Crashes found and not yet fixed: the fuzzer steers around these exact inputs so
@@ -97,7 +99,7 @@ MAY_BE_TOO_LARGE = {"MESSAGE_TOO_LARGE"}
 SPARK_TIMEOUT = 600.0
 
 
-class DaemonFuzz(ConnectionRules, Checks, RuleBasedStateMachine):
+class DaemonFuzz(ConnectionRules, SmdsRules, Checks, RuleBasedStateMachine):
     """Clients, raw and SDK, against one daemon per example; the model says what
     must be stored after every step (fuzz_checks.py checks it)."""
 

@@ -632,3 +632,24 @@ def test_an_overflow_move_batch_stops_at_move_bytes():
     record = p.take_record()
     assert moved == pair_module.MOVE_BYTES // MiB
     assert sum(len(e[4]) for e in record["x"]["OV"]) == moved * MiB
+
+
+def test_a_read_passes_over_what_it_cannot_deliver_in_both_structures_in_id_order():
+    """``passed`` skips messages in place, across the primary and its overflow structure
+    in id order; the skipped ones stay first, undelivered, and a SERIAL queue is
+    never read past its first."""
+    pair = make()
+    put = selected(pair)
+    pair.move_some(10)  # the ten oldest of FLOOD now in the overflow structure
+    assert pair.overflow.holds(put[0]) and not pair.overflow.holds(put[-1])
+    held = {put[0], put[1], put[12]}
+    got = [pair.read("IMS1", "TRAN", "FLOOD", passed=lambda e: e.entry_id in held).entry_id
+           for _ in range(11)]
+    assert got == put[2:12] + put[13:14]
+    assert pair.read("IMS1", "TRAN", "FLOOD").entry_id == put[0]
+    assert pair.overflow.entry(put[1]).delivery_count == 0
+    assert pair.primary.entry(put[12]).delivery_count == 0
+    first, _ = (pair.put("TRAN_SERIAL", "S", b"x").entry_id for _ in range(2))
+    with raises("NO_MESSAGE"):
+        pair.read("IMS1", "TRAN_SERIAL", "S", passed=lambda e: e.entry_id == first)
+    assert pair.read("IMS1", "TRAN_SERIAL", "S").entry_id == first

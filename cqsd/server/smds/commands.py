@@ -50,6 +50,7 @@ class SmdsCommands:
         chosen = [(_choice("status", status, STATUS), f"reset-smds --status {status}"),
                   (_choice("access", access, ACCESS), f"reset-smds --access {access}")]
         events = [(event, words) for event, words in chosen if event is not None]
+        self._exists(key, "reset-smds")
         self._check(key, [event for event, _ in events], "reset-smds")
         if status == "failed":  # it must stop being used at once: no space map saved
             await self.datasets.open_sets.close_one(key, "reset-smds --status failed", save=False)
@@ -64,7 +65,7 @@ class SmdsCommands:
     async def stop(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """STOP SMDSCONN: each data set closed normally, its connection STOPPED, which a
         restart remembers."""
-        keys = self._keys(structure, owner)
+        keys = self._keys(structure, owner, "stop-smdsconn")
         self._check_all(keys, Event.STOP, "stop-smdsconn")
         for key in keys:
             await self.datasets.open_sets.close_one(key, "stop-smdsconn")
@@ -73,7 +74,7 @@ class SmdsCommands:
 
     async def start(self, structure: str, owner: str | None) -> list[dict[str, Any]]:
         """START SMDSCONN: each connection NORMAL, and its data set opened if it may be."""
-        keys = self._keys(structure, owner)
+        keys = self._keys(structure, owner, "start-smdsconn")
         for key in keys:
             self.states.fire(key, Event.START, "start-smdsconn")
             await self.datasets.open_sets.open_aside(key, "start-smdsconn")
@@ -98,6 +99,7 @@ class SmdsCommands:
             fields["dsexpand"] = DSEXPAND[dsexpand]
         if not fields:
             raise _bad("alter-smds: give --dsbufs, --dsexpand or both")
+        self._exists(key, "alter-smds")
         self.states.set(key, **fields)
         log.info("smds_altered", structure=structure, owner=owner, **fields)
         if "dsbufs" in fields:
@@ -119,6 +121,18 @@ class SmdsCommands:
             raise _bad(f"{owner!r} is not a client name: {CLIENT_NAME_RULE}")
         return (structure, owner)
 
+    def _exists(self, key: DataSetKey, command: str) -> DataSetKey:
+        """``key`` if its data set exists (not NOTFOUND): a command naming an owner
+        that never put an offloaded message is refused, and nothing is recorded of it."""
+        structure, owner = key
+        if self.states.state(key).status == Status.NOTFOUND:
+            known = [k[1] for k in self.datasets.open_sets.keys([structure])
+                     if self.states.state(k).status != Status.NOTFOUND]
+            raise _bad(f"{command}: {owner} has no data set in {structure} (NOTFOUND: it has "
+                       f"put no offloaded message there); the data sets of {structure} are "
+                       f"{', '.join(known) or 'none yet'}")
+        return key
+
     def _offloading(self, structure: str) -> None:
         names = [sc.name for sc in self.config.structures]
         if structure not in names:
@@ -127,10 +141,10 @@ class SmdsCommands:
         if self.config.structure(structure).offload_rules is None:
             raise _bad(f"structure {structure} keeps no data sets (offload = \"none\")")
 
-    def _keys(self, structure: str, owner: str | None) -> list[DataSetKey]:
+    def _keys(self, structure: str, owner: str | None, command: str) -> list[DataSetKey]:
         """One data set, or every activated data set of the structure."""
         if owner is not None:
-            return [self._key(structure, owner)]
+            return [self._exists(self._key(structure, owner), command)]
         self._offloading(structure)
         return [k for k in self.datasets.open_sets.keys([structure])
                 if self.states.state(k).status != Status.NOTFOUND]

@@ -29,6 +29,7 @@ from ...engine.structure import Op
 from ...smds import BadPrefix, DataMap, SmdsError
 from ...smds.datamap import dataset_name
 from ...smds.dataset import DataSet
+from .. import wire
 from ..limits import Limits, offload_bound
 from ..liveconfig import LiveConfig
 from ..registry import Registry
@@ -136,6 +137,34 @@ class DataSets:
         except SmdsError as err:
             self.open_sets.damaged(key, "read", err)
         raise self.open_sets.refusal(key, f"entry {entry.entry_id}: ")
+
+    def undeliverable(self, entry: Entry) -> bool:
+        """Whether a read passes over the message (docs/smds.md, "Read"): its data is in
+        a data set that is not open and that no request may open now (FAILED,
+        STOPPED, DISABLED, in error), so the messages after it are delivered."""
+        dmap = entry.map
+        if dmap is None:
+            return False
+        assert entry.store is not None  # set with the map
+        key = (entry.store, dmap.owner)
+        return key not in self.open_sets.open and not self.states.state(key).may_open()
+
+    def unavailable(self, entry: Entry) -> CQSError:
+        """SMDS_UNAVAILABLE naming the state of the offloaded message's data set."""
+        assert entry.map is not None and entry.store is not None
+        return self.open_sets.refusal((entry.store, entry.map.owner), f"entry {entry.entry_id}: ")
+
+    def browsed(self, entry: Entry) -> dict[str, Any]:
+        """The message as a browse shows it: with its payload, or, if its data set
+        cannot give it now, with none and ``unavailable`` saying why."""
+        try:
+            if self.undeliverable(entry):
+                raise self.unavailable(entry)
+            return wire.browsed(entry, self.payload(entry))
+        except CQSError as err:
+            if err.reason != Reason.SMDS_UNAVAILABLE:
+                raise
+            return wire.browsed(entry, b"") | {"unavailable": err.message}
 
     def _place(self, structure: str, owner: str, key: tuple[int, str],
                data: bytes) -> tuple[DataSet, DataMap]:

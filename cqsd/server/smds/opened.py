@@ -36,7 +36,8 @@ from ...engine import CQSError, Entry, Reason
 from ...engine.entry import DELETED, LOCKED
 from ...smds import BadDataMap, Range, SmdsError
 from ...smds.datamap import WRITER
-from ...smds.dataset import DataSet, path_of
+from ...smds.dataset import DataSet, extent, path_of
+from ...smds.pages import PAGE
 from ...smds.states import Access, Avail, Event, IllegalTransition, Status
 from ..liveconfig import LiveConfig
 from ..registry import Registry
@@ -104,6 +105,19 @@ class OpenDataSets:
                                                           "repository")
                 if self.states.state(key).may_open():
                     self.try_open(key, "daemon start")
+        offloading = {sc.name for sc in self.config.structures if sc.offload_rules}
+        for key in self.states.known():  # not open: `display smds` shows what they hold
+            if key not in self.open and key[0] in offloading:
+                self.last[key] = self._figures(key)
+
+    def _figures(self, key: DataSetKey) -> tuple[int, float]:
+        """(size, % used) of a data set not open: its extent from the file, and the
+        pages its structure's entries name, if the structure is available."""
+        dsblock = self.config.structure(key[0]).dsblock
+        size = extent(self.data_dir, *key, dsblock)
+        total = size // PAGE - dsblock // PAGE  # the control block holds no data
+        used = sum(r.pages for e in self.owned(key) if e.map is not None for r in e.map.ranges)
+        return size, min(100.0, 100 * used / total) if total > 0 else 0.0
 
     def keys(self, structures: list[str]) -> list[DataSetKey]:
         """The data sets of ``structures``: known to the repository, on disk, or named by
@@ -340,8 +354,9 @@ class OpenDataSets:
                 stamp = None
             self.states.set(key, map_time=stamp)
             self.states.fire(key, Event.CLOSED, "daemon stop")
-            if not any(e.map is not None and e.map.dataset == key[1]
-                       for e in self.entries(key[0])):
+            # a failed structure's entries are not known until recovered: its data
+            # sets hold what the log says they do, and an EMPTY one would be skipped
+            if self.registry.physical(key[0]) is not None and not self.owned(key):
                 self.states.fire(key, Event.CLOSE_EMPTY, "closed holding no message")
 
     async def purged(self, structures: list[str], why: str) -> None:

@@ -14,6 +14,7 @@ import structlog
 from ...engine import CQSError, Reason, Structure
 from ...smds import DataMap, ExpandFailed, NoSpace, Range, SmdsError
 from ...smds.dataset import DataSet
+from ...smds.spacemap import RESERVED_BLOCKS, SpaceMap
 from ..liveconfig import LiveConfig
 from ..registry import Registry
 from .availability import Availability, DataSetKey
@@ -38,6 +39,7 @@ class Space:
         must be; raises SMDS_FULL if it cannot grow."""
         space = dataset.space
         assert space is not None
+        self._beyond_reach(dataset, space, key, nbytes)
         while True:
             try:
                 ranges = space.allocate(key, nbytes)
@@ -54,6 +56,32 @@ class Space:
         if space.wants_growth:
             self.expand(dataset)  # ahead of need, as MQ does at 90%
         return ranges
+
+    def _beyond_reach(self, dataset: DataSet, space: SpaceMap, key: tuple[int, str],
+                      nbytes: int) -> None:
+        """Refuse with SMDS_FULL, before any expansion, a put that needs more blocks
+        than are free plus all the data set may still grow by: expanding to dsmax
+        for it would only end in DSEXPAND(NO) and the same refusal."""
+        needed = space.blocks_needed(key, nbytes)
+        if needed <= space.free_blocks:
+            return
+        dsblock = space.dsblock
+        dsmax = self.config.structure(dataset.structure).dsmax // dsblock * dsblock
+        growth = max(0, dsmax - space.size) // dsblock \
+            if self.tuning.dsexpand((dataset.structure, dataset.owner)) else 0
+        if needed <= space.free_blocks + growth:
+            return
+        whole = dsmax // dsblock - RESERVED_BLOCKS  # data blocks of the data set at dsmax
+        what = f"{nbytes} bytes need {needed} blocks of {dsblock} bytes and the data set of " \
+               f"{dataset.owner} in {dataset.structure}"
+        if needed > whole:
+            raise CQSError(Reason.SMDS_FULL, f"{what} can never hold more than {whole} "
+                                             f"(dsmax {dsmax}); nothing was changed")
+        self.short.add((dataset.structure, dataset.owner))
+        limit = f"it may grow by {growth} to dsmax" if growth else self._why_not_expand(dataset)
+        raise CQSError(Reason.SMDS_FULL, f"{what} has {space.free_blocks} free ({limit}); "
+                                         f"delete messages, or alter-smds --dsexpand yes with "
+                                         f"room on disk")
 
     def give_back(self, dataset: DataSet, dmap: DataMap) -> None:
         """Free at once the space of a put that never became an entry."""

@@ -288,10 +288,10 @@ def load(structures: list[Structure], images: Path, srds: Path, log_dir: Path,
         covered[s.name], last_ids[s.name], sources[s.name] = (
             dict(header.get("lsn", {})), header.get("last_id", 0), report.source)
     warm = WarmPair({s.name: s for s in structures}, covered, last_ids, sources)
-    names = tuple(warm.structures)
+    primary = structures[0].name
     covers = {w: min(lsn, warm.start(w) - 1) for w, lsn in until.items()}
-    warm.keys = remembered(log_dir, covers, dict.fromkeys(names, names[0]), window,
-                           time.time_ns())[names[0]]
+    warm.keys = remembered(log_dir, covers, dict.fromkeys(warm.structures, primary), window,
+                           time.time_ns())[primary]
     follower = Follower(log_dir, warm.start)
     for rec in follower.read(until):  # folded as rows: a bulk load beats entry by entry
         names = warm.targets(rec)

@@ -557,10 +557,10 @@ class Client:
         return result
 
     async def delete_structure(
-        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str, *, force: bool = False, timeout: Timeout = CLIENT_TIMEOUT
     ) -> dict[str, Any]:
         """SETXCF FORCE (see the blocking client)."""
-        result: dict[str, Any] = await self._do(ops.delete_structure(structure), timeout)
+        result: dict[str, Any] = await self._do(ops.delete_structure(structure, force), timeout)
         return result
 
     async def fail_structure(

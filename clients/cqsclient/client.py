@@ -531,11 +531,12 @@ class Client:
         return result
 
     def delete_structure(
-        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str, *, force: bool = False, timeout: Timeout = CLIENT_TIMEOUT
     ) -> dict[str, Any]:
         """SETXCF FORCE: empty a structure (and its overflow structure) and its
-        checkpoints, so that nothing in it is ever recovered."""
-        result: dict[str, Any] = self._do(ops.delete_structure(structure), timeout)
+        checkpoints, so that nothing in it is ever recovered. Only an empty one
+        unless *force*: InvalidRequest says how many messages it holds."""
+        result: dict[str, Any] = self._do(ops.delete_structure(structure, force), timeout)
         return result
 
     # --- shared message data sets (docs/smds.md) ---

@@ -413,10 +413,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--size", type=_size, default=None, help="its new SIZE, e.g. 128MiB")
 
-    sub = command("delete-structure", "empty a structure and its checkpoints so that nothing "
-                  "in it is recovered (SETXCF FORCE)")
+    sub = command("delete-structure", "delete an empty structure: empty its checkpoints so "
+                  "that nothing in it is recovered (SETXCF FORCE); one holding messages only "
+                  "with --force")
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sub.add_argument("--force", action="store_true",
+                     help="delete it even if it holds messages (they are lost; the log keeps "
+                          "their records, as history)")
 
     sub = command("alter-smds", "change a data set's buffers or expansion (ALTER SMDS); "
                   "turning expansion on retries it")
@@ -660,8 +664,10 @@ def cmd_rebuild(client: cqsclient.Client, args: argparse.Namespace) -> Report:
 
 
 def cmd_delete_structure(client: cqsclient.Client, args: argparse.Namespace) -> Report:
-    r = client.delete_structure(args.structure)
-    return Report(r, f"{r['structure']} deleted: empty, and nothing older will be recovered")
+    r = client.delete_structure(args.structure, force=args.force)
+    held = f" ({r['deleted']} messages deleted)" if r.get("deleted") else ""
+    return Report(r, f"{r['structure']} deleted{held}: empty, and nothing older will be "
+                     "recovered")
 
 
 def cmd_reset_smds(client: cqsclient.Client, args: argparse.Namespace) -> Report:

@@ -546,9 +546,11 @@ def rebuild(structure: str, size: int | None) -> Call:
     return Call({"op": "rebuild", "structure": structure, "size": size}, dict, job=True)
 
 
-def delete_structure(structure: str) -> Call:
-    """``delete_structure``: empty a structure and its checkpoints (a cold start)."""
-    return Call({"op": "delete_structure", "structure": structure}, dict, job=True)
+def delete_structure(structure: str, force: bool = False) -> Call:
+    """``delete_structure``: empty a structure and its checkpoints (a cold start); one
+    holding messages only with ``force``."""
+    return Call({"op": "delete_structure", "structure": structure, "force": force}, dict,
+                job=True)
 
 
 def reset_smds(structure: str, owner: str, access: SmdsAccess | None,

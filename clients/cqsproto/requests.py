@@ -90,7 +90,7 @@ OPS: dict[str, Spec] = {
     "recover": {"structure": _STRUCTURE, "purge": ((bool,), False)},
     "alter": {"structure": _STRUCTURE, "size": ((int,), REQUIRED)},
     "rebuild": {"structure": _STRUCTURE, "size": ((int, type(None)), None)},
-    "delete_structure": {"structure": _STRUCTURE},
+    "delete_structure": {"structure": _STRUCTURE, "force": ((bool,), False)},
     "reset_smds": {
         "structure": _STRUCTURE,
         "owner": ((str,), REQUIRED),

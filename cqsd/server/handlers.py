@@ -309,17 +309,19 @@ def op_rebuild(rooms: Rooms, session: Session, rid: int, structure: str,
     return rooms.operations.rebuild(structure, size)
 
 
-def op_delete_structure(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
-    """delete_structure {structure} -> what recover --purge returns"""
+def op_delete_structure(rooms: Rooms, session: Session, rid: int, structure: str,
+                        force: bool) -> Result:
+    """delete_structure {structure, force?} -> what recover --purge returns, and
+    {deleted}: the messages it held (only with force may it hold any)"""
     primary = rooms.registry.overflow_of.get(structure)
     if primary is not None:
         raise _bad(f"{structure} is the overflow structure of {primary}: "
                    f"delete {primary}, which empties both")
     _recoverable(rooms, structure)
-    log.warning("delete_structure_requested", client=session.client, structure=structure)
+    log.warning("delete_structure_requested", client=session.client, structure=structure,
+                force=force)
     operations = rooms.operations
-    return _later(session, rid, operations.detached, operations.recover, structure, True,
-                  "delete structure")
+    return _later(session, rid, operations.detached, operations.delete, structure, force)
 
 
 def op_fail_structure(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:

@@ -150,6 +150,33 @@ class Operations:
         return {"structure": name, "source": source, "messages": messages,
                 "records_replayed": replayed, "seconds": seconds}
 
+    async def delete(self, name: str, force: bool) -> dict[str, Any]:
+        """Structure delete (seed 004, "functional equivalent to IMS cold start"; MQ's
+        DELETE CFSTRUCT, seed 000, only of an empty structure): the pair is emptied
+        and its checkpoints replaced by empty ones, as ``recover --purge`` does, so
+        nothing older is ever recovered; its log records stay, as history. Without
+        ``force`` only a pair that holds no message is deleted: INVALID_REQUEST says
+        how many it holds (or that a failed one's are unknown). Checked here, in the
+        same step as the purge fails the pair, so no put slips in between."""
+        self._alone("delete structure")
+        held = self._held(name)
+        if held and not force:
+            what = ("is failed: what it holds is known only once it is recovered"
+                    if held < 0 else f"holds {held} message{'s' * (held != 1)}")
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"structure {name} {what}; delete-structure deletes only an empty "
+                           f"structure: empty it, or pass --force to delete it and its messages")
+        log.warning("structure_delete", structure=name, messages=held, force=force)
+        result = await self.recover(name, True, "delete structure")
+        return {**result, "deleted": max(held, 0)}
+
+    def _held(self, name: str) -> int:
+        """The messages pair ``name`` holds, both structures counted; -1 if it is failed
+        (its contents are the checkpoint's and the log's, unknown until recovered)."""
+        if name in self.registry.failed:
+            return -1
+        return sum(s.stats()["messages"] for s in self.registry.structure(name).structures())
+
     def fail(self, name: str) -> dict[str, Any]:
         """RESET CFSTRUCT ACTION(FAIL), for recovery drills: the pair is failed as a
         lost structure is (its requests get STRUCTURE_FAILED, its waiting reads end)

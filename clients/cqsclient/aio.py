@@ -167,6 +167,8 @@ class Client:
         self.max_message = 0
         self.structures: list[str] = []
         self.resync_locks: list[HeldLock] = []
+        # the interests the daemon kept and registered again for this connection
+        self.resumed_interests: list[ops.Interest] = []
 
     def __repr__(self) -> str:
         state = "open" if self._conn is not None and not self._conn.lost else "closed"
@@ -252,6 +254,7 @@ class Client:
         self.max_message = session.max_message
         self.structures = session.structures
         self.resync_locks = session.locks
+        self.resumed_interests = session.interests
         self._token = session.token
 
     async def _dial(
@@ -399,6 +402,8 @@ class Client:
                     except CQSError:
                         pass  # released already, or its structure failed: not ours to hold
                 for structure, queue, qtype in list(self._interests):
+                    if ops.interest(structure, queue, qtype) in session.interests:
+                        continue  # the daemon kept it (see the blocking client)
                     call = ops.register_interest(structure, queue, qtype)
                     try:
                         call.finish(await conn.roundtrip(call))

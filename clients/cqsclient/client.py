@@ -216,7 +216,10 @@ class Client:
     Attributes: ``name``, ``address``, ``server`` (the daemon's version string),
     ``max_message`` (the largest message it accepts), ``structures`` (the names
     it defines), ``resync_locks`` (what this client still held when its last
-    connection dropped: :class:`HeldLock` values), ``timeout`` (the requests'
+    connection dropped: :class:`HeldLock` values), ``resumed_interests`` (the
+    interests the daemon kept for it, from an earlier connection or before the
+    daemon restarted, as ``(structure, queue, qtype)``: they notify this
+    connection without a ``register_interest``), ``timeout`` (the requests'
     default timeout), ``reconnect`` (the policy, or None) and ``last_resync``
     (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect).
     """
@@ -252,6 +255,8 @@ class Client:
         self.max_message = session.max_message
         self.structures: list[str] = session.structures
         self.resync_locks: list[HeldLock] = session.locks
+        # the interests the daemon kept and registered again for this connection
+        self.resumed_interests: list[ops.Interest] = session.interests
         self._token = session.token
 
     def __repr__(self) -> str:
@@ -408,6 +413,8 @@ class Client:
                 except CQSError:
                     pass  # released already, or its structure failed: not ours to hold
             for structure, queue, qtype in list(self._interests):
+                if ops.interest(structure, queue, qtype) in session.interests:
+                    continue  # the daemon kept it (it restarted, or this is the same one)
                 call = ops.register_interest(structure, queue, qtype)
                 try:
                     call.finish(connection.roundtrip(call, self.timeout))

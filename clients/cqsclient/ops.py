@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from cqsproto import LARGE, PROTOCOL_VERSION
 
@@ -44,6 +44,7 @@ from .model import (
     Message,
     Notification,
     QType,
+    QueueTypeName,
     SmdsAccess,
     SmdsExpand,
     SmdsStatus,
@@ -244,6 +245,21 @@ class Session:
     structures: list[str]
     locks: list[HeldLock]
     token: str | None  # for a takeover by this client's next connection
+    # the interests the daemon kept for this client and registered again for this
+    # connection (registered before it, or before the daemon restarted)
+    interests: list[Interest]
+
+
+Interest = tuple[str, str, QueueTypeName]
+"""An interest as (structure, queue, queue type name)."""
+QUEUE_TYPE_NAMES: Final[tuple[QueueTypeName, ...]] = get_args(QueueTypeName)
+
+
+def interest(structure: str, queue: str, qtype: QType) -> Interest:
+    """An interest as the daemon names it, its queue type given by name or number."""
+    if isinstance(qtype, int):
+        return structure, queue, QUEUE_TYPE_NAMES[qtype - 1]
+    return structure, queue, qtype
 
 
 def _session(result: dict[str, Any]) -> Session:
@@ -257,6 +273,7 @@ def _session(result: dict[str, Any]) -> Session:
             for lock in result.get("locks", [])
         ],
         token=result.get("token"),
+        interests=[(i["structure"], i["queue"], i["qtype"]) for i in result.get("interests", [])],
     )
 
 

@@ -49,6 +49,7 @@ from .membership import Membership
 from .metrics import Fsyncs, Monitor
 from .operations import Operations
 from .overflowmoves import OverflowMoves
+from .registrations import Registrations
 from .registry import Registry
 from .rooms import Life, Rooms
 from .runtime import InternalError, Runtime
@@ -89,7 +90,8 @@ class Daemon:
         self.limits = Limits(config.daemon.max_message)
         self.runtime = Runtime()
         self.registry = Registry(self.config, Definitions(config, self.datadir.repository))
-        self.clients = Clients(self.config, self.registry, self.runtime)
+        self.clients = Clients(self.config, self.registry, self.runtime,
+                               Registrations(self.datadir.registrations))
         self.waiters = ReadWaiters(self.limits.reply_bytes)
         self.stopped = trio.Event()
         self.moves = OverflowMoves(self.registry, self.runtime)
@@ -118,6 +120,7 @@ class Daemon:
         self.datadir.open()
         try:
             self.registry.open()
+            self.clients.registrations.load()
             group = self.config.group
             writer = WRITER if group is None else writer_for(group.node, self.datadir.logstream)
             self.journal = journal = Journal(

@@ -51,11 +51,25 @@ def op_register(rooms: Rooms, session: Session, rid: int, client: str, secret: s
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
     locks, token = rooms.clients.register(session, client, secret, cold, operator, takeover)
+    interests = rooms.clients.resume(session, cold)
     rooms.waiters.drop_client(client)  # reads a connection taken over left waiting
-    return {"version": PROTOCOL_VERSION, "server": "cqsd",
-            "max_message": rooms.config.daemon.max_message,
-            "structures": list(rooms.registry.pairs), "locks": locks, "client": session.client,
-            "token": token}
+    result = {"version": PROTOCOL_VERSION, "server": "cqsd",
+              "max_message": rooms.config.daemon.max_message,
+              "structures": list(rooms.registry.pairs), "locks": locks,
+              "client": session.client, "token": token,
+              "interests": [wire.interest(*key) for key in interests]}
+    if not interests:  # a registration alone is not waited for: lost, it is made anew
+        return result
+    session.defer(_registered, rooms, session, rid, result, interests)
+    return DEFERRED
+
+
+async def _registered(rooms: Rooms, session: Session, rid: int, result: Result,
+                      interests: list[Any]) -> None:
+    """The register reply, then a notification for each interest found again whose
+    queue has work, as its register_interest would have sent."""
+    session.reply(rid, result)
+    rooms.clients.announce_to(session, interests)
 
 
 def op_deregister(rooms: Rooms, session: Session, rid: int) -> Result:
@@ -263,14 +277,27 @@ def op_register_interest(rooms: Rooms, session: Session, rid: int, structure: st
     s = rooms.registry.structure(structure)
     key = (s.name, parse_qtype(qtype), check_name(queue))
     rooms.clients.add_interest(session, key, bool(s.queue_stats(key[1], queue)["depth"]))
-    return {}
+    return _kept(rooms, session, rid)
 
 
 def op_deregister_interest(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
                            qtype: str | int) -> Result:
     """deregister_interest {structure, queue, qtype?} -> {}"""
     key = (rooms.registry.structure(structure).name, parse_qtype(qtype), check_name(queue))
-    rooms.clients.drop_interest(session, key)
+    rooms.clients.deregister_interest(session, key)
+    return _kept(rooms, session, rid)
+
+
+def _kept(rooms: Rooms, session: Session, rid: int) -> Result:
+    """{} once the system checkpoint holds what the request changed (at once if
+    it changed nothing there)."""
+    if not rooms.clients.registrations.pending():
+        return {}
+    return _later(session, rid, _durable_reply, rooms.clients.registrations.durable)
+
+
+async def _durable_reply(durable: Callable[[], Awaitable[None]]) -> Result:
+    await durable()
     return {}
 
 

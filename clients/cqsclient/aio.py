@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -576,7 +576,8 @@ class Client:
         return result
 
     async def recover(
-        self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str | Sequence[str], purge: bool = False, *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> dict[str, Any]:
         """RECOVER CFSTRUCT (see the blocking client); returns a report."""
         result: dict[str, Any] = await self._do(ops.recover(structure, purge), timeout)

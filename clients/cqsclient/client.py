@@ -15,7 +15,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -514,10 +514,14 @@ class Client:
         return result
 
     def recover(
-        self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str | Sequence[str], purge: bool = False, *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> dict[str, Any]:
         """RECOVER CFSTRUCT: the structure is failed, rebuilt from its newest checkpoint
-        and the log (or emptied, with *purge*), and available again; returns a report."""
+        and the log (or emptied, with *purge*), and available again; returns a report.
+        Given a list of structures (no *purge*), they are recovered together by one
+        job: ``{"recovered": [a report each], "failed": {name: why}}``; those failed
+        stay failed."""
         result: dict[str, Any] = self._do(ops.recover(structure, purge), timeout)
         return result
 

@@ -30,7 +30,7 @@ replying, which a timeout adds to).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
@@ -548,9 +548,11 @@ def checkpoint(structure: str) -> Call:
     return Call({"op": "checkpoint", "structure": structure}, dict, job=True)
 
 
-def recover(structure: str, purge: bool) -> Call:
-    """``recover``: rebuild a structure from its checkpoint and the log (or empty it)."""
-    return Call({"op": "recover", "structure": structure, "purge": purge}, dict, job=True)
+def recover(structure: str | Sequence[str], purge: bool) -> Call:
+    """``recover``: rebuild a structure from its checkpoint and the log (or empty it);
+    several given as a list, together in one job."""
+    named = structure if isinstance(structure, str) else list(structure)
+    return Call({"op": "recover", "structure": named, "purge": purge}, dict, job=True)
 
 
 def alter(structure: str, size: int) -> Call:

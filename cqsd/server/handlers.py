@@ -363,12 +363,21 @@ def op_checkpoint(rooms: Rooms, session: Session, rid: int, structure: str) -> R
     return _later(session, rid, rooms.checkpoints.take, structure, "operator")
 
 
-def op_recover(rooms: Rooms, session: Session, rid: int, structure: str, purge: bool) -> Result:
-    """recover {structure, purge?} -> {structure, source, messages, records_replayed, seconds}"""
-    _recoverable(rooms, structure)
+def op_recover(rooms: Rooms, session: Session, rid: int, structure: str | list[Any],
+               purge: bool) -> Result:
+    """recover {structure, purge?} -> {structure, source, messages, records_replayed, seconds};
+    recover {structure: [names]} -> {recovered: [those], failed: {name: why}}: one job"""
     log.info("recover_requested", client=session.client, structure=structure, purge=purge)
     operations = rooms.operations
-    return _later(session, rid, operations.detached, operations.recover, structure, purge)
+    if isinstance(structure, str):
+        _recoverable(rooms, structure)
+        return _later(session, rid, operations.detached, operations.recover, structure, purge)
+    if not structure or purge or not all(isinstance(s, str) for s in structure):
+        raise _bad("recover: a list of structures is one or more names, without purge "
+                   "(purge each on its own)")
+    for name in structure:
+        _recoverable(rooms, name)
+    return _later(session, rid, operations.detached, operations.recover_together, structure)
 
 
 def op_reset_smds(rooms: Rooms, session: Session, rid: int, structure: str, owner: str,

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 import trio
 
-from ..engine import CQSError, Reason, StructurePair
+from ..engine import CQSError, Reason, Structure, StructurePair
 from ..engine.entry import ELEMENT
 from ..records import rows_of
 from ..recovery.restart import load_recovered, rebuild_all
@@ -107,33 +107,90 @@ class Operations:
         make it available again. Locks of clients still registered stay theirs; the
         others' go back as in peer recovery."""
         self._alone("recover")
-        if name in self._recovering:
-            raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
-        old = self.registry.failed.get(name)
-        if old is None:  # else failed already: by the operator, or a recovery that failed
-            old = self._fail(name, why, purge=purge)
-        self._recovering.add(name)
-        started = time.monotonic()
-        new = self.registry.new_pair(name)
-        new.last_id = old.last_id
+        new, started = self._begin(name, why, purge)
         names = [s.name for s in new.structures()]
         plan = None
         try:
             if not purge:  # the data sets that must be restored (seed 000)
                 plan = await self.media.start(names)
-            replayed = await self._rebuild(new, purge, old.last_id, plan)
+            replayed = await self._rebuild(new, purge, new.last_id, plan)
             if plan is not None:
                 await self.media.finish(plan)
         except Exception as err:
-            reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
-            if plan is not None:
-                self.media.fail(plan, f"the recovery of {name} failed: {reason}")
-            log.error("structure_recovery_failed", structure=name, error=reason,
-                      action="the structure stays failed; retry cqsctl recover, or --purge")
-            raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
-                           f"failed: {reason}") from err
+            raise self._not_recovered(name, plan, err) from err
         finally:
             self._recovering.discard(name)
+        return await self._recovered(new, purge, why, started, replayed)
+
+    async def recover_together(self, names: list[str]) -> dict[str, Any]:
+        """RECOVER CFSTRUCT of a list (seed 002: "you can recover several CF structures
+        simultaneously"): each pair failed and rebuilt as ``recover`` does, but by one
+        recovery job folding every structure of them together. Returns
+        ``{recovered: [what recover returns, per pair], failed: {name: why}}``: a pair
+        that cannot be recovered (already recovering, its checkpoint or its log
+        damaged, its image not loaded) stays failed, named with its reason, and the
+        others are recovered all the same."""
+        self._alone("recover")
+        failed: dict[str, str] = {}
+        begun: dict[str, tuple[StructurePair, float, Plan]] = {}
+        for name in dict.fromkeys(names):
+            try:
+                new, started = self._begin(name, "recover", False)
+            except CQSError as err:
+                failed[name] = f"{err.reason}: {err.message}"
+                continue
+            try:
+                plan = await self.media.start([s.name for s in new.structures()])
+            except Exception as err:
+                self._recovering.discard(name)
+                failed[name] = self._not_recovered(name, None, err).message
+                continue
+            begun[name] = new, started, plan
+        try:
+            done = await self._rebuild_together([(p[0], p[2]) for p in begun.values()], failed)
+        except Exception as err:
+            for name, (_, _, plan) in begun.items():
+                self._recovering.discard(name)
+                failed[name] = self._not_recovered(name, plan, err).message
+            return {"recovered": [], "failed": failed}
+        recovered = []
+        for name, (new, started, plan) in begun.items():
+            self._recovering.discard(name)
+            if name not in done:
+                failed[name] = self._not_recovered(
+                    name, plan, CQSError(Reason.STRUCTURE_FAILED, failed[name])).message
+                continue
+            await self.media.finish(plan)
+            recovered.append(await self._recovered(new, False, "recover", started, done[name]))
+        return {"recovered": recovered, "failed": failed}
+
+    def _begin(self, name: str, why: str, purge: bool) -> tuple[StructurePair, float]:
+        """``name`` failed (if it is not already: by the operator, or a recovery that
+        failed) and marked recovering; the empty pair it is rebuilt into."""
+        if name in self._recovering:
+            raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
+        old = self.registry.failed.get(name)
+        if old is None:
+            old = self._fail(name, why, purge=purge)
+        self._recovering.add(name)
+        new = self.registry.new_pair(name)
+        new.last_id = old.last_id
+        return new, time.monotonic()
+
+    def _not_recovered(self, name: str, plan: Plan | None, err: Exception) -> CQSError:
+        """``name`` stays failed, its restored data sets FAILED; the error to report."""
+        reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
+        if plan is not None:
+            self.media.fail(plan, f"the recovery of {name} failed: {reason}")
+        log.error("structure_recovery_failed", structure=name, error=reason,
+                  action="the structure stays failed; retry cqsctl recover, or --purge")
+        return CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
+                        f"failed: {reason}")
+
+    async def _recovered(self, new: StructurePair, purge: bool, why: str, started: float,
+                         replayed: int) -> dict[str, Any]:
+        """``new`` in service in place of the failed pair; what recover returns."""
+        name, names = new.name, [s.name for s in new.structures()]
         self._install(new)
         if purge:  # the data sets' contents are no longer needed: EMPTY
             await self.datasets.open_sets.purged(names, why)
@@ -211,11 +268,7 @@ class Operations:
         """Fill ``new`` from the checkpoint and the log (or purge both), writing the
         blocks of the data sets ``plan`` restores; returns the records replayed."""
         replayed = 0
-        for s in new.structures():
-            await self.checkpoints.finished(s.name)  # none starts while it is failed
-        position = self.journal.position  # the structure is failed: none of it comes later
-        if not await self.journal.wait_durable(position):
-            raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
+        position = await self._quiesced([new])
         for s in new.structures():
             if purge:
                 slots.purge(self.datadir.srds, s.name, {WRITER: position}, last_id)
@@ -224,12 +277,61 @@ class Operations:
             path = self.datadir.images / f"{s.name}.recovered"
             await self.checkpoints.jobs.run(
                 self.config.current, ["recover", "--structure", s.name, "--to-image", str(path)])
-            r = await trio.to_thread.run_sync(
-                load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable},
-                plan.writer(s.name) if plan is not None else None)
-            path.unlink()
-            replayed += r.replayed
+            replayed += await self._load(s, plan)
         return replayed
+
+    async def _quiesced(self, pairs: list[StructurePair]) -> int:
+        """No checkpoint of ``pairs`` runs, and the log is durable to its end (they are
+        failed: none of their records comes later); returns that end."""
+        for pair in pairs:
+            for s in pair.structures():
+                await self.checkpoints.finished(s.name)  # none starts while it is failed
+        position = self.journal.position
+        if not await self.journal.wait_durable(position):
+            raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
+        return position
+
+    async def _load(self, s: Structure, plan: Plan | None) -> int:
+        """Fill ``s`` from the image the recovery job wrote, and the log after it;
+        returns the records replayed."""
+        path = self.datadir.images / f"{s.name}.recovered"
+        r = await trio.to_thread.run_sync(
+            load_recovered, s, path, self.datadir.logstream, {WRITER: self.journal.durable},
+            plan.writer(s.name) if plan is not None else None)
+        path.unlink()
+        return r.replayed
+
+    async def _rebuild_together(self, pairs: list[tuple[StructurePair, Plan]],
+                                failed: dict[str, str]) -> dict[str, int]:
+        """Fill ``pairs`` with one recovery job for all their structures, writing the
+        blocks of the data sets each one's plan restores; returns the records replayed
+        for each pair filled. A pair the job or its loading failed is put in
+        ``failed`` with its reason; the job failing as a whole raises."""
+        if not pairs:
+            return {}
+        await self._quiesced([pair for pair, _ in pairs])
+        args = ["recover"]
+        for pair, _ in pairs:
+            for s in pair.structures():
+                args += ["--structure", s.name]
+        result = await self.checkpoints.jobs.run(self.config.current, args)
+        if len(args) == 3:  # one structure: the job answers as recover of one does
+            result = {"failed": {}}
+        done: dict[str, int] = {}
+        for pair, plan in pairs:
+            broken = {s.name: result["failed"][s.name] for s in pair.structures()
+                      if s.name in result["failed"]}
+            if broken:
+                failed[pair.name] = "; ".join(f"{n}: {why}" for n, why in broken.items())
+                for s in pair.structures():
+                    (self.datadir.images / f"{s.name}.recovered").unlink(missing_ok=True)
+                continue
+            try:
+                done[pair.name] = sum([await self._load(s, plan) for s in pair.structures()])
+            except Exception as err:  # noqa: BLE001 - this pair's failure, named
+                failed[pair.name] = err.message if isinstance(err, CQSError) else \
+                    f"{type(err).__name__}: {err}"
+        return done
 
     def _install(self, new: StructurePair) -> None:
         self.registry.install(new)

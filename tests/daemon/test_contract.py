@@ -49,7 +49,7 @@ BUILDS = {
     "requeue": [(S, 1)],
     "dequeue": [(S, "Q", "TRAN")],
     "checkpoint": [(S,)],
-    "recover": [(S, False), (S, True)],
+    "recover": [(S, False), (S, True), ([S, "SMALL"], False)],
     "alter": [(S, 1 << 20)],
     "rebuild": [(S, None), (S, 1 << 20)],
     "delete_structure": [(S,), (S, True)],

@@ -102,7 +102,9 @@ class Clients:
         """After ``register``: the interests ``session``'s client registered before
         (on an earlier connection, or before the daemon restarted), registered
         again for this session; a cold start forgets them instead. Those of a
-        structure not served now stay kept, for when it is."""
+        structure not served here now (not configured, or a group's pair another
+        node owns: the client's own register_interest finds the owner) stay kept,
+        for when it is."""
         client = session.client
         assert client is not None  # registered: the handler calls it after register
         if session.operator:
@@ -112,8 +114,8 @@ class Clients:
             self.registrations.clients[client] = set()
             self.registrations.changed(self.runtime.spawn)
             return []
-        found = [key for key in sorted(kept)
-                 if key[0] in self.registry.pairs or key[0] in self.registry.failed]
+        served = (set(self.registry.pairs) | set(self.registry.failed)) - self.registry.standby
+        found = [key for key in sorted(kept) if key[0] in served]
         for key in found:
             self.interest.setdefault(key, set()).add(session)
             session.interests.add(key)

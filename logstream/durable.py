@@ -39,6 +39,21 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def replace_file(path: Path, data: bytes, mode: int = 0o644,
+                 fsync: Fsync | None = None) -> None:
+    """Replace the file at `path` with `data` durably and atomically: written under a
+    temporary name, fsynced, renamed over it, its directory fsynced."""
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        write_all(fd, data)
+        _fsync_of(fsync)(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    fsync_dir(path.parent, fsync)
+
+
 def fsync_dir(path: str | os.PathLike[str], fsync: Fsync | None = None) -> None:
     """Make the entries of directory `path` (creations, renames, deletions) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -169,6 +169,8 @@ class Client:
         self.max_message = 0
         self.structures: list[str] = []
         self.resync_locks: list[HeldLock] = []
+        # the interests the daemon kept and registered again for this connection
+        self.resumed_interests: list[ops.Interest] = []
 
     def __repr__(self) -> str:
         state = "open" if self._conn is not None and not self._conn.lost else "closed"
@@ -255,6 +257,7 @@ class Client:
         self.max_message = session.max_message
         self.structures = session.structures
         self.resync_locks = session.locks
+        self.resumed_interests = session.interests
         self._token = session.token
         self._keys.window = session.dedup_window
 
@@ -403,6 +406,8 @@ class Client:
                     except CQSError:
                         pass  # released already, or its structure failed: not ours to hold
                 for structure, queue, qtype in list(self._interests):
+                    if ops.interest(structure, queue, qtype) in session.interests:
+                        continue  # the daemon kept it (see the blocking client)
                     call = ops.register_interest(structure, queue, qtype)
                     try:
                         call.finish(await conn.roundtrip(call))
@@ -561,10 +566,10 @@ class Client:
         return result
 
     async def delete_structure(
-        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str, *, force: bool = False, timeout: Timeout = CLIENT_TIMEOUT
     ) -> dict[str, Any]:
         """SETXCF FORCE (see the blocking client)."""
-        result: dict[str, Any] = await self._do(ops.delete_structure(structure), timeout)
+        result: dict[str, Any] = await self._do(ops.delete_structure(structure, force), timeout)
         return result
 
     async def fail_structure(
@@ -575,7 +580,8 @@ class Client:
         return result
 
     async def recover(
-        self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str | Sequence[str], purge: bool = False, *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> dict[str, Any]:
         """RECOVER CFSTRUCT (see the blocking client); returns a report."""
         result: dict[str, Any] = await self._do(ops.recover(structure, purge), timeout)

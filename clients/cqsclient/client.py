@@ -15,7 +15,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -217,7 +217,10 @@ class Client:
     Attributes: ``name``, ``address``, ``server`` (the daemon's version string),
     ``max_message`` (the largest message it accepts), ``structures`` (the names
     it defines), ``resync_locks`` (what this client still held when its last
-    connection dropped: :class:`HeldLock` values), ``timeout`` (the requests'
+    connection dropped: :class:`HeldLock` values), ``resumed_interests`` (the
+    interests the daemon kept for it, from an earlier connection or before the
+    daemon restarted, as ``(structure, queue, qtype)``: they notify this
+    connection without a ``register_interest``), ``timeout`` (the requests'
     default timeout), ``reconnect`` (the policy, or None) and ``last_resync``
     (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect).
     """
@@ -254,6 +257,8 @@ class Client:
         self.max_message = session.max_message
         self.structures: list[str] = session.structures
         self.resync_locks: list[HeldLock] = session.locks
+        # the interests the daemon kept and registered again for this connection
+        self.resumed_interests: list[ops.Interest] = session.interests
         self._token = session.token
         self._keys.window = session.dedup_window
 
@@ -412,6 +417,8 @@ class Client:
                 except CQSError:
                     pass  # released already, or its structure failed: not ours to hold
             for structure, queue, qtype in list(self._interests):
+                if ops.interest(structure, queue, qtype) in session.interests:
+                    continue  # the daemon kept it (it restarted, or this is the same one)
                 call = ops.register_interest(structure, queue, qtype)
                 try:
                     call.finish(connection.roundtrip(call, self.timeout))
@@ -511,10 +518,14 @@ class Client:
         return result
 
     def recover(
-        self, structure: str, purge: bool = False, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str | Sequence[str], purge: bool = False, *,
+        timeout: Timeout = CLIENT_TIMEOUT,
     ) -> dict[str, Any]:
         """RECOVER CFSTRUCT: the structure is failed, rebuilt from its newest checkpoint
-        and the log (or emptied, with *purge*), and available again; returns a report."""
+        and the log (or emptied, with *purge*), and available again; returns a report.
+        Given a list of structures (no *purge*), they are recovered together by one
+        job: ``{"recovered": [a report each], "failed": {name: why}}``; those failed
+        stay failed."""
         result: dict[str, Any] = self._do(ops.recover(structure, purge), timeout)
         return result
 
@@ -535,11 +546,12 @@ class Client:
         return result
 
     def delete_structure(
-        self, structure: str, *, timeout: Timeout = CLIENT_TIMEOUT
+        self, structure: str, *, force: bool = False, timeout: Timeout = CLIENT_TIMEOUT
     ) -> dict[str, Any]:
         """SETXCF FORCE: empty a structure (and its overflow structure) and its
-        checkpoints, so that nothing in it is ever recovered."""
-        result: dict[str, Any] = self._do(ops.delete_structure(structure), timeout)
+        checkpoints, so that nothing in it is ever recovered. Only an empty one
+        unless *force*: InvalidRequest says how many messages it holds."""
+        result: dict[str, Any] = self._do(ops.delete_structure(structure, force), timeout)
         return result
 
     # --- shared message data sets (docs/smds.md) ---

@@ -399,8 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     _no_wait(sub)
 
     sub = command("recover", "recover a structure from its SRDS and the logstream (RECOVER "
-                  "CFSTRUCT); it is failed meanwhile")
-    sub.add_argument("structure", metavar="STRUCTURE")
+                  "CFSTRUCT); it is failed meanwhile. Several are recovered together, by "
+                  "one job")
+    sub.add_argument("structure", metavar="STRUCTURE", nargs="+")
     sub.add_argument("--purge", action="store_true",
                      help="empty the structure instead (TYPE(PURGE)): nothing is recovered")
     _no_wait(sub)
@@ -417,10 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--size", type=_size, default=None, help="its new SIZE, e.g. 128MiB")
 
-    sub = command("delete-structure", "empty a structure and its checkpoints so that nothing "
-                  "in it is recovered (SETXCF FORCE)")
+    sub = command("delete-structure", "delete an empty structure: empty its checkpoints so "
+                  "that nothing in it is recovered (SETXCF FORCE); one holding messages only "
+                  "with --force")
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sub.add_argument("--force", action="store_true",
+                     help="delete it even if it holds messages (they are lost; the log keeps "
+                          "their records, as history)")
 
     sub = command("alter-smds", "change a data set's buffers or expansion (ALTER SMDS); "
                   "turning expansion on retries it")
@@ -552,13 +557,39 @@ def _checkpointed(r: dict[str, Any]) -> str:
             f"{r['records']} log records folded, {r['seconds']}s")
 
 
-def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report:
-    r = _follow_job(client, args, "recover",
-                    lambda: client.recover(args.structure, purge=args.purge))
+def cmd_recover(client: cqsclient.Client, args: argparse.Namespace) -> Report | None:
+    if len(args.structure) > 1:
+        _recover_together(client, args)
+        return None
+    one = argparse.Namespace(**{**vars(args), "structure": args.structure[0]})
+    r = _follow_job(client, one, "recover",
+                    lambda: client.recover(one.structure, purge=args.purge))
     if "job" in r:
         return _started(r)
-    return Report(r, f"{r['structure']} recovered ({r['source']}): {r['messages']} messages, "
-                     f"{r['records_replayed']} log records replayed, {r['seconds']}s")
+    return Report(r, _recovered(r))
+
+
+def _recovered(r: dict[str, Any]) -> str:
+    return (f"{r['structure']} recovered ({r['source']}): {r['messages']} messages, "
+            f"{r['records_replayed']} log records replayed, {r['seconds']}s")
+
+
+def _recover_together(client: cqsclient.Client, args: argparse.Namespace) -> None:
+    """RECOVER CFSTRUCT of a list: one job; each structure's outcome on a line of its
+    own, and exit status 1 (STRUCTURE_FAILED) if any stays failed."""
+    every = argparse.Namespace(**{**vars(args), "structure": None})
+    r = _follow_job(client, every, "recover", lambda: client.recover(args.structure))
+    if "job" in r:
+        _emit(_started({**r, "structure": ", ".join(args.structure)}), args.json)
+        return None
+    lines = [_recovered(done) for done in r["recovered"]]
+    lines += [f"{name} NOT recovered, it stays failed: {why}" for name, why in r["failed"].items()]
+    _emit(Report(r, "\n".join(lines)), args.json)
+    if r["failed"]:
+        raise cqsclient.errors.StructureFailed(
+            f"{len(r['failed'])} of {len(args.structure)} structures not recovered: "
+            f"{', '.join(r['failed'])}")
+    return None
 
 
 def _started(r: dict[str, Any]) -> Report:
@@ -664,8 +695,10 @@ def cmd_rebuild(client: cqsclient.Client, args: argparse.Namespace) -> Report:
 
 
 def cmd_delete_structure(client: cqsclient.Client, args: argparse.Namespace) -> Report:
-    r = client.delete_structure(args.structure)
-    return Report(r, f"{r['structure']} deleted: empty, and nothing older will be recovered")
+    r = client.delete_structure(args.structure, force=args.force)
+    held = f" ({r['deleted']} messages deleted)" if r.get("deleted") else ""
+    return Report(r, f"{r['structure']} deleted{held}: empty, and nothing older will be "
+                     "recovered")
 
 
 def cmd_reset_smds(client: cqsclient.Client, args: argparse.Namespace) -> Report:
@@ -757,6 +790,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAILED
         if args.command == "delete-structure" and not args.yes:
             raise UsageError("delete-structure empties the structure for good: pass --yes")
+        if args.command == "recover" and args.purge and len(args.structure) > 1:
+            raise UsageError("recover --purge takes one structure: purge each on its own")
         if args.command == "reset-smds" and args.access is None and args.status is None:
             raise UsageError("reset-smds: give --access, --status or both")
         if args.command == "alter-smds" and args.dsbufs is None and args.dsexpand is None:

@@ -30,9 +30,9 @@ replying, which a timeout adds to).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from cqsproto import LARGE, PROTOCOL_VERSION
 
@@ -44,6 +44,7 @@ from .model import (
     Message,
     Notification,
     QType,
+    QueueTypeName,
     SmdsAccess,
     SmdsExpand,
     SmdsStatus,
@@ -250,7 +251,22 @@ class Session:
     structures: list[str]
     locks: list[HeldLock]
     token: str | None  # for a takeover by this client's next connection
+    # the interests the daemon kept for this client and registered again for this
+    # connection (registered before it, or before the daemon restarted)
+    interests: list[Interest]
     dedup_window: float = 0.0  # seconds the daemon remembers a put's key (0: keys not taken)
+
+
+Interest = tuple[str, str, QueueTypeName]
+"""An interest as (structure, queue, queue type name)."""
+QUEUE_TYPE_NAMES: Final[tuple[QueueTypeName, ...]] = get_args(QueueTypeName)
+
+
+def interest(structure: str, queue: str, qtype: QType) -> Interest:
+    """An interest as the daemon names it, its queue type given by name or number."""
+    if isinstance(qtype, int):
+        return structure, queue, QUEUE_TYPE_NAMES[qtype - 1]
+    return structure, queue, qtype
 
 
 def _session(result: dict[str, Any]) -> Session:
@@ -264,6 +280,7 @@ def _session(result: dict[str, Any]) -> Session:
             for lock in result.get("locks", [])
         ],
         token=result.get("token"),
+        interests=[(i["structure"], i["queue"], i["qtype"]) for i in result.get("interests", [])],
         dedup_window=float(result.get("dedup_window") or 0),
     )
 
@@ -539,9 +556,11 @@ def checkpoint(structure: str) -> Call:
     return Call({"op": "checkpoint", "structure": structure}, dict, job=True)
 
 
-def recover(structure: str, purge: bool) -> Call:
-    """``recover``: rebuild a structure from its checkpoint and the log (or empty it)."""
-    return Call({"op": "recover", "structure": structure, "purge": purge}, dict, job=True)
+def recover(structure: str | Sequence[str], purge: bool) -> Call:
+    """``recover``: rebuild a structure from its checkpoint and the log (or empty it);
+    several given as a list, together in one job."""
+    named = structure if isinstance(structure, str) else list(structure)
+    return Call({"op": "recover", "structure": named, "purge": purge}, dict, job=True)
 
 
 def alter(structure: str, size: int) -> Call:
@@ -554,9 +573,11 @@ def rebuild(structure: str, size: int | None) -> Call:
     return Call({"op": "rebuild", "structure": structure, "size": size}, dict, job=True)
 
 
-def delete_structure(structure: str) -> Call:
-    """``delete_structure``: empty a structure and its checkpoints (a cold start)."""
-    return Call({"op": "delete_structure", "structure": structure}, dict, job=True)
+def delete_structure(structure: str, force: bool = False) -> Call:
+    """``delete_structure``: empty a structure and its checkpoints (a cold start); one
+    holding messages only with ``force``."""
+    return Call({"op": "delete_structure", "structure": structure, "force": force}, dict,
+                job=True)
 
 
 def reset_smds(structure: str, owner: str, access: SmdsAccess | None,

@@ -91,10 +91,11 @@ OPS: dict[str, Spec] = {
     "requeue": {"structure": _STRUCTURE, "entry_id": _ENTRY},
     "dequeue": {"structure": _STRUCTURE, "queue": ((str,), REQUIRED), "qtype": _QTYPE},
     "checkpoint": {"structure": _STRUCTURE},
-    "recover": {"structure": _STRUCTURE, "purge": ((bool,), False)},
+    # one structure, or a list of them recovered together (RECOVER CFSTRUCT of a list)
+    "recover": {"structure": ((str, list), REQUIRED), "purge": ((bool,), False)},
     "alter": {"structure": _STRUCTURE, "size": ((int,), REQUIRED)},
     "rebuild": {"structure": _STRUCTURE, "size": ((int, type(None)), None)},
-    "delete_structure": {"structure": _STRUCTURE},
+    "delete_structure": {"structure": _STRUCTURE, "force": ((bool,), False)},
     "reset_smds": {
         "structure": _STRUCTURE,
         "owner": ((str,), REQUIRED),

@@ -117,8 +117,10 @@ def denied(rights: Rights, op: str, args: Mapping[str, Any], queue_of: QueueOf,
     it), or None if they allow it all. Pure: ``queue_of`` looks a message up."""
     structure = args.get("structure")
     if structure is not None and rights.structures is not None:
-        if overflow_of.get(structure, structure) not in rights.structures:
-            return f"structure {structure}"
+        # a recover names a list of structures (cqsproto/requests.py)
+        for name in structure if isinstance(structure, list) else [structure]:
+            if not isinstance(name, str) or overflow_of.get(name, name) not in rights.structures:
+                return f"structure {name}"
     if op == "delete" and args.get("next") is not None:
         why = _next(rights, args["next"])
         if why is not None:

@@ -9,7 +9,9 @@ work. Locks a restart of the daemon finds wait the same, but go back as they
 were: the daemon stopping was no failure of the client's, and must not push
 its messages toward the suspend queue; until their holder registers again
 (``held_over``), a lease of theirs that ends goes back the same way. A cold
-start instead moves them to the cold queue for the operator.
+start instead moves them to the cold queue for the operator. A client's
+registration and interests outlive its connection and the daemon
+(registrations.py): registering warm again, it finds them.
 """
 
 import hmac
@@ -24,19 +26,21 @@ from ..engine import CQSError, QueueType, Reason, StructurePair
 from . import wire
 from .access import OPERATOR_MARK, Access, is_operator_session
 from .liveconfig import LiveConfig
+from .registrations import Interest, Registrations
 from .registry import Registry
 from .runtime import Runtime
 from .session import Session
 
 log = structlog.get_logger()
-Interest = tuple[str, int, str]  # (structure, queue type, queue name)
 
 
 class Clients:
-    def __init__(self, config: LiveConfig, registry: Registry, runtime: Runtime) -> None:
+    def __init__(self, config: LiveConfig, registry: Registry, runtime: Runtime,
+                 registrations: Registrations | None = None) -> None:
         self.config = config
         self.registry = registry
         self.runtime = runtime
+        self.registrations = registrations or Registrations()
         self.sessions: dict[str, Session] = {}  # the connection each registered name holds
         self.pending: dict[str, trio.CancelScope] = {}  # grace timers of dropped clients
         self.tokens: dict[str, str] = {}  # the takeover token of each registered name
@@ -94,6 +98,31 @@ class Clients:
                  takeover=old is not None)
         return locks, token
 
+    def resume(self, session: Session, cold: bool) -> list[Interest]:
+        """After ``register``: the interests ``session``'s client registered before
+        (on an earlier connection, or before the daemon restarted), registered
+        again for this session; a cold start forgets them instead. Those of a
+        structure not served here now (not configured, or a group's pair another
+        node owns: the client's own register_interest finds the owner) stay kept,
+        for when it is."""
+        client = session.client
+        assert client is not None  # registered: the handler calls it after register
+        if session.operator:
+            return []
+        kept = self.registrations.clients.get(client)
+        if kept is None or (cold and kept):
+            self.registrations.clients[client] = set()
+            self.registrations.changed(self.runtime.spawn)
+            return []
+        served = (set(self.registry.pairs) | set(self.registry.failed)) - self.registry.standby
+        found = [key for key in sorted(kept) if key[0] in served]
+        for key in found:
+            self.interest.setdefault(key, set()).add(session)
+            session.interests.add(key)
+        if found:
+            log.info("interests_resumed", client=client, interests=len(found))
+        return found
+
     def _operator_session(self, session: Session, client: str) -> list[dict]:
         session.client = f"{client}{OPERATOR_MARK}{session.id}"
         session.operator = True
@@ -121,6 +150,10 @@ class Clients:
         assert client is not None
         session.deregistered = True
         self._forget(session)  # before the reply: its name may register again at once
+        if not session.operator and self.registrations.clients.pop(client, None) is not None:
+            # not waited for: the connection ends with the reply (a crash before the
+            # write leaves the registration kept, and its interests found again)
+            self.registrations.changed(self.runtime.spawn)
         for s in self.registry.pairs.values():
             s.release_client(client, failed=False)
         (log.debug if session.operator else log.info)("deregister", client=client)
@@ -187,8 +220,31 @@ class Clients:
     def add_interest(self, session: Session, key: Interest, has_work: bool) -> None:
         self.interest.setdefault(key, set()).add(session)
         session.interests.add(key)
+        if not session.operator:
+            self._keep(session, key, True)
         if has_work:
             session.send(notification(*key))
+
+    def deregister_interest(self, session: Session, key: Interest) -> None:
+        """The client's own deregister_interest: forgotten for good, not only for
+        this connection."""
+        self.drop_interest(session, key)
+        if not session.operator:
+            self._keep(session, key, False)
+
+    def _keep(self, session: Session, key: Interest, keep: bool) -> None:
+        assert session.client is not None  # registered: every interest op is
+        kept = self.registrations.clients.setdefault(session.client, set())
+        if (key in kept) != keep:
+            (kept.add if keep else kept.discard)(key)
+            self.registrations.changed(self.runtime.spawn)
+
+    def announce_to(self, session: Session, keys: list[Interest]) -> None:
+        """Notify ``session`` of each of ``keys`` whose queue has work now."""
+        for key in keys:
+            pair = self.registry.pairs.get(key[0])
+            if pair is not None and pair.queue_stats(key[1], key[2])["depth"]:
+                session.send(notification(*key))
 
     def drop_interest(self, session: Session, key: Interest) -> None:
         session.interests.discard(key)

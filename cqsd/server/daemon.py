@@ -50,6 +50,7 @@ from .membership import Membership
 from .metrics import Fsyncs, Monitor
 from .operations import Operations
 from .overflowmoves import OverflowMoves
+from .registrations import Registrations
 from .registry import Registry
 from .rooms import Life, Rooms
 from .runtime import InternalError, Runtime
@@ -90,7 +91,8 @@ class Daemon:
         self.limits = Limits(config.daemon.max_message)
         self.runtime = Runtime()
         self.registry = Registry(self.config, Definitions(config, self.datadir.repository))
-        self.clients = Clients(self.config, self.registry, self.runtime)
+        self.clients = Clients(self.config, self.registry, self.runtime,
+                               Registrations(self.datadir.registrations))
         self.datasets = DataSets(self.config, self.datadir.root, self.datadir.repository,
                                  self.registry, self.limits)
         self.waiters = ReadWaiters(self.limits.reply_bytes, self.datasets.undeliverable)
@@ -120,6 +122,7 @@ class Daemon:
         self.datadir.open()
         try:
             self.registry.open()
+            self.clients.registrations.load()
             group = self.config.group
             writer = WRITER if group is None else writer_for(group.node, self.datadir.logstream)
             self.journal = journal = Journal(

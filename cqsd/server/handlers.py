@@ -52,11 +52,25 @@ def op_register(rooms: Rooms, session: Session, rid: int, client: str, secret: s
         raise _bad(f"protocol version {version} is not supported; "
                    f"this server speaks {PROTOCOL_VERSION}")
     locks, token = rooms.clients.register(session, client, secret, cold, operator, takeover)
+    interests = rooms.clients.resume(session, cold)
     rooms.waiters.drop_client(client)  # reads a connection taken over left waiting
-    return {"version": PROTOCOL_VERSION, "server": "cqsd",
-            "max_message": rooms.config.daemon.max_message,
-            "structures": list(rooms.registry.pairs), "locks": locks, "client": session.client,
-            "token": token, "dedup_window": rooms.dedup.window}
+    result = {"version": PROTOCOL_VERSION, "server": "cqsd",
+              "max_message": rooms.config.daemon.max_message,
+              "structures": list(rooms.registry.pairs), "locks": locks,
+              "client": session.client, "token": token, "dedup_window": rooms.dedup.window,
+              "interests": [wire.interest(*key) for key in interests]}
+    if not interests:  # a registration alone is not waited for: lost, it is made anew
+        return result
+    session.defer(_registered, rooms, session, rid, result, interests)
+    return DEFERRED
+
+
+async def _registered(rooms: Rooms, session: Session, rid: int, result: Result,
+                      interests: list[Any]) -> None:
+    """The register reply, then a notification for each interest found again whose
+    queue has work, as its register_interest would have sent."""
+    session.reply(rid, result)
+    rooms.clients.announce_to(session, interests)
 
 
 def op_deregister(rooms: Rooms, session: Session, rid: int) -> Result:
@@ -299,14 +313,27 @@ def op_register_interest(rooms: Rooms, session: Session, rid: int, structure: st
     s = rooms.registry.structure(structure)
     key = (s.name, parse_qtype(qtype), check_name(queue))
     rooms.clients.add_interest(session, key, bool(s.queue_stats(key[1], queue)["depth"]))
-    return {}
+    return _kept(rooms, session, rid)
 
 
 def op_deregister_interest(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
                            qtype: str | int) -> Result:
     """deregister_interest {structure, queue, qtype?} -> {}"""
     key = (rooms.registry.structure(structure).name, parse_qtype(qtype), check_name(queue))
-    rooms.clients.drop_interest(session, key)
+    rooms.clients.deregister_interest(session, key)
+    return _kept(rooms, session, rid)
+
+
+def _kept(rooms: Rooms, session: Session, rid: int) -> Result:
+    """{} once the system checkpoint holds what the request changed (at once if
+    it changed nothing there)."""
+    if not rooms.clients.registrations.pending():
+        return {}
+    return _later(session, rid, _durable_reply, rooms.clients.registrations.durable)
+
+
+async def _durable_reply(durable: Callable[[], Awaitable[None]]) -> Result:
+    await durable()
     return {}
 
 
@@ -345,17 +372,19 @@ def op_rebuild(rooms: Rooms, session: Session, rid: int, structure: str,
     return rooms.operations.rebuild(structure, size)
 
 
-def op_delete_structure(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
-    """delete_structure {structure} -> what recover --purge returns"""
+def op_delete_structure(rooms: Rooms, session: Session, rid: int, structure: str,
+                        force: bool) -> Result:
+    """delete_structure {structure, force?} -> what recover --purge returns, and
+    {deleted}: the messages it held (only with force may it hold any)"""
     primary = rooms.registry.overflow_of.get(structure)
     if primary is not None:
         raise _bad(f"{structure} is the overflow structure of {primary}: "
                    f"delete {primary}, which empties both")
     _recoverable(rooms, structure)
-    log.warning("delete_structure_requested", client=session.client, structure=structure)
+    log.warning("delete_structure_requested", client=session.client, structure=structure,
+                force=force)
     operations = rooms.operations
-    return _later(session, rid, operations.detached, operations.recover, structure, True,
-                  "delete structure")
+    return _later(session, rid, operations.detached, operations.delete, structure, force)
 
 
 def op_fail_structure(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
@@ -370,12 +399,21 @@ def op_checkpoint(rooms: Rooms, session: Session, rid: int, structure: str) -> R
     return _later(session, rid, rooms.checkpoints.take, structure, "operator")
 
 
-def op_recover(rooms: Rooms, session: Session, rid: int, structure: str, purge: bool) -> Result:
-    """recover {structure, purge?} -> {structure, source, messages, records_replayed, seconds}"""
-    _recoverable(rooms, structure)
+def op_recover(rooms: Rooms, session: Session, rid: int, structure: str | list[Any],
+               purge: bool) -> Result:
+    """recover {structure, purge?} -> {structure, source, messages, records_replayed, seconds};
+    recover {structure: [names]} -> {recovered: [those], failed: {name: why}}: one job"""
     log.info("recover_requested", client=session.client, structure=structure, purge=purge)
     operations = rooms.operations
-    return _later(session, rid, operations.detached, operations.recover, structure, purge)
+    if isinstance(structure, str):
+        _recoverable(rooms, structure)
+        return _later(session, rid, operations.detached, operations.recover, structure, purge)
+    if not structure or purge or not all(isinstance(s, str) for s in structure):
+        raise _bad("recover: a list of structures is one or more names, without purge "
+                   "(purge each on its own)")
+    for name in structure:
+        _recoverable(rooms, name)
+    return _later(session, rid, operations.detached, operations.recover_together, structure)
 
 
 def op_reset_smds(rooms: Rooms, session: Session, rid: int, structure: str, owner: str,

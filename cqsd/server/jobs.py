@@ -120,7 +120,9 @@ class Jobs:
         self.finished: deque[Job] = deque(maxlen=KEEP)
 
     def start(self, args: list[str]) -> Job:
-        structure = args[args.index("--structure") + 1] if "--structure" in args else ""
+        # a recovery of several structures names each (--structure A --structure B)
+        structure = ",".join(a for a, flag in zip(args[1:], args, strict=False)
+                             if flag == "--structure")
         job = Job(next(self._ids), args[0], structure, time.time())
         self.running[job.id] = job
         log.info("job_started", job=job.id, kind=job.kind, structure=structure)

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 import trio
 
-from ..engine import CQSError, Reason, StructurePair
+from ..engine import CQSError, Reason, Structure, StructurePair
 from ..engine.entry import ELEMENT
 from ..records import rows_of
 from ..recovery.keys import pair_of, remembered
@@ -113,38 +113,104 @@ class Operations:
         with ``purge``, empty it and make sure nothing older is ever recovered, and
         make it available again. Locks of clients still registered stay theirs; the
         others' go back as in peer recovery."""
-        if name in self._recovering:
-            raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
-        old = self.registry.failed.get(name)
-        if old is None:  # else failed already: by the operator, or a recovery that failed
-            old = self._fail(name, why, purge=purge)
-        self._recovering.add(name)
-        started = time.monotonic()
-        new = self.registry.new_pair(name)
-        new.last_id = old.last_id
+        new, started, old = self._begin(name, why, purge)
         names = [s.name for s in new.structures()]
         plan = None
         try:
             if not purge:  # the data sets that must be restored (seed 000)
                 plan = await self.media.start(names)
-            replayed = await self._rebuild(new, purge, old.last_id, plan)
+            replayed = await self._rebuild(new, purge, new.last_id, plan)
             if plan is not None:
                 await self.media.finish(plan)
         except Exception as err:
-            reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
-            if plan is not None:
-                self.media.fail(plan, f"the recovery of {name} failed: {reason}")
-            self.registry.definitions.failed(name, True)  # as fail's: until recovered
-            log.error("structure_recovery_failed", structure=name, error=reason,
-                      action="the structure stays failed; retry cqsctl recover, or --purge")
-            raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
-                           f"failed: {reason}") from err
+            raise self._not_recovered(name, plan, err) from err
         finally:
             self._recovering.discard(name)
-        if self.registry.failed.get(name) is not old:  # a group's node fenced meanwhile
+        self._still_ours(name, old)
+        return await self._recovered(new, purge, why, started, replayed)
+
+    async def recover_together(self, names: list[str]) -> dict[str, Any]:
+        """RECOVER CFSTRUCT of a list (seed 002: "you can recover several CF structures
+        simultaneously"): each pair failed and rebuilt as ``recover`` does, but by one
+        recovery job folding every structure of them together. Returns
+        ``{recovered: [what recover returns, per pair], failed: {name: why}}``: a pair
+        that cannot be recovered (already recovering, its checkpoint or its log
+        damaged, its image not loaded) stays failed, named with its reason, and the
+        others are recovered all the same."""
+        failed: dict[str, str] = {}
+        if self.config.group is not None and len(set(names)) > 1:
+            raise CQSError(Reason.INVALID_REQUEST, "in a group, recover one structure pair at "
+                           "a time: each pair's log is read to its own seals' cuts")
+        begun: dict[str, tuple[StructurePair, float, Plan]] = {}
+        for name in dict.fromkeys(names):
+            try:
+                new, started, _ = self._begin(name, "recover", False)
+            except CQSError as err:
+                failed[name] = f"{err.reason}: {err.message}"
+                continue
+            try:
+                plan = await self.media.start([s.name for s in new.structures()])
+            except Exception as err:
+                self._recovering.discard(name)
+                failed[name] = self._not_recovered(name, None, err).message
+                continue
+            begun[name] = new, started, plan
+        try:
+            done = await self._rebuild_together([(p[0], p[2]) for p in begun.values()], failed)
+        except Exception as err:
+            for name, (_, _, plan) in begun.items():
+                self._recovering.discard(name)
+                failed[name] = self._not_recovered(name, plan, err).message
+            return {"recovered": [], "failed": failed}
+        recovered = []
+        for name, (new, started, plan) in begun.items():
+            self._recovering.discard(name)
+            if name not in done:
+                failed[name] = self._not_recovered(
+                    name, plan, CQSError(Reason.STRUCTURE_FAILED, failed[name])).message
+                continue
+            await self.media.finish(plan)
+            recovered.append(await self._recovered(new, False, "recover", started, done[name]))
+        return {"recovered": recovered, "failed": failed}
+
+    def _begin(self, name: str, why: str, purge: bool
+               ) -> tuple[StructurePair, float, StructurePair]:
+        """``name`` failed (if it is not already: by the operator, or a recovery that
+        failed) and marked recovering; the empty pair it is rebuilt into, and the
+        failed one."""
+        if name in self._recovering:
+            raise CQSError(Reason.INVALID_REQUEST, f"structure {name} is already being recovered")
+        old = self.registry.failed.get(name)
+        if old is None:
+            old = self._fail(name, why, purge=purge)
+        self._recovering.add(name)
+        new = self.registry.new_pair(name)
+        new.last_id = old.last_id
+        return new, time.monotonic(), old
+
+    def _still_ours(self, name: str, old: StructurePair) -> None:
+        """Raises STRUCTURE_FAILED if a group's node was fenced while recovering ``name``:
+        its new owner took it over from the sealed log."""
+        if self.registry.failed.get(name) is not old:
             raise CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name}: this node lost "
                            "the structure while recovering it; its new owner took it over "
                            "from the sealed log")
+
+    def _not_recovered(self, name: str, plan: Plan | None, err: Exception) -> CQSError:
+        """``name`` stays failed, its restored data sets FAILED; the error to report."""
+        reason = err.message if isinstance(err, CQSError) else f"{type(err).__name__}: {err}"
+        if plan is not None:
+            self.media.fail(plan, f"the recovery of {name} failed: {reason}")
+        self.registry.definitions.failed(name, True)  # as fail's: until recovered
+        log.error("structure_recovery_failed", structure=name, error=reason,
+                  action="the structure stays failed; retry cqsctl recover, or --purge")
+        return CQSError(Reason.STRUCTURE_FAILED, f"recovery of {name} failed, it stays "
+                        f"failed: {reason}")
+
+    async def _recovered(self, new: StructurePair, purge: bool, why: str, started: float,
+                         replayed: int) -> dict[str, Any]:
+        """``new`` in service in place of the failed pair; what recover returns."""
+        name, names = new.name, [s.name for s in new.structures()]
         self._install(new)
         if purge:  # the data sets' contents are no longer needed: EMPTY
             await self.datasets.open_sets.purged(names, why)
@@ -160,6 +226,32 @@ class Operations:
                  records_replayed=replayed, seconds=seconds)
         return {"structure": name, "source": source, "messages": messages,
                 "records_replayed": replayed, "seconds": seconds}
+
+    async def delete(self, name: str, force: bool) -> dict[str, Any]:
+        """Structure delete (seed 004, "functional equivalent to IMS cold start"; MQ's
+        DELETE CFSTRUCT, seed 000, only of an empty structure): the pair is emptied
+        and its checkpoints replaced by empty ones, as ``recover --purge`` does, so
+        nothing older is ever recovered; its log records stay, as history. Without
+        ``force`` only a pair that holds no message is deleted: INVALID_REQUEST says
+        how many it holds (or that a failed one's are unknown). Checked here, in the
+        same step as the purge fails the pair, so no put slips in between."""
+        held = self._held(name)
+        if held and not force:
+            what = ("is failed: what it holds is known only once it is recovered"
+                    if held < 0 else f"holds {held} message{'s' * (held != 1)}")
+            raise CQSError(Reason.INVALID_REQUEST,
+                           f"structure {name} {what}; delete-structure deletes only an empty "
+                           f"structure: empty it, or pass --force to delete it and its messages")
+        log.warning("structure_delete", structure=name, messages=held, force=force)
+        result = await self.recover(name, True, "delete structure")
+        return {**result, "deleted": max(held, 0)}
+
+    def _held(self, name: str) -> int:
+        """The messages pair ``name`` holds, both structures counted; -1 if it is failed
+        (its contents are the checkpoint's and the log's, unknown until recovered)."""
+        if name in self.registry.failed:
+            return -1
+        return sum(s.stats()["messages"] for s in self.registry.structure(name).structures())
 
     def fail(self, name: str) -> dict[str, Any]:
         """RESET CFSTRUCT ACTION(FAIL), for recovery drills: the pair is failed as a
@@ -188,11 +280,7 @@ class Operations:
         In a group the log is read up to the seals' cuts of the pair's earlier
         owners (``Checkpoints.covered``), as a takeover reads it (docs/group.md)."""
         replayed = 0
-        for s in new.structures():
-            await self.checkpoints.finished(s.name)  # none starts while it is failed
-        position = self.journal.position  # the structure is failed: none of it comes later
-        if not await self.journal.wait_durable(position):
-            raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
+        position = await self._quiesced([new])
         for s in new.structures():
             if purge:
                 slots.purge(self.datadir.srds, s.name, self.checkpoints.covered(s.name, position),
@@ -203,14 +291,65 @@ class Operations:
             cuts = self.checkpoints.covered(s.name, position)
             await self.checkpoints.jobs.run(
                 self.config.current, ["recover", "--structure", s.name, "--to-image", str(path),
-                                      *(a for w, n in cuts.items() for a in ("--cut", f"{w}={n}"))])
-            r = await trio.to_thread.run_sync(
-                load_recovered, s, path, self.datadir.logstream,
-                self.checkpoints.covered(s.name, self.journal.durable),
-                plan.writer(s.name) if plan is not None else None)
-            path.unlink()
-            replayed += r.replayed
+                                      *_cut_args(cuts)])
+            replayed += await self._load(s, plan)
         return replayed
+
+    async def _quiesced(self, pairs: list[StructurePair]) -> int:
+        """No checkpoint of ``pairs`` runs, and the log is durable to its end (they are
+        failed: none of their records comes later); returns that end."""
+        for pair in pairs:
+            for s in pair.structures():
+                await self.checkpoints.finished(s.name)  # none starts while it is failed
+        position = self.journal.position
+        if not await self.journal.wait_durable(position):
+            raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
+        return position
+
+    async def _load(self, s: Structure, plan: Plan | None) -> int:
+        """Fill ``s`` from the image the recovery job wrote, and the log after it;
+        returns the records replayed."""
+        path = self.datadir.images / f"{s.name}.recovered"
+        r = await trio.to_thread.run_sync(
+            load_recovered, s, path, self.datadir.logstream,
+            self.checkpoints.covered(s.name, self.journal.durable),
+            plan.writer(s.name) if plan is not None else None)
+        path.unlink()
+        return r.replayed
+
+    async def _rebuild_together(self, pairs: list[tuple[StructurePair, Plan]],
+                                failed: dict[str, str]) -> dict[str, int]:
+        """Fill ``pairs`` with one recovery job for all their structures, writing the
+        blocks of the data sets each one's plan restores; returns the records replayed
+        for each pair filled. A pair the job or its loading failed is put in
+        ``failed`` with its reason; the job failing as a whole raises."""
+        if not pairs:
+            return {}
+        position = await self._quiesced([pair for pair, _ in pairs])
+        args = ["recover"]
+        for pair, _ in pairs:
+            for s in pair.structures():
+                args += ["--structure", s.name]
+        if self.config.group is not None:  # one pair (recover_together): its seals' cuts
+            args += _cut_args(self.checkpoints.covered(pairs[0][0].name, position))
+        result = await self.checkpoints.jobs.run(self.config.current, args)
+        if args.count("--structure") == 1:  # one: the job answers as recover of one does
+            result = {"failed": {}}
+        done: dict[str, int] = {}
+        for pair, plan in pairs:
+            broken = {s.name: result["failed"][s.name] for s in pair.structures()
+                      if s.name in result["failed"]}
+            if broken:
+                failed[pair.name] = "; ".join(f"{n}: {why}" for n, why in broken.items())
+                for s in pair.structures():
+                    (self.datadir.images / f"{s.name}.recovered").unlink(missing_ok=True)
+                continue
+            try:
+                done[pair.name] = sum([await self._load(s, plan) for s in pair.structures()])
+            except Exception as err:  # noqa: BLE001 - this pair's failure, named
+                failed[pair.name] = err.message if isinstance(err, CQSError) else \
+                    f"{type(err).__name__}: {err}"
+        return done
 
     def _install(self, new: StructurePair) -> None:
         self.registry.install(new)
@@ -297,3 +436,8 @@ class Operations:
         if isinstance(outcome[0], CQSError):
             raise outcome[0]
         return outcome[0]
+
+
+def _cut_args(cuts: dict[str, int]) -> list[str]:
+    """The recovery job's ``--cut WRITER=LSN`` arguments."""
+    return [a for w, n in cuts.items() for a in ("--cut", f"{w}={n}")]

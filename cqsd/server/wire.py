@@ -34,6 +34,10 @@ def lock(structure: str, entry: Entry) -> dict:
             "qtype": TYPE_NAMES[entry.qtype], "delivery_count": entry.delivery_count}
 
 
+def interest(structure: str, qtype: int, queue: str) -> dict:
+    return {"structure": structure, "qtype": TYPE_NAMES[qtype], "queue": queue}
+
+
 class Large(dict):
     """A result carrying a payload of LARGE bytes or more: its reply is encoded
     around it (``encode_frame(..., large=True)``)."""

@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent is not None:
         _exit_with_parent(args.parent)
     try:
-        if args.structure is not None:
-            slots.check_structure_name(args.structure)
+        for structure in _structures(args):
+            slots.check_structure_name(structure)
         result = _run(args)
     except Exception as err:  # noqa: BLE001 - every failure is reported alike: named, exit 1
-        log.error("srds_job_failed", job=args.job, structure=args.structure,
+        log.error("srds_job_failed", job=args.job, structure=_label(args),
                   kind=type(err).__name__, error=_first_line(err))
         return 1
     print(json.dumps(result), flush=True)
@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> dict:
             app="cqsd-report"), since=args.since, events=args.events, structure=args.structure)
     if args.job == "report":
         return jobs.report(data_dir, args.structure)
-    stages = jobs.Stages(args.job, args.structure)
+    stages = jobs.Stages(args.job, _label(args) or "")
     with stages.stage("session"):
         from cqsd.srds import session  # imports pyspark: only the jobs that fold need it
 
@@ -68,9 +68,22 @@ def _run(args: argparse.Namespace) -> dict:
         cut = dict(args.cut) if args.cut else None
         if args.job == "checkpoint":
             return jobs.checkpoint(spark, data_dir, args.structure, cut, stages)
-        return jobs.recover(spark, data_dir, args.structure, args.to_image, stages, cut)
+        if len(args.structure) > 1:
+            return jobs.recover_together(spark, data_dir, args.structure, stages, cut)
+        return jobs.recover(spark, data_dir, args.structure[0], args.to_image, stages, cut)
     finally:
         spark.stop()
+
+
+def _structures(args: argparse.Namespace) -> list[str]:
+    """The structures named: recover takes several, the others one or none."""
+    if isinstance(args.structure, list):
+        return args.structure
+    return [] if args.structure is None else [args.structure]
+
+
+def _label(args: argparse.Namespace) -> str | None:
+    return ",".join(_structures(args)) or None
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -122,15 +135,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cqsd.srds",
                                      description="structure checkpoints (SRDS) and recovery")
     jobs_ = parser.add_subparsers(dest="job", required=True)
-    cut = argparse.ArgumentParser(add_help=False, parents=[one])
+    cut = argparse.ArgumentParser(add_help=False)
     cut.add_argument("--cut", action="append", type=_position, default=[], metavar="WRITER=LSN",
                      help="last LSN to include per writer, writers not named left out "
                           "(repeatable; default: every writer to the log's end)")
-    jobs_.add_parser("checkpoint", parents=[cut],
+    jobs_.add_parser("checkpoint", parents=[one, cut],
                      help="fold the current slot and the log into the other slot")
-    rebuild = jobs_.add_parser("recover", parents=[cut],
-                               help="newest valid slot + the log after it -> an image")
-    rebuild.add_argument("--to-image", help="default <data-dir>/images/<S>.recovered")
+    rebuild = jobs_.add_parser("recover", parents=[common, cut],
+                               help="newest valid slot + the log after it -> an image; "
+                                    "with several --structure, all folded in one job")
+    rebuild.add_argument("--structure", action="append", required=True,
+                         help="the structure (e.g. MSGQ01); repeat it to recover several "
+                              "together (RECOVER CFSTRUCT of a list), each into "
+                              "<data-dir>/images/<S>.recovered")
+    rebuild.add_argument("--to-image", help="default <data-dir>/images/<S>.recovered "
+                                            "(one structure only)")
     report = jobs_.add_parser(
         "report", parents=[common],
         help="with --out: the traffic report (HTML, PNG plots, Parquet); "
@@ -147,6 +166,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    if args.job == "recover" and len(args.structure) > 1 and args.to_image is not None:
+        parser.error("recover: --to-image names one structure's image; with several, each "
+                     "goes to <data-dir>/images/<S>.recovered")
     if args.job == "report" and args.out is None and args.structure is None:
         parser.error("report needs --out DIR (the traffic report) or --structure S "
                      "(the slots and the log tail)")

@@ -54,16 +54,20 @@ class LogEvents:
     """The effect rows of a plan's segments, read by one Spark task per segment;
     after an action on them, ``check`` says whether the tasks read everything."""
 
-    def __init__(self, spark: SparkSession, tasks: list[segments.Task], structures: set[str]):
+    def __init__(self, spark: SparkSession, tasks: list[segments.Task], structures: set[str],
+                 first: int = 0):
+        """``first``: the number of the first of ``tasks`` in the job's whole plan (a
+        recovery of several structures reads each one's tasks, numbered end to end,
+        as ``parts.writer`` reads payloads back)."""
         self.tasks = tasks
         self._summaries = spark.sparkContext.accumulator([], Summaries())
         if not tasks:
             self.frame = spark.createDataFrame([], EVENTS)
             return
         # One partition per task, made in the JVM: each task's number picks its segment.
-        numbers = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
+        numbers = spark.range(first, first + len(tasks), 1, numPartitions=len(tasks))
         self.frame = numbers.mapInArrow(
-            _decoder(tasks, frozenset(structures), self._summaries), EVENTS)
+            _decoder(tasks, first, frozenset(structures), self._summaries), EVENTS)
 
     def summaries(self) -> list[dict]:
         """What the tasks that ended reported (segments.scan)."""
@@ -74,12 +78,12 @@ class LogEvents:
         return segments.check(self.tasks, self.summaries())
 
 
-def _decoder(tasks: list[segments.Task], structures: frozenset[str], summaries):
+def _decoder(tasks: list[segments.Task], first: int, structures: frozenset[str], summaries):
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for numbers in batches:
             for number in numbers.column(0).to_pylist():
                 summary: dict = {}
-                yield from segments.scan(tasks[number], structures, summary, number)
+                yield from segments.scan(tasks[number - first], structures, summary, number)
                 summaries.add([summary])
     return decode
 

@@ -9,7 +9,7 @@ driver, with the action split at the moment the last log segment was decoded.
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -122,6 +122,124 @@ def recover(spark: SparkSession, data_dir: Path, structure: str,
             "lsn": attempt["lsn_to"], "rows": count, "last_id": last_id,
             "records": coverage.matched, "scanned": coverage.records,
             "seconds": round(stages.total, 3), "stages": stages.seconds}
+
+
+def recover_together(spark: SparkSession, data_dir: Path, structures: list[str],
+                     stages: Stages | None = None, cut: dict[str, int] | None = None) -> dict:
+    """RECOVER CFSTRUCT of several structures at once (seed 002: "you can recover
+    several CF structures simultaneously"): each one's newest valid slot and the log
+    after it, folded in one Spark action, into ``images/<S>.recovered`` each, as
+    ``recover`` makes one. A structure whose plan, log or image fails is reported
+    with its error in ``failed``, and gets no image; the others are recovered. Only
+    an error of the action itself that no structure's log explains fails them all
+    (raised). ``cut``, as ``recover``'s, holds for every structure."""
+    stages = stages or Stages("recover", ",".join(structures))
+    layout = DataDir(str(data_dir))
+    failed: dict[str, str] = {}
+    plans: dict[str, tuple[slots.Slot | None, fold.LogEvents, dict]] = {}
+    with ExitStack() as held:
+        frames: list = []
+        tasks: list[segments.Task] = []
+        for structure in structures:
+            try:
+                directory = held.enter_context(
+                    slots.locked(layout.srds, structure, exclusive=False))
+                attempt: dict = {"lsn_from": {}, "lsn_to": {}}
+                base, planned = _plan(stages, layout, structure, cut, attempt)
+            except Exception as err:  # noqa: BLE001 - this structure's failure, named
+                failed[structure] = _named(err)
+                continue
+            events = fold.LogEvents(spark, planned, {structure}, first=len(tasks))
+            tasks += planned
+            plans[structure] = (base, events, attempt)
+            frame = events.frame
+            if base is not None:
+                frame = frame.unionByName(fold.slot_events(fold.read_slot(spark, base),
+                                                           structure))
+            frames.append(frame)
+        if not frames:
+            return {"recovered": {}, "failed": failed, "seconds": round(stages.total, 3),
+                    "stages": stages.seconds}
+        staged = slots.staging_dir(directory, "recover")
+        try:
+            chunks = _fold_together(staged, spark, stages, frames, tasks,
+                                    {s: p[1] for s, p in plans.items()}, failed)
+            recovered = {s: _image_of(layout, stages, staged, s, plans[s], chunks, failed)
+                         for s in plans if s not in failed}
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+    return {"recovered": {s: r for s, r in recovered.items() if r is not None},
+            "failed": failed, "seconds": round(stages.total, 3), "stages": stages.seconds}
+
+
+def _fold_together(staged: Path, spark: SparkSession, stages: Stages, frames: list,
+                   tasks: list[segments.Task], events: dict[str, fold.LogEvents],
+                   failed: dict[str, str]) -> list[parts.Chunk]:
+    """The one action of ``recover_together``: every structure's rows folded into
+    image files in ``staged``; their index. A structure whose log tasks reported
+    damage is put in ``failed``, and the others with it, naming them (they were
+    folded in the same action); an action failure none explains is raised."""
+    began = time.time()
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    staged.mkdir()
+    try:
+        with fold.raised():
+            index = fold.by_entry(frame).mapInArrow(
+                parts.writer(tasks, str(staged), parts.IMAGE),
+                from_arrow_schema(parts.INDEX)).collect()
+    except Exception:
+        explained = False
+        for structure, logged in events.items():
+            try:
+                segments.raise_reported(logged.summaries())
+            except Exception as damage:  # noqa: BLE001 - this structure's log, named
+                failed[structure] = _named(damage)
+                explained = True
+        if not explained:
+            raise
+        damaged = [s for s in events if s in failed]
+        for structure in events:
+            failed.setdefault(structure, f"not recovered: the fold it shared failed on the "
+                                         f"log of {', '.join(damaged)}; recover it again")
+        return []
+    ended = time.time()
+    read_ends = [s["ended"] for e in events.values() for s in e.summaries() if "ended" in s]
+    read = min(ended, max(read_ends, default=began)) - began
+    stages.add("read", read)
+    stages.add("fold", ended - began - read)
+    return [parts.Chunk(**row.asDict()) for row in index]
+
+
+def _image_of(layout: DataDir, stages: Stages, staged: Path, structure: str,
+              plan: tuple[slots.Slot | None, fold.LogEvents, dict], chunks: list[parts.Chunk],
+              failed: dict[str, str]) -> dict | None:
+    """``images/<S>.recovered`` from the folded chunks of ``structure``, and what
+    ``recover`` reports of it; None (and the error in ``failed``) if its log was
+    not all read or the image cannot be written."""
+    base, events, attempt = plan
+    path = layout.images / f"{structure}.recovered"
+    try:
+        coverage = events.check()
+        mine = [c for c in chunks if c.structure == structure]
+        last_id = max(base.last_id if base else 0, coverage.last_ids.get(structure, 0))
+        with stages.stage("image") as info:
+            count = sum(c.rows for c in mine)
+            make_dirs(path.parent)
+            image.write_packed(path, structure, parts.image_chunks(staged, mine), count,
+                               attempt["lsn_to"], last_id)
+            info.update(image=structure, rows=count)
+    except Exception as err:  # noqa: BLE001 - this structure's failure, named
+        failed[structure] = _named(err)
+        return None
+    return {"structure": structure, "image": str(path),
+            "from_slot": base.name if base else None, "lsn": attempt["lsn_to"], "rows": count,
+            "last_id": last_id, "records": coverage.matched, "scanned": coverage.records}
+
+
+def _named(err: Exception) -> str:
+    return f"{type(err).__name__}: {err}"
 
 
 def report(data_dir: Path, structure: str) -> dict:

@@ -9,12 +9,11 @@ point of a checkpoint.
 """
 
 import json
-import os
 from pathlib import Path
 
 from crc32c import crc32c
 
-from logstream.durable import fsync_dir, write_all
+from logstream.durable import replace_file
 
 from ..errors import DaemonError
 
@@ -71,14 +70,5 @@ def load(directory: Path, structure: str) -> dict:
 
 def store(directory: Path, manifest: dict) -> None:
     """Replace the manifest in ``directory`` durably and atomically."""
-    path = directory / NAME
-    temp = directory / (NAME + ".tmp")
     data = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    fsync_dir(directory)
+    replace_file(directory / NAME, data)

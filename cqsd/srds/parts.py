@@ -29,20 +29,23 @@ from . import entryfold, slots
 from .segments import Payloads, Task
 
 SLOT, IMAGE = "slot", "image"
-# One row per bucket of a task's image file; one row per task for a slot file.
+# One row per structure and bucket of a task's image file (a recovery may fold
+# several structures together); one row per task for a slot file.
 INDEX = pa.schema([("file", pa.string()), ("bucket", pa.int64()), ("offset", pa.int64()),
-                   ("length", pa.int64()), ("rows", pa.int64())])
+                   ("length", pa.int64()), ("rows", pa.int64()), ("structure", pa.string())])
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Where one bucket's packed image rows are (or, for a slot file, the whole file)."""
+    """Where one bucket's packed image rows of one structure are (or, for a slot
+    file, the whole file)."""
 
     file: str
     bucket: int
     offset: int
     length: int
     rows: int
+    structure: str = ""
 
 
 def writer(tasks: list[Task], staged: str, kind: str):
@@ -92,21 +95,23 @@ def _write_slot(folded: Iterator[pa.RecordBatch], path: Path) -> list[Chunk]:
 def _write_image(folded: Iterator[pa.RecordBatch], path: Path) -> list[Chunk]:
     temp, packer = path.with_name(path.name + ".tmp"), msgpack.Packer(use_bin_type=True)
     chunks: list[Chunk] = []
-    bucket, start, offset, rows = None, 0, 0, 0
+    at: tuple[str, int] | None = None  # the (structure, bucket) being written
+    start = offset = rows = 0
     with open(temp, "wb") as f:
         for batch in folded:
             packed = []
-            for eid, row in slots.image_rows(batch):
-                if eid >> entryfold.BUCKET_BITS != bucket:
-                    if bucket is not None:
-                        chunks.append(Chunk(path.name, bucket, start, offset - start, rows))
-                    bucket, start, rows = eid >> entryfold.BUCKET_BITS, offset, 0
+            names = batch.column("structure").to_pylist()
+            for structure, (eid, row) in zip(names, slots.image_rows(batch), strict=True):
+                if (structure, eid >> entryfold.BUCKET_BITS) != at:
+                    if at is not None:
+                        chunks.append(Chunk(path.name, at[1], start, offset - start, rows, at[0]))
+                    at, start, rows = (structure, eid >> entryfold.BUCKET_BITS), offset, 0
                 row_bytes = packer.pack(row)
                 packed.append(row_bytes)
                 offset, rows = offset + len(row_bytes), rows + 1
             f.write(b"".join(packed))
-    if bucket is not None:
-        chunks.append(Chunk(path.name, bucket, start, offset - start, rows))
+    if at is not None:
+        chunks.append(Chunk(path.name, at[1], start, offset - start, rows, at[0]))
     if not chunks:
         temp.unlink()
         return []
@@ -115,9 +120,9 @@ def _write_image(folded: Iterator[pa.RecordBatch], path: Path) -> list[Chunk]:
 
 
 def image_chunks(staged: Path, chunks: list[Chunk]) -> Iterator[tuple[int, bytes]]:
-    """(rows, packed bytes) of each bucket in bucket order, for image.write_packed.
-    Raises ValueError if two tasks wrote the same bucket (a retried task's file
-    replaces its failed attempt's, so only a bug can)."""
+    """(rows, packed bytes) of each bucket in bucket order, for image.write_packed;
+    ``chunks`` are one structure's. Raises ValueError if two tasks wrote the same
+    bucket (a retried task's file replaces its failed attempt's, so only a bug can)."""
     ordered = sorted(chunks, key=lambda c: c.bucket)
     for before, after in zip(ordered, ordered[1:], strict=False):
         if before.bucket == after.bucket:

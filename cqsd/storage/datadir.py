@@ -24,6 +24,9 @@ class DataDir:
         self.logstream = self.root / "logstream"
         self.srds = self.root / "srds"
         self.repository = self.root / "repository.db"
+        # the system checkpoint (cqsd/server/registrations.py): this daemon's clients
+        self.registrations = self.root / ("clients.ckpt" if node is None
+                                          else f"clients.{node}.ckpt")
         self._lock_fd: int | None = None
 
     def open(self) -> None:

@@ -307,7 +307,7 @@ def sdk_request(peer: SdkPeer, op: str, f: dict, timeout: float | None = None) -
         "rebuild": lambda: c.rebuild(f["structure"], f["size"]),
         "checkpoint": lambda: c.checkpoint(f["structure"]),
         "recover": lambda: c.recover(f["structure"], f["purge"]),
-        "delete_structure": lambda: c.delete_structure(f["structure"]),
+        "delete_structure": lambda: c.delete_structure(f["structure"], force=f.get("force", False)),
         "connect": lambda: c.structure(f["structure"]).stats,
         "reset_smds": lambda: c.reset_smds(f["structure"], f["owner"], access=f.get("access"),
                                            status=f.get("status")),

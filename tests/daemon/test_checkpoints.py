@@ -279,3 +279,33 @@ def test_a_checkpoint_a_crash_interrupted_starts_again_at_the_next_start(make_da
     d.wait_for("log_trimmed", after=run)
     assert not d.events("checkpoint_failed")  # the interrupted job left no lock behind
     assert [eid for eid, _, _ in contents(d.address)] == acked
+
+
+
+def test_several_structures_recover_together_and_one_that_fails_stays_failed(make_daemon):
+    """cqsctl recover with a list runs one recovery job for them all (RECOVER CFSTRUCT
+    of a list): the pair (with its overflow structure) and SMALL come back with their
+    recoverable messages, while ONE, whose checkpoint manifest is damaged, is named,
+    stays failed and makes cqsctl exit 1, never half-recovered."""
+    d = make_daemon(JOBS, structures=PAIR + SMALL + ONE).start()
+    with cqsclient.connect(d.address, client="A") as c:
+        kept = c.structure("PRIM").put("Q", b"in PRIM")
+        c.structure("PRIM").put("Q", b"lost", recoverable=False)
+        small = c.structure("SMALL").put("Q", b"in SMALL")
+        c.structure("MSGQ01").put("Q", b"in ONE")
+    damaged = d.data / "srds" / "MSGQ01"
+    damaged.mkdir(parents=True, exist_ok=True)
+    (damaged / "manifest.json").write_text("{damaged")
+    done = ctl(d, "recover", "PRIM", "SMALL", "MSGQ01")
+    assert done.returncode == 1
+    assert "STRUCTURE_FAILED" in done.stderr and "MSGQ01" in done.stderr
+    result = json.loads(done.stdout)
+    assert [r["structure"] for r in result["recovered"]] == ["PRIM", "SMALL"]
+    assert list(result["failed"]) == ["MSGQ01"] and "ManifestError" in result["failed"]["MSGQ01"]
+    assert len(d.events("job_started", kind="recover")) == 1
+    assert d.events("job_started", kind="recover")[0]["structure"] == "PRIM,PRIMOV,SMALL,MSGQ01"
+    assert [e for e, _, _ in contents(d.address, structure="PRIM")] == [kept]
+    assert [e for e, _, _ in contents(d.address, structure="SMALL")] == [small]
+    with cqsclient.connect(d.address, client="A") as c:
+        status = {r["name"]: r["status"] for r in c.query("structures")}
+    assert status["MSGQ01"] == "failed" and status["PRIM"] == status["SMALL"] == "available"

@@ -49,10 +49,10 @@ BUILDS = {
     "requeue": [(S, 1)],
     "dequeue": [(S, "Q", "TRAN")],
     "checkpoint": [(S,)],
-    "recover": [(S, False), (S, True)],
+    "recover": [(S, False), (S, True), ([S, "SMALL"], False)],
     "alter": [(S, 1 << 20)],
     "rebuild": [(S, None), (S, 1 << 20)],
-    "delete_structure": [(S,)],
+    "delete_structure": [(S,), (S, True)],
     "fail_structure": [(S,)],
     "reset_smds": [(S, "A", "enabled", None), (S, "A", None, "recovered")],
     "start_smdsconn": [(S, None), (S, "A")],
@@ -194,7 +194,7 @@ def drive_every_op(d) -> None:
         c.rebuild(S)
         c.recover("SMALL", purge=True)  # without purge, and checkpoint, a Spark job runs
         c.fail_structure("SMALL")
-        c.delete_structure("SMALL")  # a purge: it ends the failure too
+        c.delete_structure("SMALL", force=True)  # a purge: it ends the failure too
         assert s.read("NONE") is None  # NO_MESSAGE, read as "nothing there"
         with pytest.raises(cqsclient.errors.EntryNotFound):
             s.delete(10**15)

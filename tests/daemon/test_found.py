@@ -26,7 +26,7 @@ def test_a_purge_after_a_read_answers_without_another_request(daemon):
     assert r.request("put", structure="SMALL", queue="Q", data=b"m")["ok"]
     assert r.request("read", structure="SMALL", queue="Q")["ok"]
     r.sock.settimeout(10)
-    assert r.request("delete_structure", structure="SMALL")["ok"]
+    assert r.request("delete_structure", structure="SMALL", force=True)["ok"]
 
 
 def test_a_waiting_read_gets_a_put_pipelined_behind_it(daemon):

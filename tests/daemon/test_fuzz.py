@@ -423,7 +423,8 @@ class DaemonFuzz(ConnectionRules, SmdsRules, Checks, RuleBasedStateMachine):
         if meanwhile == "rebuild":
             self.judge(self.send(writer, "rebuild", {"structure": structure, "size": None}), set())
         elif meanwhile == "purge" and self.sync_the_log():
-            self.judge(self.send(writer, "delete_structure", {"structure": structure}), set(),
+            purge = {"structure": structure, "force": True}
+            self.judge(self.send(writer, "delete_structure", purge), set(),
                        on_ok=lambda r: self.model.recovered(structure, True))
             for peer, rid in readers:
                 self.judge(peer.reply(rid), {"STRUCTURE_FAILED"})
@@ -934,6 +935,8 @@ class DaemonFuzz(ConnectionRules, SmdsRules, Checks, RuleBasedStateMachine):
             return
         peer = self.pick(i)
         fields = {"structure": structure} | ({"purge": purge} if op == "recover" else {})
+        if op == "delete_structure":
+            fields["force"] = True  # the model empties it whatever it holds
         if peer.client is None:
             return self.unregistered(peer, op, fields)
         faults = self.structure_faults(structure, operator=op == "checkpoint")

@@ -188,7 +188,7 @@ def test_rebuild_and_delete_structure_under_load(make_daemon):
     check(journals, survivors(d))
     with cqsclient.connect(d.address, client="OPER") as c:
         marker = c.structure("MSGQ01").put("Q0", b"before the delete")
-        c.delete_structure("MSGQ01")
+        c.delete_structure("MSGQ01", force=True)
         assert c.structure("MSGQ01").browse() == []
         after = c.structure("MSGQ01").put("Q0", b"after")
     assert after > marker

@@ -160,3 +160,41 @@ def test_async_requests_time_out_while_the_daemon_is_stopped(daemon, backend):
                 assert await s.query("queues", timeout=None) is not None
 
     anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_a_client_coming_back_warm_finds_its_interests(make_daemon, stop):
+    """Registrations and interests outlive a daemon restart, clean or a crash (the
+    CQS system checkpoint): the SDK's reconnect finds its interest kept and sends no
+    register_interest; a new connection under a name that dropped is notified of a
+    put without registering its interest again; one deregistered stays gone; a cold
+    start forgets them."""
+    d = make_daemon().start()
+    a = cqsclient.connect(d.address, client="IMSA", reconnect=Reconnect(first_delay=0.05))
+    a.register_interest("MSGQ01", "TRANX")
+    b = cqsclient.connect(d.address, client="IMSB")
+    b.register_interest("MSGQ01", "TRANB", qtype=1)
+    b.register_interest("MSGQ01", "GONE")
+    b.deregister_interest("MSGQ01", "GONE")
+    b.abort()  # the IMS goes too, without deregistering
+    d.kill() if stop == "SIGKILL" else d.stop()
+    d.restart()
+    a.ping()  # the reconnect and its resync
+    assert a.resumed_interests == [("MSGQ01", "TRANX", "TRAN")]
+    assert a.last_resync.interests == [("MSGQ01", "TRANX", "TRAN")]
+    b = cqsclient.connect(d.address, client="IMSB")  # no register_interest on it
+    assert b.resumed_interests == [("MSGQ01", "TRANB", "TRAN")]
+    with cqsclient.connect(d.address, client="FRONT") as front:
+        front.structure("MSGQ01").put("TRANB", b"for IMSB")
+        front.structure("MSGQ01").put("TRANX", b"for IMSA")
+        front.structure("MSGQ01").put("GONE", b"nobody's")
+    assert next(b.notifications(timeout=10)).queue == "TRANB"
+    assert next(a.notifications(timeout=10)).queue == "TRANX"
+    a.close()  # deregisters: a normal end forgets the registration
+    b.abort()
+    with cqsclient.connect(d.address, client="IMSA") as again:
+        assert again.resumed_interests == []
+    with cqsclient.connect(d.address, client="IMSB", cold=True) as cold:
+        assert cold.resumed_interests == []
+    with cqsclient.connect(d.address, client="IMSB") as warm:
+        assert warm.resumed_interests == []  # the cold start forgot them for good

@@ -324,7 +324,7 @@ def test_purge_and_an_empty_close_make_data_sets_empty_and_the_next_open_resets_
     assert states(d, "A") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
     assert contents(d, "AQ") == again
     with cqsclient.connect(d.address, client="OPS", operator=True) as c:
-        c.delete_structure(S)
+        c.delete_structure(S, force=True)
     assert [shown(d, "cfstatus", o)["status"] for o in "AB"] == ["EMPTY", "EMPTY"]
     assert cqsctl(d, "display", "cfstatus", S, "--type", "smds")[1].count("EMPTY") == 2
 

@@ -151,10 +151,12 @@ async def test_a_request_before_register_is_refused(daemon, connected):
 
 async def test_new_work_notifies_the_sessions_interested_in_its_queue(daemon, register):
     """A put that makes a queue non-empty sends a notification to each session
-    interested in it, at once; a put to a queue that already had work does not."""
+    interested in it, at once; a put to a queue that already had work does not. (The
+    register_interest reply waits for the system checkpoint: its task is awaited.)"""
     interested, told = register("A")
     _, not_told = register("C")
-    send(daemon, interested, "register_interest", structure="MSGQ01", queue="Q")
+    async with trio.open_nursery() as interested.waits:
+        send(daemon, interested, "register_interest", structure="MSGQ01", queue="Q")
     assert [r["ok"] for r in received(told)] == [True]  # empty: no notification yet
     producer, _ = register("B")
     put(daemon, producer)

@@ -302,3 +302,28 @@ def test_another_job_on_the_structure_is_refused_not_waited_for(spark, tmp_path)
     with slots.locked(tmp_path / "srds", S), \
             pytest.raises(slots.SlotsBusy, match=f"pid {os.getpid()}"):
         jobs.checkpoint(spark, tmp_path, S)
+
+
+def test_several_structures_recover_together_each_equal_to_its_reference_fold(spark, tmp_path,
+                                                                              history):
+    """RECOVER CFSTRUCT of a list: the primary from its checkpoint and the tail, the
+    overflow structure from the whole log, folded in one job, each image equal to the
+    reference fold; a structure whose checkpoint manifest is damaged is reported
+    failed by name and gets no image, and the others are recovered all the same."""
+    half = history.safe(len(history.records) // 2)
+    write_log(tmp_path, history.records[:half])
+    jobs.checkpoint(spark, tmp_path, S)
+    write_log(tmp_path, history.records[half:])
+    broken = slots.structure_dir(tmp_path / "srds", "BROKEN")
+    broken.mkdir(parents=True)
+    (broken / manifest.NAME).write_text("{not json")
+    done = jobs.recover_together(spark, tmp_path, [*history.names, "BROKEN"])
+    assert list(done["failed"]) == ["BROKEN"], done["failed"]
+    assert "ManifestError" in done["failed"]["BROKEN"]
+    assert not (tmp_path / "images" / "BROKEN.recovered").exists()
+    assert sorted(done["recovered"]) == sorted(history.names)
+    assert done["recovered"][S]["from_slot"] == "SRDS1"
+    for s in history.names:
+        header, rows = image.read_rows(Path(done["recovered"][s]["image"]), s)
+        assert rows == reference(tmp_path, s) == history.expected()[s]
+        assert header["last_id"] == reference_with_last_id(tmp_path, s)[1]

@@ -13,7 +13,8 @@ Every client moves ``batch`` messages at a time, as far as its library lets
 it pipeline: cqsd ``put_batch`` (one atomic commit, acknowledged once durable)
 and ``read_batch`` + one commit deleting the batch (with ``batch`` 1: ``put``, and
 ``delete_and_read``, the ack of the message held with the next delivery, one
-request at a time); RabbitMQ a window of
+request at a time, or with ``plain``, a ``read`` and then a ``delete``: the
+pattern most applications write); RabbitMQ a window of
 ``batch`` unconfirmed publishes (publisher confirms, persistent messages on a
 durable classic queue) and a prefetch of ``batch`` with manual acks; Redis
 pipelines of ``batch`` LPUSH, of a BLMOVE and ``batch - 1`` LMOVE into a
@@ -56,6 +57,7 @@ class Mover:
     deadline: float  # time.monotonic() after which the process gives up
     size: int = MESSAGE  # bytes a message
     recoverable: bool = True  # cqsd: recoverable puts (the peers' side is their server's)
+    plain: bool = False  # cqsd at batch 1: read, then delete, each its own request
 
 
 def number(producer: int, seq: int) -> int:
@@ -157,6 +159,16 @@ def _cqsd_consumer(spec, consumed, reports, start):
         done = checksum = 0
         held = None  # batch 1: the message read, deleted with the next one's read
         while _going(spec, consumed):
+            if spec.batch == 1 and spec.plain:
+                held = s.read(QUEUE, wait=READ_WAIT)
+                if held is not None:
+                    checksum += _check(held.data, spec.size)
+                    s.delete(held.entry_id)
+                    held = None
+                    clock.mark()
+                    done += 1
+                    _count(consumed, 1)
+                continue
             if spec.batch == 1:
                 if held is None:
                     held = s.read(QUEUE, wait=READ_WAIT)

@@ -23,6 +23,17 @@ Figures (targets in brackets, each a ratio taken in one run):
            summary takes each server's median round.
            [durable: cqsd >= 1.5 x Redis, >= 2 x RabbitMQ, CPU per message
            <= Redis's; not durable: cqsd >= 1.5 x Redis]
+           At batch 1 cqsd's consumers ack with ``delete_and_read`` (the
+           delete carries the next read, as AMQP's ack and next delivery);
+           ``cqsd-plain`` (issue 30) is the pattern most applications write:
+           a put, a read with a lock, a delete, each its own request.
+           [cqsd-plain >= 1.5 x Redis, >= 2 x RabbitMQ, CPU per message <=
+           Redis's; cqsd (delete_and_read) >= 2 x Redis]
+   cycle - one client, one process, recoverable 1 KiB put / read with a lock /
+           delete one request at a time, for ``--cycle-seconds`` on each server
+           (Redis: LPUSH, BLMOVE to a processing list, LREM; RabbitMQ: a
+           confirmed persistent publish, basic_get, basic_ack), rotating over
+           the rounds: cycles/s and server CPU per cycle. [cqsd >= 1.2 x both]
 3. profile (with ``--py-spy DIR`` or ``--perf-stat``) - more durable cqsd
            runs, one per batch, on their own daemon so that the sampling does
            not touch the figures above: py-spy's collapsed stacks, top functions and
@@ -59,18 +70,22 @@ from pathlib import Path
 import _durability_servers as servers
 import _procs
 import _smds_clients as movers
-from durability import TARGET_PUT_OVER_FSYNC, emit, environment, put_latency_figure
+from durability import TARGET_PUT_OVER_FSYNC, Window, emit, environment, put_latency_figure
 from smds import IoWindow, move, py_spy
 
 MAX_CLIENTS = 64
 STRUCTURE_SIZE = "1GiB"
 VARIANTS = {  # name: (server, durable)
     "cqsd": ("cqsd", True), "redis": ("redis", True), "rabbitmq": ("rabbitmq", True),
-    "cqsd-nd": ("cqsd", False), "redis-nd": ("redis", False)}
-FIGURES = ("put", "peers")
+    "cqsd-nd": ("cqsd", False), "redis-nd": ("redis", False), "cqsd-plain": ("cqsd", True)}
+PLAIN = {"cqsd-plain"}  # consumers read, then delete: batch 1 only
+CYCLE_SERVERS = ("cqsd", "redis", "rabbitmq")
+FIGURES = ("put", "peers", "cycle")
 TARGET_OVER_REDIS = 1.5
 TARGET_OVER_RABBITMQ = 2.0
 TARGET_NONDURABLE_OVER_REDIS = 1.5
+TARGET_ACKNEXT_OVER_REDIS = 2.0  # cqsd's delete_and_read consumers, batch 1 (issue 30)
+TARGET_CYCLE_OVER_PEERS = 1.2
 PERF_EVENTS = ("task-clock", "context-switches", "cpu-migrations", "raw_syscalls:sys_enter",
                "syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_recvfrom",
                "syscalls:sys_enter_sendto", "syscalls:sys_enter_write",
@@ -86,7 +101,7 @@ PERF_ACK_TIMEOUT = 10.0  # seconds perf has to acknowledge an enable or disable
 def started(variant: str, where: Path, args) -> Iterator[tuple[str, int, dict]]:
     """The server of *variant* running in *where*: yields (address, pid, what to
     add to its records)."""
-    if variant in ("cqsd", "cqsd-nd"):
+    if VARIANTS[variant][0] == "cqsd":
         with servers.daemon(_procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)) as d:
             d.start()
             yield d.address, d.proc.pid, {}
@@ -106,12 +121,13 @@ def started(variant: str, where: Path, args) -> Iterator[tuple[str, int, dict]]:
             yield str(port), pid, {"version": servers.rabbitmq_version()}
 
 
-def setting(args, batch: int, durable: bool) -> argparse.Namespace:
+def setting(args, batch: int, durable: bool, plain: bool = False) -> argparse.Namespace:
     """*args* for one run of move(): its batch, its count (a run of batch 1 moves
-    fewer: it is several times slower), and whether cqsd's puts are recoverable."""
+    fewer: it is several times slower), whether cqsd's puts are recoverable and
+    whether its consumers read and delete apart."""
     messages = args.messages if batch == 1 else args.batch_messages
     return argparse.Namespace(**{**vars(args), "batch": batch, "messages": messages,
-                                 "recoverable": durable})
+                                 "recoverable": durable, "plain": plain})
 
 
 # --- 2. the peers ---------------------------------------------------------------
@@ -128,8 +144,9 @@ def peer_figures(tmp: Path, args, lines: list[dict]) -> None:
             place.mkdir(parents=True)
             try:
                 with started(variant, place, args) as (address, pid, info):
-                    for batch in args.batches:
-                        record = move(server, address, pid, setting(args, batch, durable))
+                    for batch in [1] if variant in PLAIN else args.batches:
+                        record = move(server, address, pid,
+                                      setting(args, batch, durable, variant in PLAIN))
                         record |= info | {"variant": variant, "round": r}
                         emit(record, lines)
                         if "error" not in record:
@@ -160,15 +177,116 @@ def peers_summary(batch: int, runs: dict[str, list[dict]]) -> dict:
             "cqsd_over_redis": ("cqsd", "redis", TARGET_OVER_REDIS),
             "cqsd_over_rabbitmq": ("cqsd", "rabbitmq", TARGET_OVER_RABBITMQ),
             "cqsd_nd_over_redis_nd": ("cqsd-nd", "redis-nd", TARGET_NONDURABLE_OVER_REDIS),
+            "cqsd_plain_over_redis": ("cqsd-plain", "redis", TARGET_OVER_REDIS),
+            "cqsd_plain_over_rabbitmq": ("cqsd-plain", "rabbitmq", TARGET_OVER_RABBITMQ),
+            "cqsd_acknext_over_redis": ("cqsd", "redis", TARGET_ACKNEXT_OVER_REDIS),
     }.items():
+        if name == "cqsd_acknext_over_redis" and batch != 1:
+            continue
         if mine in rate and theirs in rate:
             record[name] = round(rate[mine] / rate[theirs], 2)
             targets[name] = record[name] >= target
     if "cqsd" in cpu and "redis" in cpu:
         record["cpu_cqsd_over_redis"] = round(cpu["cqsd"] / cpu["redis"], 2)
         targets["cpu_at_most_redis"] = cpu["cqsd"] <= cpu["redis"]
+    if "cqsd-plain" in cpu and "redis" in cpu:
+        record["cpu_cqsd_plain_over_redis"] = round(cpu["cqsd-plain"] / cpu["redis"], 2)
+        targets["cpu_plain_at_most_redis"] = cpu["cqsd-plain"] <= cpu["redis"]
     record["targets_met"] = targets
     return record
+
+
+# --- the single client's cycle ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cycler(server: str, address: str) -> Iterator:
+    """A function doing one durable put / read with a lock / delete of *server*."""
+    from _durability_clients import CYCLE_QUEUE, payload
+
+    seq = iter(range(1 << 62))
+    if server == "cqsd":
+        import cqsclient
+
+        with cqsclient.connect(address, client="CYCLE") as c:
+            s = c.structure(movers.STRUCTURE)
+
+            def cycle() -> None:
+                s.put(CYCLE_QUEUE, payload(0, next(seq)), recoverable=True)
+                s.delete(s.read(CYCLE_QUEUE, wait=1.0).entry_id)
+
+            yield cycle
+    elif server == "redis":
+        import redis
+
+        r = redis.Redis(unix_socket_path=address, socket_timeout=30)
+        try:
+            def cycle() -> None:
+                r.lpush(movers.QUEUE, payload(0, next(seq)))
+                value = r.blmove(movers.QUEUE, "cycle:processing", 1.0, "RIGHT", "LEFT")
+                r.lrem("cycle:processing", 1, value)
+
+            yield cycle
+        finally:
+            r.close()
+    else:
+        import pika
+
+        persistent = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
+        with pika.BlockingConnection(pika.ConnectionParameters(
+                host="127.0.0.1", port=int(address), heartbeat=0)) as conn:
+            channel = conn.channel()
+            channel.confirm_delivery()  # basic_publish waits for the broker's confirm
+
+            def cycle() -> None:
+                channel.basic_publish("", movers.QUEUE, payload(0, next(seq)), persistent)
+                method, _props, _body = channel.basic_get(movers.QUEUE, auto_ack=False)
+                channel.basic_ack(method.delivery_tag)
+
+            yield cycle
+
+
+def cycle_figure(tmp: Path, args, lines: list[dict]) -> None:
+    """Each server's single-client cycle rate, rounds rotating the servers."""
+    names = [v for v in CYCLE_SERVERS if v in args.servers]
+    runs: dict[str, list[dict]] = {}
+    for r in range(args.rounds):
+        k = r % len(names)
+        for server in names[k:] + names[:k]:
+            place = tmp / f"cycle-{r}" / server
+            place.mkdir(parents=True)
+            try:
+                with started(server, place, args) as (address, pid, _info):
+                    with cycler(server, address) as cycle:
+                        for _ in range(20):  # warm: connections, the daemon's threads
+                            cycle()
+                        window = Window(pid)
+                        window.start()
+                        done, stop = 0, time.monotonic() + args.cycle_seconds
+                        while time.monotonic() < stop:
+                            cycle()
+                            done += 1
+                        window.stop()
+                record = {"bench": "cycle", "server": server, "round": r, "cycles": done,
+                          "cycles_per_s": round(done / window.seconds, 1),
+                          "server_cpu_us_per_cycle": round(window.server / done * 1e6, 1),
+                          "loadavg_1m": os.getloadavg()[0]}
+                emit(record, lines)
+                runs.setdefault(server, []).append(record)
+            except Exception as err:
+                emit({"bench": "cycle", "server": server, "round": r,
+                      "error": f"{type(err).__name__}: {err}"}, lines)
+            shutil.rmtree(place, ignore_errors=True)
+    rate = {v: statistics.median(x["cycles_per_s"] for x in rs) for v, rs in runs.items()}
+    cpu = {v: statistics.median(x["server_cpu_us_per_cycle"] for x in rs)
+           for v, rs in runs.items()}
+    record = {"bench": "cycle_summary", "cycles_per_s": rate, "server_cpu_us_per_cycle": cpu}
+    for peer in ("redis", "rabbitmq"):
+        if "cqsd" in rate and peer in rate:
+            record[f"cqsd_over_{peer}"] = ratio = round(rate["cqsd"] / rate[peer], 2)
+            record.setdefault("targets_met", {})[f"cqsd_over_{peer}"] = (
+                ratio >= TARGET_CYCLE_OVER_PEERS)
+    emit(record, lines)
 
 
 # --- 3. the profiled run ----------------------------------------------------------
@@ -269,23 +387,25 @@ def profile_figure(tmp: Path, args, lines: list[dict]) -> None:
     with servers.daemon(_procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)) as d:
         d.start()
         warm(d.address)
-        for batch in args.batches:
-            record: dict = {"bench": "move", "variant": "cqsd", "profiled": True,
+        for batch, plain in [(b, False) for b in args.batches] + [(1, True)]:
+            variant = "cqsd-plain" if plain else "cqsd"
+            record: dict = {"bench": "move", "variant": variant, "profiled": True,
                             "py_spy": str(args.py_spy) if args.py_spy else None}
             try:
-                record |= profiled_run(d, where / f"b{batch}", batch, args)
+                record |= profiled_run(d, where / f"b{batch}{'-plain' * plain}", batch,
+                                       plain, args)
             except Exception as err:
                 record["error"] = f"{type(err).__name__}: {err}"
             emit(record, lines)
 
 
-def profiled_run(d: servers.Daemon, where: Path, batch: int, args) -> dict:
+def profiled_run(d: servers.Daemon, where: Path, batch: int, plain: bool, args) -> dict:
     where.mkdir()
     pid = d.proc.pid
     perf = PerfStat(pid, where) if args.perf_stat else None
     try:
-        with py_spy(args.py_spy, pid, f"cqsd-peers-b{batch}"):
-            record = move("cqsd", d.address, pid, setting(args, batch, True),
+        with py_spy(args.py_spy, pid, f"cqsd-peers-b{batch}{'-plain' * plain}"):
+            record = move("cqsd", d.address, pid, setting(args, batch, True, plain),
                           window=PerfWindow(pid, perf))
     finally:
         counts = perf.finish() if perf is not None else {}
@@ -329,9 +449,30 @@ def summary(lines: list[dict]) -> list[str]:
                        f"{verdict[met.get('cqsd_nd_over_redis_nd')]}]")
             out.append("  server CPU us/msg: " + ", ".join(f"{v} {x}" for v, x in cpu.items())
                        + f" [cqsd <= redis: {verdict[met.get('cpu_at_most_redis')]}]")
+            if "cqsd_plain_over_redis" in r or "cqsd_acknext_over_redis" in r:
+                out.append(
+                    f"  plain: cqsd-plain/redis {r.get('cqsd_plain_over_redis')} [target >= "
+                    f"{TARGET_OVER_REDIS}: {verdict[met.get('cqsd_plain_over_redis')]}], "
+                    f"cqsd-plain/rabbitmq {r.get('cqsd_plain_over_rabbitmq')} [target >= "
+                    f"{TARGET_OVER_RABBITMQ}: {verdict[met.get('cqsd_plain_over_rabbitmq')]}], "
+                    f"CPU cqsd-plain/redis {r.get('cpu_cqsd_plain_over_redis')} [<= 1: "
+                    f"{verdict[met.get('cpu_plain_at_most_redis')]}]; delete_and_read: "
+                    f"cqsd/redis {r.get('cqsd_acknext_over_redis')} [target >= "
+                    f"{TARGET_ACKNEXT_OVER_REDIS}: "
+                    f"{verdict[met.get('cqsd_acknext_over_redis')]}]")
+        elif bench == "cycle_summary":
+            met = r.get("targets_met", {})
+            out.append("one client's cycle, cycles/s: " + ", ".join(
+                f"{v} {round(x)}" for v, x in r["cycles_per_s"].items())
+                + "; server CPU us/cycle: " + ", ".join(
+                f"{v} {x}" for v, x in r["server_cpu_us_per_cycle"].items())
+                + "".join(f"; cqsd/{p} {r.get(f'cqsd_over_{p}')} [target >= "
+                          f"{TARGET_CYCLE_OVER_PEERS}: {verdict[met.get(f'cqsd_over_{p}')]}]"
+                          for p in ("redis", "rabbitmq")))
         elif r.get("profiled"):
             per = r.get("perf_per_msg")
-            out.append(f"profiled cqsd run, batch {r['batch']}: {r['msgs_per_s']} msgs/s, "
+            out.append(f"profiled {r['variant']} run, batch {r['batch']}: "
+                       f"{r['msgs_per_s']} msgs/s, "
                        f"{r['server_cpu_us_per_msg']} us CPU/msg"
                        + (f"; per message: {per}" if per else "")
                        + (f"; py-spy in {r['py_spy']}" if r["py_spy"] else ""))
@@ -354,6 +495,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16,
                    help="messages in flight per client (batch 1 is run too)")
     p.add_argument("--put-samples", type=int, default=1000, help="puts of figure 1")
+    p.add_argument("--cycle-seconds", type=float, default=5.0,
+                   help="seconds of each server's single-client cycle")
     p.add_argument("--py-spy", type=Path, metavar="DIR",
                    help="profile one more durable cqsd run with py-spy into DIR")
     p.add_argument("--perf-stat", action="store_true",
@@ -406,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                 emit({"bench": "put_latency", "error": f"{type(err).__name__}: {err}"}, lines)
         if "peers" in args.only:
             peer_figures(tmp, args, lines)
+        if "cycle" in args.only:
+            cycle_figure(tmp, args, lines)
         if args.py_spy or args.perf_stat:
             profile_figure(tmp, args, lines)
     finally:

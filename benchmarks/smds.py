@@ -181,7 +181,8 @@ def move(server: str, address: str, pid: int, args, messages: int | None = None,
                                 args.recoverable), consumed) for i, n in enumerate(counts)]
     if consume:
         specs += [(movers.Mover(server, address, "consumer", args.producers + i, messages,
-                                args.batch, deadline, size, args.recoverable), consumed)
+                                args.batch, deadline, size, args.recoverable,
+                                getattr(args, "plain", False)), consumed)
                   for i in range(args.consumers)]
     window = IoWindow(pid) if window is None else window
     done = run_processes(movers.mover, specs, args.time_limit + 60, window)

@@ -73,7 +73,7 @@ class Connections:
         self.max_reply = max_reply
         self.clients = clients
         self.requests = requests
-        self.poller = Poller(self.handle, max_frame) if Poller.available else None
+        self.poller = Poller(self.handle, max_frame, journal) if Poller.available else None
         self.sessions = sessions
         self.closing = False  # no new connections: the daemon is stopping
         self._gone = trio.Event()

@@ -13,9 +13,14 @@ whose fsync is fast, handing it to a worker thread costs more than the fsync
 itself (~100 µs of thread and loop wake-ups measured on a 2-core VM against a
 ~200 µs fsync), so the flusher runs it inline while the moving average stays
 under ``INLINE_FSYNC``, and in a thread when the disk is slow. A record
-that only locks is written at once (with the records taken before it), since
-its reply goes at once and a daemon killed after it must still find it, but
-starts no fsync: nobody waits for it, and the next fsync covers it. A write or
+that only locks starts no fsync: nobody waits for it, and the next fsync
+covers it; but it is written before any reply leaves after it, so that a
+daemon killed once its reply is out still finds it. Taken in a round of the
+poller, it is written at the round's end, with the other records the round
+took (one ``pwrite`` where each lock cost one of its own: 1.29 against 0.39 a
+message moved, read then delete against ``delete_and_read``), and the replies
+sent meanwhile wait in their sessions' queues until then (``write_deferred``);
+taken anywhere else, it is written at once. A write or
 fsync error is final (the fsyncgate lesson): nothing more is acknowledged,
 every waiting reply becomes an error, and the daemon stops so that a restart
 recovers from what is really on disk.
@@ -137,6 +142,10 @@ class Journal:
         # records waiting for DataSync.sync, in order, each with whether it names blocks
         self._held_back: list[tuple[dict, bool]] = []
         self._pending: list[dict] = []  # records taken, written at the flusher's next pass
+        self._deferring = False  # in a round of the poller: lock records wait for its end
+        # a lock record is taken and not yet written: replies wait for write_deferred
+        self.unwritten = False
+        self._awaiting_write: set = set()  # sessions with replies waiting for write_deferred
         self.sync_data = self.data.sync  # awaited before held-back records are written
         self.on_failure = on_failure
         self.observe = observe
@@ -173,10 +182,43 @@ class Journal:
         elif urgent:
             self._pending.append(body)
             self._work.set()
-        else:  # its reply goes now: the file holds it first (a daemon killed then keeps it)
+        else:  # no fsync, but written before any reply after it leaves (the module note)
             self._pending.append(body)
-            self._write_pending()
+            if self._deferring:
+                self.unwritten = True
+            else:
+                self._write_pending()
         return self._position if self.failed is None else 0
+
+    def defer_writes(self) -> None:
+        """A round of the poller begins: lock records wait for ``write_deferred``."""
+        self._deferring = True
+
+    def write_deferred(self) -> None:
+        """The round has ended: write what it took, then send the replies that
+        waited for the write (the module note)."""
+        self._deferring = False
+        self.write_now()
+        if not self._awaiting_write:
+            return
+        waiting, self._awaiting_write = self._awaiting_write, set()
+        refused = self.failed or self.fenced
+        for session in waiting:
+            if session.release(self.acknowledged, refused):
+                self._held.add(session)
+
+    def write_now(self) -> None:
+        """Write the round's lock records before its end (a large reply goes at once
+        rather than be copied into its session's queue)."""
+        if self.unwritten:
+            self.unwritten = False
+            if self._pending and self.failed is None:
+                self._write_pending()
+
+    def await_write(self, session) -> None:
+        """``session`` queued replies that may leave once the round's records are
+        written: ``release`` it in ``write_deferred``."""
+        self._awaiting_write.add(session)
 
     def _write_pending(self) -> None:
         """The records taken since the last pass, in one write."""
@@ -318,6 +360,7 @@ class Journal:
         self.writer_id = writer
         self._pending.clear()
         self._held_back.clear()
+        self.unwritten = False
         self.durable = self.acknowledged = self.writer.durable_lsn
         self._position = self.writer.appended_lsn
         self.fenced = None

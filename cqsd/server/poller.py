@@ -30,6 +30,7 @@ import enum
 import os
 import select
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -63,6 +64,22 @@ class Turn(enum.IntEnum):
     MORE = 2  # TURN_FRAMES requests handled, and more may be waiting
 
 
+class DeferredWrites(Protocol):
+    """What the poller tells the journal: a round begins, a round has ended."""
+
+    def defer_writes(self) -> None: ...
+
+    def write_deferred(self) -> None: ...
+
+
+class _NoWrites:
+    def defer_writes(self) -> None:
+        pass
+
+    def write_deferred(self) -> None:
+        pass
+
+
 class _Connection:
     __slots__ = ("backlogged", "decoder", "ended", "polled", "session", "stopped")
 
@@ -79,10 +96,12 @@ class Poller:
     available = hasattr(select, "epoll")
 
     def __init__(self, handle: Callable[[Session, FrameDecoder, bytes | None], Turn],
-                 max_frame: int) -> None:
+                 max_frame: int, writes: DeferredWrites | None = None) -> None:
         """``handle(session, decoder, data)`` dispatches up to TURN_FRAMES of the
         requests in ``data`` (None: those already received) and says whether more may
-        be waiting or the connection has ended (closed, a protocol error, deregistered)."""
+        be waiting or the connection has ended (closed, a protocol error, deregistered).
+        ``writes`` (the journal) writes each round's lock records at its end."""
+        self._writes: DeferredWrites = writes if writes is not None else _NoWrites()
         self._epoll = select.epoll()
         self._connections: dict[int, _Connection] = {}
         self._backlog: list[tuple[int, _Connection]] = []  # connections with requests for a turn
@@ -114,7 +133,7 @@ class Poller:
             self._forget(fd)
 
     async def run(self) -> None:
-        epoll, connections = self._epoll, self._connections
+        epoll = self._epoll
         rounds = 0
         while True:
             events = epoll.poll(0, MAX_EVENTS)
@@ -122,32 +141,41 @@ class Poller:
                 rounds = 0
                 await trio.lowlevel.wait_readable(epoll)
                 continue
-            turns, self._backlog = self._backlog, []
-            for fd, turn in turns:
-                if not turn.ended:
-                    self._turn(fd, turn, None)
-            for fd, _ in events:
-                connection = connections.get(fd)
-                if connection is None:
-                    if fd == self._wakeup:
-                        os.eventfd_read(self._wakeup)  # a resumed connection is in the backlog
-                    continue
-                if connection.backlogged or not connection.polled:
-                    continue  # backlogged: nothing more until it is done; unpolled: paused
-                if connection.session.paused:  # by frames another request queued for it
-                    self._stop(fd, connection)
-                    continue
-                try:
-                    data = self._receive(connection)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                self._turn(fd, connection, data)
+            self._writes.defer_writes()
+            try:
+                self._round(events)
+            finally:
+                self._writes.write_deferred()
             rounds += 1
             if not self._backlog or rounds >= PASS_ROUNDS:
                 rounds = 0
                 await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
+
+    def _round(self, events: list[tuple[int, int]]) -> None:
+        """A turn for each connection in the backlog, then for each with events."""
+        connections = self._connections
+        turns, self._backlog = self._backlog, []
+        for fd, turn in turns:
+            if not turn.ended:
+                self._turn(fd, turn, None)
+        for fd, _ in events:
+            connection = connections.get(fd)
+            if connection is None:
+                if fd == self._wakeup:
+                    os.eventfd_read(self._wakeup)  # a resumed connection is in the backlog
+                continue
+            if connection.backlogged or not connection.polled:
+                continue  # backlogged: nothing more until it is done; unpolled: paused
+            if connection.session.paused:  # by frames another request queued for it
+                self._stop(fd, connection)
+                continue
+            try:
+                data = self._receive(connection)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            self._turn(fd, connection, data)
 
     @staticmethod
     def _receive(connection: _Connection) -> bytes | None:

@@ -95,9 +95,12 @@ class Session:
         if self.cut_off:
             return
         durable = self.journal.acknowledged
+        if self.journal.unwritten and type(frame) is list:  # large: not copied into the queue
+            self.journal.write_now()
         if lsn > durable and self.journal.ended() is not None:
             frame, lsn = self._unacknowledged(request_id), 0
-        if lsn <= durable and not self.queue and not self.sending and self.raw is not None:
+        if (lsn <= durable and not self.queue and not self.sending and self.raw is not None
+                and not self.journal.unwritten):
             if lsn and self.journal.gate is not None and not self.journal.gate():
                 frame, lsn = self._unacknowledged(request_id), 0
             rest = self._send_now(frame)
@@ -118,7 +121,10 @@ class Session:
             self.need = max(self.need, lsn)
             self.journal.hold(self)
         elif self.queue[0][0] <= durable:
-            self._work.set()
+            if self.journal.unwritten:  # a lock record first (journal.py's note)
+                self.journal.await_write(self)
+            else:
+                self._work.set()
 
     def send(self, frame: dict, lsn: int = 0, large: bool = False) -> None:
         try:

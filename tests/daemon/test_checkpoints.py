@@ -16,7 +16,10 @@ from cqsclient.errors import CQSError
 from .test_crash import check, start_workers, survivors
 from .test_sharing import wait_until_waiting
 
-JOBS = 'spark_master = "local[2]"\nlog_segment = "64KiB"\n'
+# no idempotency keys remembered: the dedup window would keep its segments from trimming
+# (docs/datadir.md), and these tests watch the log trimmed right after a checkpoint
+NO_WINDOW = "dedup_window = 0\n"
+JOBS = 'spark_master = "local[2]"\nlog_segment = "64KiB"\n' + NO_WINDOW
 ONE = '[[structure]]\nname = "MSGQ01"\nsize = "16MiB"\n'
 SMALL = '[[structure]]\nname = "SMALL"\nsize = "8KiB"\nentry_max = "1KiB"\n'
 PAIR = ('[[structure]]\nname = "PRIM"\nsize = "1MiB"\noverflow = "PRIMOV"\n'
@@ -228,7 +231,7 @@ PAYLOAD = 1000  # bytes a put carries; its log record is a few dozen bytes more
 PUTS = 32  # a run's puts: an eighth of the volume, so no run logs it alone
 VOLUME, SEGMENT = 240_000, 64 * 1024
 OFTEN = (f'spark_master = "local[2]"\nlog_segment = {SEGMENT}\n'
-         f"checkpoint_log_volume = {VOLUME}\ncheckpoint_interval = 0\n")
+         f"checkpoint_log_volume = {VOLUME}\ncheckpoint_interval = 0\n{NO_WINDOW}")
 
 
 def put_some(d, n: int) -> list[int]:

@@ -75,7 +75,8 @@ class Limits:
         # (read and browse stop once past it), and their per-message fields.
         self.reply_bytes = max_message
         self.max_reply = min(2 * max_message + REPLY_HEADROOM, MAX_FRAME_LIMIT)
-        self.recoverable = RECORD_BUDGET - EFFECT_BOUND  # one put's record
+        # one put's record, with room for its idempotency key and the id it names
+        self.recoverable = RECORD_BUDGET - EFFECT_BOUND - KEY_BOUND - ID_BOUND
 
     def check_message(self, data: bytes, recoverable: bool) -> None:
         """Raises MESSAGE_TOO_LARGE past max_message, or past one log record if
@@ -102,8 +103,9 @@ class Limits:
 
     def check_commit(self, batch: list, extra: int = 0) -> None:
         """Raises MESSAGE_TOO_LARGE if a commit's log record could not hold it
-        (``extra``: what logging its offloaded puts adds, ``offload_bound``)."""
-        logged = EFFECT_BOUND * len(batch) + extra
+        (``extra``: what logging its offloaded puts adds, ``offload_bound``), its
+        idempotency key and an id per operation included."""
+        logged = (EFFECT_BOUND + ID_BOUND) * len(batch) + KEY_BOUND + extra
         for op in batch:
             if type(op) is Put:
                 self.check_message(op.data, op.recoverable)

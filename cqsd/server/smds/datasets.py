@@ -146,13 +146,13 @@ class DataSets:
         if dmap is None:
             return False
         assert entry.store is not None  # set with the map
-        key = (entry.store, dmap.owner)
+        key = (entry.store, dmap.dataset)
         return key not in self.open_sets.open and not self.states.state(key).may_open()
 
     def unavailable(self, entry: Entry) -> CQSError:
         """SMDS_UNAVAILABLE naming the state of the offloaded message's data set."""
         assert entry.map is not None and entry.store is not None
-        return self.open_sets.refusal((entry.store, entry.map.owner), f"entry {entry.entry_id}: ")
+        return self.open_sets.refusal((entry.store, entry.map.dataset), f"entry {entry.entry_id}: ")
 
     def browsed(self, entry: Entry) -> dict[str, Any]:
         """The message as a browse shows it: with its payload, or, if its data set

@@ -627,6 +627,9 @@ class Structure:
         entry = self._find(entry_id)
         self._take(entry)
         self._free(entry)
+        if entry.map is not None:  # no clean-up owed: its pages are the owner's to free,
+            self.cleanup.deleted.remove(entry)  # and a space map rebuilt holds it no more
+            self.space.discard(entry)
 
     # -- overflow: what a primary and its overflow structure need of each other --
 

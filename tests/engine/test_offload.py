@@ -121,3 +121,15 @@ def test_overflow_moves_only_messages_kept_in_memory():
     assert primary.holds(big.entry_id) and all(overflow.holds(i) for i in small)
     got = [pair.read("IMS1", "TRAN", "HOT").entry_id for _ in range(21)]
     assert got == [big.entry_id, *small]
+
+
+def test_a_forgotten_offloaded_message_leaves_nothing_to_clean_up():
+    """A warm standby forgets the entries a record touched (docs/group.md): an
+    offloaded one goes without a trace, not to the clean-up queue, so a space map
+    rebuilt from the structure at takeover never counts its pages twice."""
+    s = make()
+    payload = b"z" * 50_000
+    e = s.put("TRAN", "Q", payload, dmap=mapped(payload))
+    s.forget(e.entry_id)
+    assert list(s.offloaded()) == [] and s.elements_used == 0
+    assert s.stamp_deleted(lsn=17) == []

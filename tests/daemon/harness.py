@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import coverage
@@ -184,6 +185,13 @@ class MountNamespace:
         that is no mount point is bound onto itself first."""
         if subprocess.run([*self.prefix, "mountpoint", "-q", str(path)], check=False).returncode:
             self.run("mount", "--bind", str(path), str(path))
+        remount = [*self.prefix, "mount", "-o", f"remount,bind,{'rw' if on else 'ro'}", str(path)]
+        # read-only is refused (EBUSY) while a file there is open for writing, which may
+        # be for a moment (the daemon rewriting clients.ckpt): tried again for a while
+        for _ in range(100):
+            if subprocess.run(remount, check=False).returncode == 0:
+                return
+            time.sleep(0.05)
         self.run("mount", "-o", f"remount,bind,{'rw' if on else 'ro'}", str(path))
 
     def fill(self, path: Path, megabytes: int) -> None:

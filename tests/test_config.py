@@ -56,7 +56,7 @@ def test_embedded_default_is_the_design_default():
     assert (d.resync_grace, d.handshake_timeout, d.max_wait) == (0.0, 10.0, 3600.0)
     assert (d.send_queue_bytes, d.send_timeout, d.frame_timeout, d.tcp_keepalive) == (
         64 * 1024**2, 60.0, 60.0, 60.0)
-    assert d.max_message == 100 * 1024**2  # MQ's MAXMSGL with SMDS (DESIGN §9, seed 001)
+    assert d.max_message == 100 * 1024**2  # MQ's MAXMSGL with SMDS (docs/robustness.md)
     assert d.log_level == "info"
     assert d.tcp_address is None
     assert [s.name for s in c.structures] == ["MSGQ01", "MSGQ01OV", "EMHQ01"]

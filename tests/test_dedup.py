@@ -22,29 +22,32 @@ class Memory(RuleBasedStateMachine):
         self.memory = Remembered(window)
         self.window_ns = int(window * 1e9)
         self.now = 1_000 * SECOND
-        self.seen: list[tuple[tuple, list[int], int]] = []  # the model: key, ids, time
+        # the model: key -> (ids, time), every key scanned at each expiry; a key is
+        # stamped no earlier than the one before it (a clock stepped back stands still),
+        # and is forgotten once the clock it is expired by has passed its window: what
+        # is forgotten stays forgotten, whatever the clock does after
+        self.kept: dict[tuple, tuple[list[int], int]] = {}
         self.last = 0
-        self.latest = 0  # the latest time the memory was told: what it forgot stays forgotten
         self.next_id = 1
 
-    def model(self, key: tuple) -> list[int] | None:
-        self.latest = max(self.latest, self.now)
-        live = [ids for k, ids, at in self.seen
-                if k == key and at >= self.latest - self.window_ns and self.window_ns > 0]
-        return live[-1] if live else None
+    def forget(self, now: int) -> None:
+        horizon = now - self.window_ns
+        self.kept = {k: v for k, v in self.kept.items() if v[1] >= horizon}
 
     @rule(key=keys, n=st.integers(1, 3))
     def put(self, key: tuple, n: int) -> None:
         """A put or commit: a key remembered is answered, else applied and remembered."""
         got = self.memory.recall(key, self.now)
-        assert (got[0] if got else None) == self.model(key)
+        self.forget(self.now)
+        assert (got[0] if got else None) == (self.kept[key][0] if key in self.kept else None)
         if got is None:
             ids = list(range(self.next_id, self.next_id + n))
             self.next_id += n
             self.memory.remember(key, ids, self.now)
-            self.last = max(self.last, self.now)
-            self.latest = max(self.latest, self.last)
-            self.seen.append((key, ids, self.last))
+            if self.window_ns > 0:  # a window of 0 remembers nothing
+                self.last = max(self.last, self.now)
+                self.kept[key] = (ids, self.last)
+                self.forget(self.last)
 
     @rule(seconds=st.floats(0, 4))
     def tick(self, seconds: float) -> None:
@@ -59,9 +62,8 @@ class Memory(RuleBasedStateMachine):
     @invariant()
     def forgets_what_is_old(self) -> None:
         self.memory.expire(self.now)
-        self.latest = max(self.latest, self.now)
-        live = {k for k, _, at in self.seen if at >= self.latest - self.window_ns}
-        assert len(self.memory) == (len(live) if self.window_ns > 0 else 0)
+        self.forget(self.now)
+        assert len(self.memory) == len(self.kept)
 
 
 TestMemory = Memory.TestCase

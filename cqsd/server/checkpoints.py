@@ -30,7 +30,7 @@ from ..storage.datadir import DataDir
 from ..storage.image import ImageError
 from ..storage.repository import RepositoryError
 from .dedup import window_of
-from .jobs import JobFailed, Jobs
+from .jobs import JobFailed, Jobs, cut_args
 from .journal import Journal
 from .liveconfig import LiveConfig
 from .runtime import Runtime
@@ -235,11 +235,9 @@ class Checkpoints:
         if s is not None and not s.stats()["messages"]:
             return await self._empty(name, self.journal.position, s.last_id)
         async with self._one_job:
-            cuts = [f"{w}={n}" for w, n in self.covered(name, cut).items()]
-            return await self.jobs.run(self.config.current, ["checkpoint", "--structure", name,
-                                                             *(a for c in cuts
-                                                               for a in ("--cut", c))],
-                                       background=True)
+            return await self.jobs.run(self.config.current,
+                                       ["checkpoint", "--structure", name,
+                                        *cut_args(self.covered(name, cut))], background=True)
 
     async def _empty(self, name: str, position: int, last_id: int) -> dict:
         """An empty slot at ``position``, where ``name`` held no message: exact once

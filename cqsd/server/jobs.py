@@ -36,6 +36,11 @@ NICE = 10  # the job's CPU priority below the daemon's
 STATUS_EVERY = 15.0  # seconds between progress reports of a job run before serving
 
 
+def cut_args(cuts: dict[str, int]) -> list[str]:
+    """A job's ``--cut WRITER=LSN`` arguments: the log it folds, by writer."""
+    return [a for w, n in cuts.items() for a in ("--cut", f"{w}={n}")]
+
+
 class JobFailed(CQSError):
     def __init__(self, message: str) -> None:
         super().__init__(Reason.INVALID_REQUEST, message)

@@ -298,11 +298,10 @@ class Journal:
             await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
 
     def _append_and_flush(self, held: list[tuple[dict, bool]], target: int,
-                          writer: logstream.Writer | None = None) -> tuple[int, float]:
+                          writer: logstream.Writer) -> tuple[int, float]:
         """In a worker thread: append the records held back (their blocks are on
         disk), then fsync up to ``target`` (of ``writer``, the journal's when the flush
         began); the durable LSN and the fsync's seconds."""
-        writer = writer or self.writer
         for body, blocks in held:
             if blocks:  # a record naming blocks holds their data: written from where it is
                 writer.append_packed(pack_parts(body, MAX_BODY))
@@ -323,7 +322,8 @@ class Journal:
         if held:
             self.data.sync_now()
         try:
-            self.durable, _ = self._append_and_flush(held, self.writer.appended_lsn + len(held))
+            self.durable, _ = self._append_and_flush(held, self.writer.appended_lsn + len(held),
+                                                     self.writer)
         except (logstream.LogstreamError, ValueError) as err:
             self.fail(err)
             return

@@ -30,7 +30,7 @@ from .checkpoints import Checkpoints
 from .clients import Clients
 from .dedup import Dedup
 from .definitions import Definition, Held
-from .jobs import JobFailed
+from .jobs import JobFailed, cut_args
 from .journal import WRITER, Journal
 from .liveconfig import LiveConfig
 from .registry import Registry
@@ -291,7 +291,7 @@ class Operations:
             cuts = self.checkpoints.covered(s.name, position)
             await self.checkpoints.jobs.run(
                 self.config.current, ["recover", "--structure", s.name, "--to-image", str(path),
-                                      *_cut_args(cuts)])
+                                      *cut_args(cuts)])
             replayed += await self._load(s, plan)
         return replayed
 
@@ -331,7 +331,7 @@ class Operations:
             for s in pair.structures():
                 args += ["--structure", s.name]
         if self.config.group is not None:  # one pair (recover_together): its seals' cuts
-            args += _cut_args(self.checkpoints.covered(pairs[0][0].name, position))
+            args += cut_args(self.checkpoints.covered(pairs[0][0].name, position))
         result = await self.checkpoints.jobs.run(self.config.current, args)
         if args.count("--structure") == 1:  # one: the job answers as recover of one does
             result = {"failed": {}}
@@ -436,8 +436,3 @@ class Operations:
         if isinstance(outcome[0], CQSError):
             raise outcome[0]
         return outcome[0]
-
-
-def _cut_args(cuts: dict[str, int]) -> list[str]:
-    """The recovery job's ``--cut WRITER=LSN`` arguments."""
-    return [a for w, n in cuts.items() for a in ("--cut", f"{w}={n}")]

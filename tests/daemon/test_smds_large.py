@@ -53,7 +53,7 @@ def test_a_recoverable_100_mib_put_is_logged_over_records_and_survives_a_kill(da
     d = daemon
     data = payload(100 * MiB, 1)
     with cqsclient.connect(d.address, client="LARGE") as c:
-        assert c.max_message == 100 * MiB  # the embedded default, as DESIGN §9 says
+        assert c.max_message == 100 * MiB  # the embedded default (docs/robustness.md)
         eid = c.structure("BIG").put("L", data)
         assert c.structure("BIG").browse("L")[0].data == data
     kinds = [{e[0] for e in effects} for _, _, effects in records(d)]

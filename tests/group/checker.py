@@ -40,7 +40,21 @@ class History:
     # (the test's monotonic time, the node that acknowledged): compared with the time the
     # test saw each node event (cluster.py stamps them ``seen``)
     acks: list[tuple[float, str | None]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # held to change any of the above; notified at each acknowledged put (``wait_for_puts``)
+    lock: threading.Condition = field(default_factory=threading.Condition)
+
+    def acknowledged(self, payload: bytes, entry_id: int) -> None:
+        """A producer's put of ``payload`` was acknowledged (call with ``lock`` held)."""
+        self.put_ok[payload] = entry_id
+        self.lock.notify_all()
+
+    def wait_for_puts(self, count: int, why: object = "the clients made no progress",
+                      timeout: float = 60) -> None:
+        """Wait until ``count`` puts in all are acknowledged; AssertionError saying
+        ``why`` (a callable: the message, built only then) if not within ``timeout``."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: len(self.put_ok) >= count, timeout):
+                raise AssertionError(why() if callable(why) else why)
 
     def verdict(self, final: list[bytes]) -> dict[str, object]:
         there = Counter(final)
@@ -152,7 +166,7 @@ class Producer(threading.Thread):
                         self.history.put_unknown.add(payload)
                     continue
                 with self.history.lock:
-                    self.history.put_ok[payload] = eid
+                    self.history.acknowledged(payload, eid)
                     # the node that answered: the SDK follows NOT_OWNER on its own
                     answered = self.follower.client.address if self.follower.client else None
                     self.history.acks.append((time.monotonic(), answered))
@@ -188,7 +202,7 @@ class ResendingProducer(threading.Thread):
                             self.history.put_unknown.add(payload)
                         continue
                     with self.history.lock:
-                        self.history.put_ok[payload] = eid
+                        self.history.acknowledged(payload, eid)
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.error = err
 
@@ -293,12 +307,13 @@ def spark_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
     import sys
 
     from cqsd.recovery.sealed import cut_of
+    from cqsd.server.jobs import cut_args
     from cqsd.srds import slots
 
     cut = cut_of(data_dir / "logstream", structure)
     subprocess.run([sys.executable, "-m", "cqsd.srds", "checkpoint", "--data-dir", str(data_dir),
                     "--structure", structure, "--master", "local[2]",
-                    *(a for w, n in cut.items() for a in ("--cut", f"{w}={n}"))],
+                    *cut_args(cut)],
                    check=True, capture_output=True, timeout=600)
     slot = slots.newest_valid(data_dir / "srds", structure)
     return {i: bytes(r[3]) for i, r in slots.read_rows(slot, offloaded_data=True).items()}

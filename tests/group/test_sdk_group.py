@@ -273,8 +273,7 @@ def test_a_put_resent_after_a_takeover_is_stored_once_on_the_new_owner(pair):
     producers = [ResendingProducer(n, [a.address, b.address], history, stop) for n in (1, 2)]
     for p in producers:
         p.start()
-    while len(history.put_ok) < 20:  # puts flowing to the owner before it dies
-        time.sleep(0.01)
+    history.wait_for_puts(20)  # puts flowing to the owner before it dies
     a.kill()
     b.wait_for("takeover_done", count=2, timeout=30)
     raw = Raw(b.socket)
@@ -283,8 +282,7 @@ def test_a_put_resent_after_a_takeover_is_stored_once_on_the_new_owner(pair):
     with cqsclient.connect(b.address, client="COUNTER") as c:
         assert [m.data for m in c.structure(S).browse_all("ONCEQ")] == [b"once"]
     acked = len(history.put_ok)
-    while len(history.put_ok) < acked + 20:  # and flowing to the new owner
-        time.sleep(0.01)
+    history.wait_for_puts(acked + 20)  # and flowing to the new owner
     stop.set()
     for p in producers:
         p.join(60)

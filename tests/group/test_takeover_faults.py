@@ -250,12 +250,9 @@ class Loop:
             other.start()
 
     def progress(self, n: int = PROGRESS) -> None:
-        base = len(self.history.put_ok)
-        deadline = time.monotonic() + 60
-        while len(self.history.put_ok) < base + n:
-            assert time.monotonic() < deadline, (
-                f"the clients made no progress: {trouble(self.nodes)}")
-            time.sleep(0.05)  # polling the clients' history
+        self.history.wait_for_puts(
+            len(self.history.put_ok) + n,
+            lambda: f"the clients made no progress: {trouble(self.nodes)}")
 
 
 @pytest.fixture

@@ -106,6 +106,7 @@ OPS: dict[str, Spec] = {
         "dsexpand": ((str, type(None)), None),
     },
     "fail_structure": {"structure": _STRUCTURE},
+    "move_structure": {"structure": _STRUCTURE, "to": ((str,), REQUIRED)},
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).

@@ -54,6 +54,7 @@ BUILDS = {
     "rebuild": [(S, None), (S, 1 << 20)],
     "delete_structure": [(S,)],
     "fail_structure": [(S,)],
+    "move_structure": [(S, "NODE2")],
     "reset_smds": [(S, "A", "enabled", None), (S, "A", None, "recovered")],
     "start_smdsconn": [(S, None), (S, "A")],
     "stop_smdsconn": [(S, "A")],

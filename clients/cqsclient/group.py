@@ -52,6 +52,8 @@ QUICK_HOPS: Final = 3
 # a reconnect policy, so its clients pause no longer than the move.
 MOVE_RETRY: Final = 0.02
 MOVE_PATIENCE: Final = 5.0
+# the refusals (after "structure X has no owner") of a pair being handed over
+HANDING_OVER: Final = (": it is moving to ", ": this node is taking it over")
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +247,7 @@ class Patience:
 
     def next_delay(self, error: CQSError) -> float:
         """The seconds to wait before asking again; raises *error* when out of patience."""
-        if ": it is moving to " in error.message and (
+        if any(why in error.message for why in HANDING_OVER) and (
                 time.monotonic() - self.started < MOVE_PATIENCE):
             return MOVE_RETRY
         policy = self.policy

@@ -56,7 +56,7 @@ from ..config import GroupConfig
 from ..recovery.sealed import seal
 from .etcd import Etcd, EtcdError, EtcdUnavailable
 from .lease import LeaseClock, now
-from .ownership import Owner, Seal, View, key, may_own, to_call_home, to_take
+from .ownership import Owner, Seal, View, home, key, may_own, to_call_home, to_take
 from .standby import Tailer
 
 log = structlog.get_logger()
@@ -153,6 +153,7 @@ class GroupNode:
         self.receiving: set[str] = set()  # pairs a planned move brings here
         self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
         self.moves = 0
+        self.leaving = False  # handing everything off before a stop: take nothing more
 
     # -- what the daemon asks ------------------------------------------------
 
@@ -273,13 +274,14 @@ class GroupNode:
                     self._fence(f"its owner key of {name} (epoch {epoch}) is gone")
                     scope.cancel()
                     return
-            if self.lease.valid(now()):
+            if self.lease.valid(now()) and not self.leaving:
                 for name in to_take(self.group.node, self.pairs, self.view):
                     if name not in self.taking:
                         await self._try(name)
+            if self.lease.valid(now()):
                 await self._moves(nursery)
-                if now() - joined < max(2.0, self.group.lease):  # the first views after a join
-                    await self._call_home()
+                if not self.leaving and now() - joined < max(2.0, self.group.lease):
+                    await self._call_home()  # the first views after a join
             await trio.sleep(self.poll)
 
     # -- planned moves ------------------------------------------------------------
@@ -299,6 +301,31 @@ class GroupNode:
                              f"({', '.join(prefer or ())})")
         await self.etcd.put(key(self.group.name, "moves", name), _move_value(to))
         log.info("move_requested", structure=name, to=to, by=self.group.node)
+
+    async def hand_off(self, wait: float) -> None:
+        """At a stop by SIGTERM: move each pair this node owns to the node that would own
+        it without this one, if one is live, and wait for the moves (``wait`` seconds at
+        most); the clean stop then gives up whatever did not move."""
+        self.leaving = True
+        live = set(self.view.nodes) - {self.group.node}
+        asked = []
+        for name in sorted(self.owned):
+            target = home(name, self.pairs[name], live)
+            if target is None:
+                continue
+            try:
+                await self.ask_move(name, target)
+            except (ValueError, EtcdError) as err:
+                log.warning("hand_off_failed", structure=name, to=target, error=str(err),
+                            action="given up at the clean stop instead")
+                continue
+            self.view.moves[name] = target
+            asked.append(name)
+        with trio.move_on_after(wait):
+            while True:  # the moves end in this node's own tasks (_hand_over)
+                if not any(name in self.owned or name in self.handing for name in asked):
+                    return
+                await trio.sleep(self.poll / 5)
 
     async def _call_home(self) -> None:
         """Ask for the pairs whose home this node is, from the nodes that own them."""

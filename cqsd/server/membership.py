@@ -212,6 +212,16 @@ class Membership:
         self.moving[name] = to
         self.waiters.fail(pair)  # waiting reads end; their clients ask again where it went
         await self.journal.wait_durable(self.journal.position)
+        structures = pair.structures()
+        if any(not e.recoverable for s in structures for e in s):
+            # never logged: the target starts from this clean image to keep them (slower)
+            cuts = {s.name: self.cut(s.name) for s in structures}
+            await trio.to_thread.run_sync(self._save, structures, cuts)
+
+    def _save(self, structures: list[Structure], cuts: dict[str, dict[str, int]]) -> None:
+        for s in structures:
+            count = image.save(image.path_for(self.datadir.images, s.name), s, cuts[s.name])
+            log.info("image_saved", structure=s.name, messages=count, why="planned move")
 
     async def roll(self) -> tuple[str, int]:
         writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]

@@ -144,3 +144,19 @@ def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three
         assert acquired[0]["epoch"] > released["epoch"]
     for n in route[1:]:
         assert three[n].events("series_rolled"), f"{n} took A1 back in a new series"
+
+
+def test_a_sigterm_hands_the_owners_pairs_over_by_planned_moves(three):
+    """SIGTERM of NODE2 while NODE3 is live: A2 goes to NODE3 by a planned move, not a
+    takeover after the stop, and its non-recoverable message goes with it."""
+    settled(three["NODE1"], NAMES)
+    with cqsclient.connect(three["NODE2"].address, client="PUT", timeout=10) as c:
+        s = c.structure("A2")
+        s.put("Q", b"kept")
+        s.put("Q", b"not logged", recoverable=False)
+    assert three["NODE2"].stop() == 0
+    released = three["NODE2"].events("structure_released", structure="A2", to="NODE3")
+    assert released, "A2 was not handed over before the stop"
+    with cqsclient.connect(three["NODE3"].address, client="GET", timeout=10) as c:
+        assert sorted(m.data for m in c.structure("A2").browse_all("Q")) == [
+            b"kept", b"not logged"]

@@ -150,6 +150,7 @@ class GroupNode:
         self.poll = min(0.5, group.lease / 10)
         self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
         self.handing: set[str] = set()  # pairs being handed over by a planned move
+        self.released: set[str] = set()  # pairs handed over whose owner key is deleted
         self.receiving: set[str] = set()  # pairs a planned move brings here
         self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
         self.moves = 0
@@ -387,6 +388,7 @@ class GroupNode:
                 self._fence(f"the move of {name} could not release its owner key: {err}")
                 return
             self.moves += 1
+            self.released.add(name)
             log.info("owner_lost", structure=name, epoch=epoch, why=f"moved to {target}")
             log.info("structure_released", structure=name, epoch=epoch, to=target,
                      warm_seconds=round(warm - started, 3),
@@ -446,6 +448,7 @@ class GroupNode:
             return
         epoch = kv.create_revision
         self.owned[name] = epoch
+        self.released.discard(name)
         self.taking.add(name)
         log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch)
         try:
@@ -518,6 +521,7 @@ class GroupNode:
             return
         self.fenced_since = now()
         owned, self.owned = self.owned, {}
+        self.released.clear()
         self.lease.lost()
         log.error("fenced", node=self.group.node, why=why, structures=sorted(owned),
                   action="no more acknowledgements; the pairs go to other nodes; "

@@ -92,6 +92,11 @@ class Membership:
         owner = node.owner(name)
         me = self.config.group.node  # type: ignore[union-attr]
         if name in self.moving and (owner is None or owner.node == me):
+            if name in node.released:  # its key is gone: the target is taking it now
+                err = CQSError(Reason.NOT_OWNER, f"structure {name} moved to the node at "
+                               f"{self.moving[name]}")
+                err.details = {"owner": self.moving[name], "epoch": None}
+                return err
             return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} has no owner: it is "
                             f"moving to the node at {self.moving[name]}")
         if node.etcd_error is not None and node.fenced_since is not None:

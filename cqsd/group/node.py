@@ -470,6 +470,9 @@ class GroupNode:
 
     async def _takeover(self, name: str, epoch: int, detected: float) -> None:
         started = now()
+        # the seals as they are now: a planned move may follow the last one within a poll
+        kvs, revision = await self.etcd.get_prefix(key(self.group.name) + "/")
+        self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
         if self.host.writer in self.view.cuts(name):  # handed over earlier in this series
             await self._roll()
         seals = self.view.seals.get(name, [])

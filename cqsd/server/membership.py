@@ -102,7 +102,7 @@ class Membership:
         if node.etcd_error is not None and node.fenced_since is not None:
             return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} has no owner this "
                             f"node can know of: etcd is unreachable ({node.etcd_error})")
-        if owner is not None and owner.node != me:
+        if owner is not None and owner.node != me and name not in node.owned:
             err = CQSError(Reason.NOT_OWNER, f"structure {name} is owned by node {owner.node} "
                            f"(epoch {owner.epoch}) at {owner.advertise}")
             err.details = {"owner": owner.advertise, "epoch": owner.epoch}

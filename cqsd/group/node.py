@@ -53,10 +53,10 @@ import trio
 from logstream.series import list_series
 
 from ..config import GroupConfig
-from ..recovery.sealed import seal
+from ..recovery.sealed import End, seal
 from .etcd import Etcd, EtcdError, EtcdUnavailable
 from .lease import LeaseClock, now
-from .ownership import Owner, Seal, View, home, key, may_own, to_call_home, to_take
+from .ownership import Handed, Owner, Seal, View, home, key, may_own, to_call_home, to_take
 from .standby import Tailer
 
 log = structlog.get_logger()
@@ -68,7 +68,9 @@ REJOIN_DELAY = 0.5  # seconds between attempts to reach etcd after a fence
 # itself current (a cold target is not waited for: it rebuilds at the handover)
 WARM_WAIT = 30.0
 WARM_RECORDS = 20_000  # records behind the owner a target may be and count as current
-HANDOVER_POLL = 0.01  # seconds between two reads of the owner key by a move's target
+# seconds between two reads of the owner key by a move's target once it is warm itself
+# (before, the owner waits for it anyway: it reads at the node's poll, sparing etcd)
+HANDOVER_POLL = 0.02
 
 
 def _move_value(to: str) -> str:
@@ -129,6 +131,9 @@ class Host(Protocol):
 
     async def roll(self) -> tuple[str, int]:
         """Continue in a new series while serving: the old writer and its last LSN."""
+
+    def end(self) -> tuple[str, int, int]:
+        """This node's series now: its writer, durable LSN and newest timestamp."""
 
 
 class GroupNode:
@@ -383,8 +388,11 @@ class GroupNode:
             await self.host.release(name, node.advertise)
             self.owned.pop(name, None)
             try:
+                await self.etcd.put(key(self.group.name, "handed", name),
+                                    Handed(epoch, *self.host.end()).encode())
                 await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
             except EtcdError as err:  # it cannot be served here nor taken there
+                self.etcd_error = str(err)
                 self._fence(f"the move of {name} could not release its owner key: {err}")
                 return
             self.moves += 1
@@ -427,7 +435,8 @@ class GroupNode:
                 if kv is None and name not in self.taking:
                     await self._try(name)
                     continue
-                await trio.sleep(HANDOVER_POLL)
+                warm = self.tailer is None or name in self.tailer.standing
+                await trio.sleep(HANDOVER_POLL if warm else self.poll)
             if name in self.owned:
                 await self._forget_move(name, self.group.node, "done")
         finally:
@@ -471,7 +480,10 @@ class GroupNode:
     async def _takeover(self, name: str, epoch: int, detected: float) -> None:
         started = now()
         # the seals as they are now: a planned move may follow the last one within a poll
-        kvs, revision = await self.etcd.get_prefix(key(self.group.name) + "/")
+        try:
+            kvs, revision = await self.etcd.get_prefix(key(self.group.name) + "/")
+        except EtcdError as err:  # nothing done yet: give the pair up, not the node
+            raise Deposed(f"the group's keys could not be read: {err}") from err
         self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
         if self.host.writer in self.view.cuts(name):  # handed over earlier in this series
             await self._roll()
@@ -480,7 +492,12 @@ class GroupNode:
         previous = seals[-1].writer if seals else None
         writers = [w for w in list_series(self.host.log_dir) if w != self.host.writer
                    and (w == previous or w not in before)]
-        ends = await trio.to_thread.run_sync(seal, self.host.log_dir, writers)
+        handed = self.view.handed.get(name)
+        known = {}  # a planned move's owner said where its series ends: no scan of it
+        if handed is not None and seals and handed.epoch == seals[-1].epoch:
+            known = {handed.writer: End(handed.lsn, handed.timestamp)}
+        ends = known | await trio.to_thread.run_sync(
+            seal, self.host.log_dir, [w for w in writers if w not in known])
         cut = {**before, **{w: e.lsn for w, e in ends.items()}}
         cut.pop(self.host.writer, None)  # this node's own series is never cut for its pair
         timestamp = max([e.timestamp for e in ends.values()]

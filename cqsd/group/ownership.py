@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from .etcd import KV
 
-__all__ = ["Node", "Owner", "Seal", "View", "home", "key", "may_own", "may_take", "spread",
-           "to_call_home", "to_take"]
+__all__ = ["Handed", "Node", "Owner", "Seal", "View", "home", "key", "may_own", "may_take",
+           "spread", "to_call_home", "to_take"]
 
 
 def key(group: str, *parts: str | int) -> str:
@@ -73,6 +73,23 @@ class Seal:
         return json.dumps({"writer": self.writer, "cut": self.cut, "timestamp": self.timestamp})
 
 
+@dataclass(frozen=True)
+class Handed:
+    """Where the owner of ``epoch`` left its series when it handed the pair over by a
+    planned move: every record of the pair in ``writer`` is at or below ``lsn``,
+    durable, and stamped at or below ``timestamp``. The next owner takes it as that
+    writer's end instead of scanning the series for it."""
+
+    epoch: int
+    writer: str
+    lsn: int
+    timestamp: int
+
+    def encode(self) -> str:
+        return json.dumps({"epoch": self.epoch, "writer": self.writer, "lsn": self.lsn,
+                           "timestamp": self.timestamp})
+
+
 @dataclass
 class View:
     """The group as one read of its keys saw it."""
@@ -83,6 +100,8 @@ class View:
     # structure -> node -> (records, seconds) a warm standby is behind (standby.py)
     lag: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict)
     moves: dict[str, str] = field(default_factory=dict)  # structure -> the node asked to own it
+    # structure -> where the owner that handed it over last left its series (node.py)
+    handed: dict[str, Handed] = field(default_factory=dict)
     revision: int = 0
 
     @classmethod
@@ -109,6 +128,9 @@ class View:
                 elif parts[0] == "standby" and len(parts) == 3:
                     view.lag.setdefault(parts[1], {})[parts[2]] = (
                         int(value["records"]), float(value["seconds"]))
+                elif parts[0] == "handed" and len(parts) == 2:
+                    view.handed[parts[1]] = Handed(int(value["epoch"]), str(value["writer"]),
+                                                   int(value["lsn"]), int(value["timestamp"]))
                 elif parts[0] == "moves" and len(parts) == 2:
                     view.moves[parts[1]] = str(value["to"])
             except (ValueError, KeyError, TypeError, AttributeError):

@@ -232,6 +232,9 @@ class Membership:
         writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]
         return await self.journal.roll(writer)
 
+    def end(self) -> tuple[str, int, int]:
+        return self.journal.writer_id, self.journal.durable, self.journal.writer.last_timestamp
+
     def lose(self, why: str) -> None:
         self.journal.fence(Fenced(why))
         self.moving.clear()

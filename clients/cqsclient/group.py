@@ -49,8 +49,7 @@ ETCD_TIMEOUT: Final = 2.0  # seconds for one read of the node keys
 QUICK_HOPS: Final = 3
 # A pair in a planned move is served again within a second (docs/group.md): asked
 # again at this short interval for up to MOVE_PATIENCE seconds, with or without
-# a reconnect policy, so its clients pause no longer than the move. NOT_OWNER
-# beyond the quick hops too: two nodes' polled views name each other for a moment.
+# a reconnect policy, so its clients pause no longer than the move.
 MOVE_RETRY: Final = 0.02
 MOVE_PATIENCE: Final = 5.0
 # the refusals (after "structure X has no owner") of a pair being handed over
@@ -248,9 +247,8 @@ class Patience:
 
     def next_delay(self, error: CQSError) -> float:
         """The seconds to wait before asking again; raises *error* when out of patience."""
-        handing_over = isinstance(error, NotOwner) or any(
-            why in error.message for why in HANDING_OVER)  # nodes' views may lag a move
-        if handing_over and time.monotonic() - self.started < MOVE_PATIENCE:
+        if any(why in error.message for why in HANDING_OVER) and (
+                time.monotonic() - self.started < MOVE_PATIENCE):
             return MOVE_RETRY
         policy = self.policy
         if policy is None:

@@ -141,7 +141,7 @@ def pause(nodes: dict[str, Node], args: argparse.Namespace) -> dict:
 
 def _worker(addresses: str, structure: str, role: str, seconds: float, out) -> None:
     with cqsclient.connect(addresses, client=f"{role}{uuid.uuid4().hex[:6]}",
-                           timeout=30, reconnect=True) as c:
+                           timeout=30) as c:
         s = c.structure(structure)
         end, n = time.monotonic() + seconds, 0
         while time.monotonic() < end:

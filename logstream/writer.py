@@ -271,6 +271,11 @@ class Writer:
             self._bytes += size
         return lsn
 
+    @property
+    def last_timestamp(self) -> int:
+        """The timestamp of the newest record appended (0 before any)."""
+        return self._last_timestamp
+
     def stamp_after(self, timestamp: int) -> None:
         """Stamp every later record after ``timestamp``, whatever the clock says: a
         series that continues another's work (a new owner of a structure) sorts after it."""

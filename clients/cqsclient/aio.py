@@ -579,6 +579,13 @@ class Client:
         result: dict[str, Any] = await self._do(ops.fail_structure(structure), timeout)
         return result
 
+    async def move_structure(
+        self, structure: str, to: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
+        """A planned move of a group's pair (see the blocking client)."""
+        result: dict[str, Any] = await self._do(ops.move_structure(structure, to), timeout)
+        return result
+
     async def recover(
         self, structure: str | Sequence[str], purge: bool = False, *,
         timeout: Timeout = CLIENT_TIMEOUT,

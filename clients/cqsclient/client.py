@@ -604,6 +604,15 @@ class Client:
         result: dict[str, Any] = self._do(ops.fail_structure(structure), timeout)
         return result
 
+    def move_structure(
+        self, structure: str, to: str, *, timeout: Timeout = CLIENT_TIMEOUT
+    ) -> dict[str, Any]:
+        """SETXCF START,REBUILD in a group: move the pair *structure* to node *to* by a
+        planned move (its clients pause for under a second); returns {structure,
+        owner, epoch, seconds} once *to* serves it."""
+        result: dict[str, Any] = self._do(ops.move_structure(structure, to), timeout)
+        return result
+
     # --- leaving ---
 
     def deregister(self) -> None:

@@ -410,6 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
                   "ACTION(FAIL)); its requests get STRUCTURE_FAILED until recover")
     sub.add_argument("structure", metavar="STRUCTURE")
 
+    sub = command("move-structure", "move a group's structure pair to another node by a "
+                  "planned move (SETXCF START,REBUILD); waits until that node serves it")
+    sub.add_argument("structure", metavar="STRUCTURE")
+    sub.add_argument("--to", required=True, metavar="NODE", help="the node to move it to")
+
     sub = command("alter", "change a structure's current size (SETXCF START,ALTER)")
     sub.add_argument("structure", metavar="STRUCTURE")
     sub.add_argument("--size", type=_size, required=True, help="the new size, e.g. 48MiB")
@@ -683,6 +688,12 @@ def cmd_fail(client: cqsclient.Client, args: argparse.Namespace) -> Report:
                      f"STRUCTURE_FAILED until `cqsctl recover {r['structure']}`")
 
 
+def cmd_move_structure(client: cqsclient.Client, args: argparse.Namespace) -> Report:
+    r = client.move_structure(args.structure, args.to)
+    return Report(r, f"{r['structure']} moved to {r['owner']} (epoch {r['epoch']}) in "
+                     f"{r['seconds']}s")
+
+
 def cmd_alter(client: cqsclient.Client, args: argparse.Namespace) -> Report:
     r = client.alter(args.structure, args.size)
     return Report(r, f"{r['name']} is now {r['current_size']} bytes ({r['percent_full']}% full)")
@@ -735,6 +746,7 @@ COMMANDS: Final[dict[str, Callable[[cqsclient.Client, argparse.Namespace], Repor
     "checkpoint": cmd_checkpoint,
     "recover": cmd_recover,
     "fail": cmd_fail,
+    "move-structure": cmd_move_structure,
     "alter": cmd_alter,
     "rebuild": cmd_rebuild,
     "delete-structure": cmd_delete_structure,

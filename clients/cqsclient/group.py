@@ -47,6 +47,13 @@ ETCD_TIMEOUT: Final = 2.0  # seconds for one read of the node keys
 # NOT_OWNER replies followed at once within one request before backing off: a
 # takeover can leave two nodes' views apart for a moment (each names the other).
 QUICK_HOPS: Final = 3
+# A pair in a planned move is served again within a second (docs/group.md): asked
+# again at this short interval for up to MOVE_PATIENCE seconds, with or without
+# a reconnect policy, so its clients pause no longer than the move.
+MOVE_RETRY: Final = 0.02
+MOVE_PATIENCE: Final = 5.0
+# the refusals (after "structure X has no owner") of a pair being handed over
+HANDING_OVER: Final = (": it is moving to ", ": this node is taking it over")
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +247,9 @@ class Patience:
 
     def next_delay(self, error: CQSError) -> float:
         """The seconds to wait before asking again; raises *error* when out of patience."""
+        if any(why in error.message for why in HANDING_OVER) and (
+                time.monotonic() - self.started < MOVE_PATIENCE):
+            return MOVE_RETRY
         policy = self.policy
         if policy is None:
             raise error

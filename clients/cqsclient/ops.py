@@ -611,6 +611,11 @@ def fail_structure(structure: str) -> Call:
     return Call({"op": "fail_structure", "structure": structure}, dict)
 
 
+def move_structure(structure: str, to: str) -> Call:
+    """``move_structure``: a planned move of a group's pair to node *to* (SETXCF REBUILD)."""
+    return Call({"op": "move_structure", "structure": structure, "to": to}, dict, job=True)
+
+
 def notification_from_wire(frame: dict[str, Any]) -> Notification | None:
     """The Notification for an unsolicited frame, or None if it is not one we know."""
     if frame.get("notify") != "work":

@@ -111,6 +111,7 @@ OPS: dict[str, Spec] = {
         "dsexpand": ((str, type(None)), None),
     },
     "fail_structure": {"structure": _STRUCTURE},
+    "move_structure": {"structure": _STRUCTURE, "to": ((str,), REQUIRED)},
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).
@@ -213,6 +214,13 @@ def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:
             raise ProtocolError(
                 INVALID_REQUEST,
                 f"commit: ops[{i}] must be a map with op put, delete, move or unlock"
+            )
+        if "structure" in op:  # a unit of work is one log record of one pair's owner
+            raise ProtocolError(
+                INVALID_REQUEST,
+                f"commit: ops[{i}] names structure {quote(op['structure'])}: a unit of work "
+                f"spans one structure pair, the commit's own (in a group another pair may "
+                f"live on another node); commit each pair's work on its own"
             )
         out.append((kind, fields(f"commit ops[{i}] ({kind})", spec, op)))
     return out

@@ -159,6 +159,15 @@ class Etcd:
         })
         return bool(reply.get("succeeded", False))
 
+    async def delete_if_value(self, key: str, value: str) -> bool:
+        """Delete ``key`` if it still holds ``value`` (a request not replaced since)."""
+        reply = await self.call("/v3/kv/txn", {
+            "compare": [{"key": _b64(key), "target": "VALUE", "result": "EQUAL",
+                         "value": _b64(value)}],
+            "success": [{"request_delete_range": {"key": _b64(key)}}],
+        })
+        return bool(reply.get("succeeded", False))
+
     async def delete(self, key: str) -> None:
         await self.call("/v3/kv/deleterange", {"key": _b64(key)})
 

@@ -25,6 +25,18 @@ could take current, so that ``Host.take`` folds only the last records.
 A clean stop saves the images first (the daemon), then deletes this node's
 owner keys and revokes the lease, so a standby takes the pairs at once and
 from the clean image, without waiting out the lease.
+
+Planned moves (z/OS's SETXCF REBUILD; docs/group.md, "Planned moves"). Any
+node asked to move a pair writes ``moves/<PAIR>`` naming the target; the
+owner, seeing it, waits for the target's warm standby to report itself
+current, then stops serving the pair, waits until all of its records are
+durable and acknowledged, and deletes its owner key; the target, which polls
+that one key quickly while a move to it is pending, takes the pair as in a
+takeover (seal, the last records, serve) and deletes the move key. A node
+that joins asks by such moves for the pairs whose home it is (ownership.py).
+A node never writes a pair again in a series that was cut for it: taking back
+a pair it handed over in this incarnation, it first rolls to a new series
+(the old one counts to its end for every other pair it owns).
 """
 
 from __future__ import annotations
@@ -42,10 +54,10 @@ import trio
 from logstream.series import list_series
 
 from ..config import GroupConfig
-from ..recovery.sealed import seal
+from ..recovery.sealed import End, seal
 from .etcd import Etcd, EtcdError, EtcdUnavailable
 from .lease import LeaseClock, now
-from .ownership import Owner, Seal, View, key, to_take
+from .ownership import Handed, Owner, Seal, View, home, key, may_own, to_call_home, to_take
 from .standby import Tailer
 
 log = structlog.get_logger()
@@ -56,6 +68,18 @@ REJOIN_DELAY = 0.5  # seconds between attempts to reach etcd after a fence
 # seconds between attempts to start a new series on a disk that refused one: an
 # attempt that got as far as a segment's header leaves an empty series behind
 DISK_RETRY = 2.0
+# A planned move waits this long at most for the target's warm standby to report
+# itself current (a cold target is not waited for: it rebuilds at the handover)
+WARM_WAIT = 30.0
+WARM_RECORDS = 20_000  # records behind the owner a target may be and count as current
+# seconds between two reads of the owner key by a move's target once it is warm itself
+# (before, the owner waits for it anyway: it reads at the node's poll, sparing etcd)
+HANDOVER_POLL = 0.02
+
+
+def _move_value(to: str) -> str:
+    """The value of ``moves/<PAIR>``: the node asked to own the pair."""
+    return json.dumps({"to": to})
 
 
 def writer_for(node: str, log_dir: Path) -> str:
@@ -79,6 +103,7 @@ class Takeover:
     # whether the node still owns the pair at this epoch: a fence during the rebuild
     # (its lease ran out meanwhile) deposed it, and then it must not serve the pair
     current: Callable[[], bool] = lambda: True
+    planned: bool = False  # handed over by a planned move (the old owner is alive)
 
 
 class Deposed(Exception):
@@ -115,6 +140,16 @@ class Host(Protocol):
         """After a fence, continue as a new incarnation: its writer id. Raises
         RejoinFailed if its series cannot be started."""
 
+    async def release(self, name: str, to: str) -> None:
+        """A planned move: stop serving pair ``name`` (its clients are told it is moving
+        to ``to``) and return once every record of it is durable."""
+
+    async def roll(self) -> tuple[str, int]:
+        """Continue in a new series while serving: the old writer and its last LSN."""
+
+    def end(self) -> tuple[str, int, int]:
+        """This node's series now: its writer, durable LSN and newest timestamp."""
+
 
 class GroupNode:
     def __init__(self, group: GroupConfig, pairs: Mapping[str, tuple[str, ...] | None],
@@ -135,6 +170,12 @@ class GroupNode:
         self.disk_error: RejoinFailed | None = None  # why the last rejoin failed, if it did
         self.poll = min(0.5, group.lease / 10)
         self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
+        self.handing: set[str] = set()  # pairs being handed over by a planned move
+        self.released: set[str] = set()  # pairs handed over whose owner key is deleted
+        self.receiving: set[str] = set()  # pairs a planned move brings here
+        self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
+        self.moves = 0
+        self.leaving = False  # handing everything off before a stop: take nothing more
 
     # -- what the daemon asks ------------------------------------------------
 
@@ -148,7 +189,7 @@ class GroupNode:
 
     def cuts(self, name: str) -> dict[str, int]:
         """The sealed writers' cuts of pair ``name``; this node's own series is never cut."""
-        cut = self.view.cuts(name)
+        cut = {**self.retired, **self.view.cuts(name)}
         cut.pop(self.host.writer, None)
         return cut
 
@@ -205,7 +246,7 @@ class GroupNode:
                 continue
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keepalive, nursery.cancel_scope)
-                nursery.start_soon(self._watch, nursery.cancel_scope)
+                nursery.start_soon(self._watch, nursery)
             # fenced: the lease is gone or out of date; everything owned was dropped
 
     async def _join(self) -> None:
@@ -245,8 +286,10 @@ class GroupNode:
                 self.etcd_error = None
                 self.lease.renewed(ttl, sent)
 
-    async def _watch(self, scope: trio.CancelScope) -> None:
+    async def _watch(self, nursery: trio.Nursery) -> None:
+        scope = nursery.cancel_scope
         prefix = key(self.group.name) + "/"
+        joined = now()
         while True:
             try:
                 kvs, revision = await self.etcd.get_prefix(prefix)
@@ -258,17 +301,175 @@ class GroupNode:
             self.seen.set()
             for name, epoch in list(self.owned.items()):
                 o = self.view.owners.get(name)
+                if epoch > revision:  # won after this read began: not in it yet
+                    continue
                 if o is None or o.node != self.group.node or o.epoch != epoch:
                     self._fence(f"its owner key of {name} (epoch {epoch}) is gone")
                     scope.cancel()
                     return
-            if self.lease.valid(now()):
+            if self.lease.valid(now()) and not self.leaving:
                 for name in self.orphans():
                     await self._own(name, self.view.owners[name].epoch, self.view_at)
                 for name in to_take(self.group.node, self.pairs, self.view):
                     if name not in self.taking:
                         await self._try(name)
+            if self.lease.valid(now()):
+                await self._moves(nursery)
+                if not self.leaving and now() - joined < max(2.0, self.group.lease):
+                    await self._call_home()  # the first views after a join
             await trio.sleep(self.poll)
+
+    # -- planned moves ------------------------------------------------------------
+
+    async def ask_move(self, name: str, to: str) -> None:
+        """Ask the group to move pair ``name`` to node ``to`` (any node may be asked).
+        Raises ValueError saying why it cannot go there, EtcdError."""
+        view, prefer = self.view, self.pairs.get(name)
+        if name not in self.pairs:
+            raise ValueError(f"{name} is not a structure pair of this group "
+                             f"(an overflow structure moves with its primary)")
+        if to not in view.nodes:
+            raise ValueError(f"node {to} is not live in group {self.group.name} "
+                             f"(live: {', '.join(sorted(view.nodes)) or 'none'})")
+        if not may_own(prefer, to):
+            raise ValueError(f"node {to} is not in the preference list of {name} "
+                             f"({', '.join(prefer or ())})")
+        await self.etcd.put(key(self.group.name, "moves", name), _move_value(to))
+        log.info("move_requested", structure=name, to=to, by=self.group.node)
+
+    async def hand_off(self, wait: float) -> None:
+        """At a stop by SIGTERM: move each pair this node owns to the node that would own
+        it without this one, if one is live, and wait for the moves (``wait`` seconds at
+        most); the clean stop then gives up whatever did not move."""
+        self.leaving = True
+        live = set(self.view.nodes) - {self.group.node}
+        asked = []
+        for name in sorted(self.owned):
+            target = home(name, self.pairs[name], live)
+            if target is None:
+                continue
+            try:
+                await self.ask_move(name, target)
+            except (ValueError, EtcdError) as err:
+                log.warning("hand_off_failed", structure=name, to=target, error=str(err),
+                            action="given up at the clean stop instead")
+                continue
+            self.view.moves[name] = target
+            asked.append(name)
+        with trio.move_on_after(wait):
+            while True:  # the moves end in this node's own tasks (_hand_over)
+                if not any(name in self.owned or name in self.handing for name in asked):
+                    return
+                await trio.sleep(self.poll / 5)
+
+    async def _call_home(self) -> None:
+        """Ask for the pairs whose home this node is, from the nodes that own them."""
+        for name in to_call_home(self.group.node, self.pairs, self.view):
+            try:
+                await self.ask_move(name, self.group.node)
+            except (ValueError, EtcdError) as err:
+                log.warning("move_home_failed", structure=name, error=str(err))
+                continue
+            self.view.moves[name] = self.group.node
+
+    async def _moves(self, nursery: trio.Nursery) -> None:
+        """Act on the planned moves the view shows: hand over what this node owns,
+        receive what comes here, drop requests that cannot be carried out."""
+        me = self.group.node
+        for name, target in list(self.view.moves.items()):
+            if name not in self.pairs:
+                continue
+            if name in self.owned and name not in self.taking:
+                if target == me:  # done (or asked of the owner itself)
+                    await self._forget_move(name, target, "done")
+                elif target not in self.view.nodes or not may_own(self.pairs[name], target):
+                    await self._forget_move(name, target, f"node {target} cannot own it")
+                elif name not in self.handing:
+                    self.handing.add(name)
+                    nursery.start_soon(self._hand_over, name, self.owned[name], target)
+            elif target == me and name not in self.receiving:
+                self.receiving.add(name)
+                nursery.start_soon(self._receive, name)
+
+    async def _forget_move(self, name: str, to: str, why: str) -> None:
+        """Delete the request to move ``name`` to ``to``, unless a new one replaced it."""
+        try:
+            if not await self.etcd.delete_if_value(key(self.group.name, "moves", name),
+                                                   _move_value(to)):
+                return
+        except EtcdError as err:
+            self.etcd_error = str(err)
+            return
+        if self.view.moves.get(name) == to:
+            self.view.moves.pop(name, None)
+        log.info("move_ended", structure=name, to=to, why=why)
+
+    async def _hand_over(self, name: str, epoch: int, target: str) -> None:
+        """The owner's side of a planned move of ``name`` to ``target``."""
+        try:
+            started = now()
+            await self._await_warm(name, target)
+            node = self.view.nodes.get(target)
+            if self.owned.get(name) != epoch or self.view.moves.get(name) != target \
+                    or node is None:
+                return  # the move was called off, or the pair lost meanwhile
+            warm = now()
+            await self.host.release(name, node.advertise)
+            self.owned.pop(name, None)
+            try:
+                await self.etcd.put(key(self.group.name, "handed", name),
+                                    Handed(epoch, *self.host.end()).encode())
+                await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+            except EtcdError as err:  # it cannot be served here nor taken there
+                self.etcd_error = str(err)
+                self._fence(f"the move of {name} could not release its owner key: {err}")
+                return
+            self.moves += 1
+            self.released.add(name)
+            log.info("owner_lost", structure=name, epoch=epoch, why=f"moved to {target}")
+            log.info("structure_released", structure=name, epoch=epoch, to=target,
+                     warm_seconds=round(warm - started, 3),
+                     drain_seconds=round(now() - warm, 3))
+        finally:
+            self.handing.discard(name)
+
+    async def _await_warm(self, name: str, target: str) -> None:
+        """Until ``target``'s warm standby of ``name`` reports itself current (a cold
+        one at once), at most WARM_WAIT seconds."""
+        deadline = now() + WARM_WAIT
+        while now() < deadline:
+            node = self.view.nodes.get(target)
+            if node is None or node.standby != "warm" or self.view.moves.get(name) != target:
+                return
+            lag = self.view.lag.get(name, {}).get(target)
+            if lag is not None and lag[0] <= WARM_RECORDS:
+                return
+            await trio.sleep(self.poll)
+        log.warning("move_target_not_warm", structure=name, to=target, waited=WARM_WAIT,
+                    action="handing over anyway; the target rebuilds what it lacks")
+
+    async def _receive(self, name: str) -> None:
+        """The target's side: take ``name`` the moment its owner lets it go."""
+        owner_key = key(self.group.name, "owners", name)
+        try:
+            while self.view.moves.get(name) == self.group.node and name not in self.owned:
+                if not self.lease.valid(now()):
+                    return
+                try:
+                    kv = await self.etcd.get(owner_key)
+                except EtcdError as err:
+                    self.etcd_error = str(err)
+                    await trio.sleep(self.poll)
+                    continue
+                if kv is None and name not in self.taking:
+                    await self._try(name)
+                    continue
+                warm = self.tailer is None or name in self.tailer.standing
+                await trio.sleep(HANDOVER_POLL if warm else self.poll)
+            if name in self.owned:
+                await self._forget_move(name, self.group.node, "done")
+        finally:
+            self.receiving.discard(name)
 
     async def _try(self, name: str) -> None:
         """Try to become the owner of the free pair ``name``; take it over if so."""
@@ -296,6 +497,7 @@ class GroupNode:
     async def _own(self, name: str, epoch: int, detected: float) -> None:
         """The pair ``name`` is this node's at ``epoch``: take it over, or give it up."""
         self.owned[name] = epoch
+        self.released.discard(name)
         self.taking.add(name)
         log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch)
         try:
@@ -317,12 +519,25 @@ class GroupNode:
 
     async def _takeover(self, name: str, epoch: int, detected: float) -> None:
         started = now()
+        # the seals as they are now: a planned move may follow the last one within a poll
+        try:
+            kvs, revision = await self.etcd.get_prefix(key(self.group.name) + "/")
+        except EtcdError as err:  # nothing done yet: give the pair up, not the node
+            raise Deposed(f"the group's keys could not be read: {err}") from err
+        self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
+        if self.host.writer in self.view.cuts(name):  # handed over earlier in this series
+            await self._roll()
         seals = self.view.seals.get(name, [])
         before = self.view.cuts(name)
         previous = seals[-1].writer if seals else None
         writers = [w for w in list_series(self.host.log_dir) if w != self.host.writer
                    and (w == previous or w not in before)]
-        ends = await trio.to_thread.run_sync(seal, self.host.log_dir, writers)
+        handed = self.view.handed.get(name)
+        known = {}  # a planned move's owner said where its series ends: no scan of it
+        if handed is not None and seals and handed.epoch == seals[-1].epoch:
+            known = {handed.writer: End(handed.lsn, handed.timestamp)}
+        ends = known | await trio.to_thread.run_sync(
+            seal, self.host.log_dir, [w for w in writers if w not in known])
         cut = {**before, **{w: e.lsn for w, e in ends.items()}}
         cut.pop(self.host.writer, None)  # this node's own series is never cut for its pair
         timestamp = max([e.timestamp for e in ends.values()]
@@ -333,12 +548,28 @@ class GroupNode:
         takeover = Takeover(name, epoch, cut, timestamp,
                             {"detect": round(started - detected, 3),
                              "seal": round(sealed - started, 3)},
-                            lambda: self.owned.get(name) == epoch and self.valid())
+                            lambda: self.owned.get(name) == epoch and self.valid(),
+                            planned=self.view.moves.get(name) == self.group.node)
         log.info("structure_sealed", structure=name, epoch=epoch, cut=cut, timestamp=timestamp)
         await self.host.take(takeover)
         self.takeovers += 1
         log.info("takeover_done", structure=name, epoch=epoch, node=self.group.node,
                  phases=takeover.phases, seconds=round(now() - detected, 3))
+
+    async def _roll(self) -> None:
+        """A new series for this node, its keys saying so (the tailers of the pairs it
+        owns follow the new one)."""
+        old, end = await self.host.roll()
+        self.retired[old] = end
+        writer = self.host.writer
+        log.info("series_rolled", node=self.group.node, old=old, last_lsn=end, writer=writer)
+        await self.etcd.put(key(self.group.name, "nodes", self.group.node), json.dumps({
+            "advertise": self.group.advertise, "writer": writer,
+            "standby": self.group.standby}), lease=self.lease.lease)
+        for pair in self.owned:
+            await self.etcd.put(key(self.group.name, "owners", pair), json.dumps({
+                "node": self.group.node, "advertise": self.group.advertise,
+                "writer": writer}), lease=self.lease.lease)
 
     def fence(self, why: str) -> None:
         """Stop acknowledging and give everything up (idempotent); the keep-alive then
@@ -350,6 +581,7 @@ class GroupNode:
             return
         self.fenced_since = now()
         owned, self.owned = self.owned, {}
+        self.released.clear()
         self.lease.lost()
         log.error("fenced", node=self.group.node, why=why, structures=sorted(owned),
                   action="no more acknowledgements; the pairs go to other nodes; "

@@ -12,21 +12,28 @@ node's loop (node.py) reads the keys, asks ``to_take``, and tries each pair
 with a create-if-absent transaction, so two nodes that decide alike at once
 still end with one owner.
 
-A pair with a preference list goes to the first live node of the list
-(CFRM's PREFLIST): a node takes a free pair only if no live node earlier in
-the list could; a node not in the list never takes it. A pair without one
-may go to any node: the first whose transaction lands wins.
+Placement. A pair's *home* is the first live node of its preference list
+(CFRM's PREFLIST; a node not in the list never owns it), or, without one, the
+live node that rendezvous hashing of the pair's name picks (highest random
+weight): every node computes the same home from the same live set, a node
+joining or leaving moves only the pairs it wins or held, and no table needs
+keeping. A free pair is taken by its home, unless a planned move
+(``moves/<PAIR>``, docs/group.md) names a live target that may own it: then by
+that target alone. A node that joins takes back its homes from their owners by
+planned moves, not takeovers (node.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .etcd import KV
 
-__all__ = ["Node", "Owner", "Seal", "View", "key", "may_take", "to_take"]
+__all__ = ["Handed", "Node", "Owner", "Seal", "View", "home", "key", "may_own", "may_take",
+           "spread", "to_call_home", "to_take"]
 
 
 def key(group: str, *parts: str | int) -> str:
@@ -66,6 +73,23 @@ class Seal:
         return json.dumps({"writer": self.writer, "cut": self.cut, "timestamp": self.timestamp})
 
 
+@dataclass(frozen=True)
+class Handed:
+    """Where the owner of ``epoch`` left its series when it handed the pair over by a
+    planned move: every record of the pair in ``writer`` is at or below ``lsn``,
+    durable, and stamped at or below ``timestamp``. The next owner takes it as that
+    writer's end instead of scanning the series for it."""
+
+    epoch: int
+    writer: str
+    lsn: int
+    timestamp: int
+
+    def encode(self) -> str:
+        return json.dumps({"epoch": self.epoch, "writer": self.writer, "lsn": self.lsn,
+                           "timestamp": self.timestamp})
+
+
 @dataclass
 class View:
     """The group as one read of its keys saw it."""
@@ -75,6 +99,9 @@ class View:
     seals: dict[str, list[Seal]] = field(default_factory=dict)  # oldest epoch first
     # structure -> node -> (records, seconds) a warm standby is behind (standby.py)
     lag: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict)
+    moves: dict[str, str] = field(default_factory=dict)  # structure -> the node asked to own it
+    # structure -> where the owner that handed it over last left its series (node.py)
+    handed: dict[str, Handed] = field(default_factory=dict)
     revision: int = 0
 
     @classmethod
@@ -101,6 +128,11 @@ class View:
                 elif parts[0] == "standby" and len(parts) == 3:
                     view.lag.setdefault(parts[1], {})[parts[2]] = (
                         int(value["records"]), float(value["seconds"]))
+                elif parts[0] == "handed" and len(parts) == 2:
+                    view.handed[parts[1]] = Handed(int(value["epoch"]), str(value["writer"]),
+                                                   int(value["lsn"]), int(value["timestamp"]))
+                elif parts[0] == "moves" and len(parts) == 2:
+                    view.moves[parts[1]] = str(value["to"])
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
         for seals in view.seals.values():
@@ -117,20 +149,45 @@ class View:
         return cut
 
 
-def may_take(prefer: tuple[str, ...] | None, me: str, live: Mapping[str, object]) -> bool:
-    """Whether ``me`` may take a free pair with preference list ``prefer``."""
+def spread(structure: str, nodes: Collection[str]) -> str | None:
+    """The node rendezvous hashing places ``structure`` on, among ``nodes``."""
+    return max(nodes, default=None,
+               key=lambda n: hashlib.sha256(f"{structure}/{n}".encode()).digest())
+
+
+def home(structure: str, prefer: tuple[str, ...] | None, live: Collection[str]) -> str | None:
+    """Where pair ``structure`` belongs with ``live`` nodes: the first live node of
+    ``prefer``, or the spread's pick without one; None if no live node may own it."""
     if prefer is None:
-        return True
-    for node in prefer:
-        if node == me:
-            return True
-        if node in live:
-            return False
-    return False
+        return spread(structure, live)
+    return next((n for n in prefer if n in live), None)
+
+
+def may_own(prefer: tuple[str, ...] | None, node: str) -> bool:
+    """Whether ``node`` may own a pair with preference list ``prefer`` at all."""
+    return prefer is None or node in prefer
+
+
+def may_take(structure: str, prefer: tuple[str, ...] | None, me: str, view: View) -> bool:
+    """Whether ``me`` may take the free pair ``structure``: it is the live target of a
+    planned move of it, or, with no such move, the pair's home."""
+    live = {*view.nodes, me}
+    target = view.moves.get(structure)
+    if target is not None and target in live and may_own(prefer, target):
+        return target == me
+    return home(structure, prefer, live) == me
 
 
 def to_take(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) -> list[str]:
     """The free pairs ``me`` should try to take now, in name order."""
-    live = view.nodes
     return [name for name, prefer in sorted(pairs.items())
-            if name not in view.owners and may_take(prefer, me, live)]
+            if name not in view.owners and may_take(name, prefer, me, view)]
+
+
+def to_call_home(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) -> list[str]:
+    """The pairs whose home is ``me`` that another node owns, with no move asked yet:
+    a node joining asks for them by planned moves."""
+    live = {*view.nodes, me}
+    return [name for name, prefer in sorted(pairs.items())
+            if (o := view.owners.get(name)) is not None and o.node != me
+            and name not in view.moves and home(name, prefer, live) == me]

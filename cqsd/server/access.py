@@ -40,7 +40,7 @@ APPLICATION_OPS = frozenset({
 OPERATOR_OPS = frozenset({
     "query", "requeue", "dequeue", "checkpoint", "recover", "alter", "rebuild",
     "delete_structure", "reset_smds", "start_smdsconn", "stop_smdsconn", "alter_smds",
-    "fail_structure",
+    "fail_structure", "move_structure",
 })
 READS = frozenset({"read", "browse", "register_interest"})
 OPERATOR_MARK = ":"  # in an operator session's owner name; no client name holds one

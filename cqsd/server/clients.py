@@ -182,11 +182,13 @@ class Clients:
 
     # -- peer recovery -------------------------------------------------------------
 
-    def schedule_peer_recovery(self, client: str, failed: bool = True) -> None:
-        """Release a dropped client's locks after ``resync_grace`` unless it comes back:
-        as failed deliveries if the client failed, as they were if the daemon stopped
-        under it (``failed=False``: a restart is no failure of the client's)."""
-        grace = self.config.daemon.resync_grace
+    def schedule_peer_recovery(self, client: str, failed: bool = True,
+                               grace: float | None = None) -> None:
+        """Release a dropped client's locks after ``resync_grace`` (or ``grace``, if
+        longer) unless it comes back: as failed deliveries if the client failed, as
+        they were if the daemon stopped under it (``failed=False``: a restart is no
+        failure of the client's)."""
+        grace = max(self.config.daemon.resync_grace, grace or 0)
         if grace == 0 or is_operator_session(client):  # an operator session never comes back
             self.recover_peer(client, failed)
             return

@@ -62,6 +62,10 @@ from .waiters import ReadWaiters
 
 log = structlog.get_logger()
 
+# seconds a node of a group stopped by SIGTERM waits for its planned moves (each waits
+# for its target's warm standby, then pauses its pair for well under a second)
+HAND_OFF_WAIT = 15.0
+
 
 class LogFailed(DaemonError):
     """The log could not be written: the daemon stopped so a restart can recover."""
@@ -190,6 +194,10 @@ class Daemon:
                     spawn("watchdog", notify.watchdog, interval)
                 task_status.started(self)
                 await self.stopped.wait()
+                if self.membership is not None and not self.life.stopping:
+                    # serving on meanwhile: each pair's clients follow it to its new owner
+                    await self.membership.node.hand_off(HAND_OFF_WAIT)
+                    self.life.stopping = True
                 serving.cancel()
                 await self.connections.drain()
                 nursery.cancel_scope.cancel()
@@ -230,10 +238,14 @@ class Daemon:
                 return
 
     def stop(self, why: str) -> None:
-        """Begin a graceful stop: refuse new work, finish what is in flight."""
-        if not self.life.stopping:
-            self.life.stopping = True
-            log.info("stopping", why=why)
+        """Begin a graceful stop: refuse new work, finish what is in flight. A node of a
+        group stopped by a signal first hands its pairs over by planned moves, serving
+        until each has moved (docs/group.md); stopped on a failure, it does not."""
+        if not self.stopped.is_set():
+            hand_off = (self.membership is not None and why in ("SIGTERM", "SIGINT")
+                        and self.journal is not None and self.journal.ended() is None)
+            self.life.stopping = not hand_off
+            log.info("stopping", why=why, hand_off=hand_off)
             notify.stopping(why)
             self.stopped.set()
 

@@ -150,7 +150,8 @@ async def _wait_read(rooms: Rooms, session: Session, rid: int, s: StructurePair,
             except CQSError as err:
                 session.fail(rid, err.reason, err.message)
     if waiter.failed:
-        session.fail(rid, Reason.STRUCTURE_FAILED, f"structure {s.name} failed during the wait")
+        gone = _gone(rooms, s.name)
+        session.fail(rid, gone.reason, gone.message, getattr(gone, "details", None))
     elif waiter.messages is None and not rooms.life.stopping:
         session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
 
@@ -164,6 +165,15 @@ def _passing(rooms: Rooms, passed_over: list[Entry]) -> Callable[[Entry], bool]:
             return True
         return False
     return passed
+
+
+def _gone(rooms: Rooms, name: str) -> CQSError:
+    """Why a waiting read on ``name`` ended unserved: the pair failed, or (in a group)
+    it went to another node, which the refusal names so the client follows it."""
+    registry = rooms.registry
+    if name in registry.standby and registry.elsewhere is not None:
+        return registry.elsewhere(name)
+    return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} failed during the wait")
 
 
 def _messages(rooms: Rooms, s: StructurePair, client: str, got: list[Any]) -> Result:
@@ -393,6 +403,17 @@ def op_fail_structure(rooms: Rooms, session: Session, rid: int, structure: str) 
     return rooms.operations.fail(structure)
 
 
+def op_move_structure(rooms: Rooms, session: Session, rid: int, structure: str, to: str
+                      ) -> Result:
+    """move_structure {structure, to} -> {structure, owner, epoch, seconds}: a planned move
+    (SETXCF START,REBUILD), answered once ``to`` serves the pair"""
+    if rooms.membership is None:
+        raise _bad("move_structure: this daemon is not a node of a group ([group] in its "
+                   "config); a structure moves only between the nodes of one")
+    log.info("move_structure_requested", client=session.client, structure=structure, to=to)
+    return _later(session, rid, rooms.membership.move, structure, to)
+
+
 def op_checkpoint(rooms: Rooms, session: Session, rid: int, structure: str) -> Result:
     """checkpoint {structure} -> the checkpoint job's result"""
     rooms.registry.pair_of(structure)  # a primary or an overflow structure, if available
@@ -507,6 +528,7 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "deregister_interest": op_deregister_interest, "query": op_query, "requeue": op_requeue,
     "dequeue": op_dequeue, "alter": op_alter, "rebuild": op_rebuild,
     "delete_structure": op_delete_structure, "fail_structure": op_fail_structure,
+    "move_structure": op_move_structure,
     "checkpoint": op_checkpoint, "recover": op_recover, "reset_smds": op_reset_smds,
     "start_smdsconn": op_start_smdsconn, "stop_smdsconn": op_stop_smdsconn,
     "alter_smds": op_alter_smds,

@@ -365,6 +365,26 @@ class Journal:
         self._position = self.writer.appended_lsn
         self.fenced = None
 
+    async def roll(self, writer: str) -> tuple[str, int]:
+        """Continue in a new series, ``writer``, while serving (a group node taking back
+        a pair its series was cut for): once everything appended is durable and
+        acknowledged, with no await between that check and the switch, so no reply
+        waits on the old series. Returns the old writer and its last LSN; raises what
+        ended the log if it ended."""
+        while self._pending or self._held_back or self.acknowledged < self._position:
+            if (ended := self.ended()) is not None:
+                raise ended
+            self._work.set()
+            await self._flushed.wait()
+        old, end = self.writer_id, self._position
+        self.writer.close()
+        self.writer = logstream.Writer.open(self.directory, writer,
+                                            segment_size=self.writer.segment_size)
+        self.writer_id = writer
+        self.durable = self.acknowledged = self.writer.durable_lsn
+        self._position = self.writer.appended_lsn
+        return old, end
+
     def _wake(self) -> None:
         held, self._held = self._held, set()
         refused = self.failed or self.fenced

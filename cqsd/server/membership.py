@@ -21,7 +21,8 @@ from logstream.errors import LogWriteFailed
 
 from ..config import Config
 from ..dedup import Remembered
-from ..engine import CQSError, Reason, StructurePair
+from ..engine import CQSError, Reason, Structure, StructurePair
+from ..group.etcd import EtcdError
 from ..group.lease import now
 from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
 from ..group.standby import Tailer, finish
@@ -40,6 +41,11 @@ from .smds.datasets import DataSets
 from .waiters import ReadWaiters
 
 log = structlog.get_logger()
+
+# seconds the locks of clients not (yet) connected here wait for them after a planned
+# move, at least: they are alive, and follow the pair here within a second or so
+MOVE_GRACE = 10.0
+MOVE_WAIT = 60.0  # seconds move_structure waits for the target to serve the pair
 
 
 class Membership:
@@ -72,6 +78,7 @@ class Membership:
         registry.pairs, registry.failed = {}, {}
         registry.elsewhere = self.refusal
         self.claimed = 0.0  # seconds the last warm takeover waited for the tail
+        self.moving: dict[str, str] = {}  # pairs handed over by a planned move -> the target
 
     @property
     def writer(self) -> str:
@@ -97,10 +104,19 @@ class Membership:
         """Why pair ``name`` is not served here, and where it is."""
         node = self.node
         owner = node.owner(name)
+        me = self.config.group.node  # type: ignore[union-attr]
+        if name in self.moving and (owner is None or owner.node == me):
+            if name in node.released:  # its key is gone: the target is taking it now
+                err = CQSError(Reason.NOT_OWNER, f"structure {name} moved to the node at "
+                               f"{self.moving[name]}")
+                err.details = {"owner": self.moving[name], "epoch": None}
+                return err
+            return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} has no owner: it is "
+                            f"moving to the node at {self.moving[name]}")
         if node.etcd_error is not None and node.fenced_since is not None:
             return CQSError(Reason.STRUCTURE_FAILED, f"structure {name} has no owner this "
                             f"node can know of: etcd is unreachable ({node.etcd_error})")
-        if owner is not None and owner.node != self.config.group.node:  # type: ignore[union-attr]
+        if owner is not None and owner.node != me and name not in node.owned:
             err = CQSError(Reason.NOT_OWNER, f"structure {name} is owned by node {owner.node} "
                            f"(epoch {owner.epoch}) at {owner.advertise}")
             err.details = {"owner": owner.advertise, "epoch": owner.epoch}
@@ -155,10 +171,13 @@ class Membership:
         self.registry.install(pair)
         self.datasets.open_sets.taken_over([s.name for s in pair.structures()])
         self.clients.announce(pair)
+        self.moving.pop(name, None)
         owners = set().union(*(r.lock_owners for r in reports)) - set(self.clients.sessions)
         for client in sorted(owners):  # their holders may come back to resync
             self.clients.held_over.add(client)
-            self.clients.schedule_peer_recovery(client, failed=False)
+            # after a planned move they are alive, on their way from the old owner
+            self.clients.schedule_peer_recovery(
+                client, failed=False, grace=MOVE_GRACE if takeover.planned else None)
         self.runtime.settle()
         if warm is None:
             takeover.phases["load"] = round(loaded - started, 3)
@@ -195,8 +214,58 @@ class Membership:
             return None
         return standing.pair, reports, standing.warm.keys
 
+    async def move(self, name: str, to: str) -> dict:
+        """``cqsctl move-structure``: ask the group to move pair ``name`` to node ``to``
+        and wait until ``to`` owns it (MOVE_WAIT seconds at most)."""
+        node, started = self.node, now()
+        try:
+            await node.ask_move(name, to)
+        except ValueError as err:
+            raise CQSError(Reason.INVALID_REQUEST, f"move_structure: {err}") from None
+        except EtcdError as err:
+            raise CQSError(Reason.STRUCTURE_FAILED, f"move_structure: etcd is unreachable "
+                           f"({err})") from None
+        while now() - started < MOVE_WAIT:
+            owner = node.owner(name)
+            if owner is not None and owner.node == to:
+                return {"structure": name, "owner": to, "epoch": owner.epoch,
+                        "seconds": round(now() - started, 3)}
+            await trio.sleep(node.poll / 5)
+        raise CQSError(Reason.STRUCTURE_FAILED, f"move_structure: {name} did not reach "
+                       f"node {to} within {MOVE_WAIT:g}s (the move stays asked for; see "
+                       f"`cqsctl display owners` and the nodes' logs)")
+
+    async def release(self, name: str, to: str) -> None:
+        pair = self.registry.pairs.pop(name, None)
+        if pair is None:
+            return
+        self.registry.standby.add(name)
+        self.moving[name] = to
+        self.waiters.fail(pair)  # waiting reads end; their clients ask again where it went
+        await self.journal.wait_durable(self.journal.position)
+        structures = pair.structures()
+        self.dedup.drop(name)  # the target has the keys from the log
+        self.datasets.open_sets.drop([s.name for s in structures])  # written no more here
+        if any(not e.recoverable for s in structures for e in s):
+            # never logged: the target starts from this clean image to keep them (slower)
+            cuts = {s.name: self.cut(s.name) for s in structures}
+            await trio.to_thread.run_sync(self._save, structures, cuts)
+
+    def _save(self, structures: list[Structure], cuts: dict[str, dict[str, int]]) -> None:
+        for s in structures:
+            count = image.save(image.path_for(self.datadir.images, s.name), s, cuts[s.name])
+            log.info("image_saved", structure=s.name, messages=count, why="planned move")
+
+    async def roll(self) -> tuple[str, int]:
+        writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]
+        return await self.journal.roll(writer)
+
+    def end(self) -> tuple[str, int, int]:
+        return self.journal.writer_id, self.journal.durable, self.journal.writer.last_timestamp
+
     def lose(self, why: str) -> None:
         self.journal.fence(Fenced(why))
+        self.moving.clear()
         for name in list(self.registry.pairs):
             pair = self.registry.pairs.pop(name)
             self.dedup.drop(name)

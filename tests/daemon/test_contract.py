@@ -54,6 +54,7 @@ BUILDS = {
     "rebuild": [(S, None), (S, 1 << 20)],
     "delete_structure": [(S,), (S, True)],
     "fail_structure": [(S,)],
+    "move_structure": [(S, "NODE2")],
     "reset_smds": [(S, "A", "enabled", None), (S, "A", None, "recovered")],
     "start_smdsconn": [(S, None), (S, "A")],
     "stop_smdsconn": [(S, "A")],
@@ -220,6 +221,8 @@ def test_every_reply_the_daemon_builds_is_parsed_by_the_sdk(make_daemon, finishe
     assert [(op, e) for op, e in finished if isinstance(e, ProtocolViolation)] == []
     assert [(op, e) for op, e in finished if e and type(e) is not REASONS.get(e.reason)] == []
     # A checkpoint is a Spark job of some 20 s; its result is any map (read by dict), and
-    # test_checkpoints.py runs it through the SDK.
-    assert ops.checkpoint(S).parse is dict
-    assert {op for op, error in finished if error is None} == set(requests.OPS) - {"checkpoint"}
+    # test_checkpoints.py runs it through the SDK. A planned move needs a group: its
+    # refusal here is parsed, its result (a map) in tests/group/test_placement.py.
+    assert ops.checkpoint(S).parse is dict and ops.move_structure(S, "N").parse is dict
+    assert {op for op, error in finished if error is None} == (
+        set(requests.OPS) - {"checkpoint", "move_structure"})

@@ -327,6 +327,9 @@ def test_bad_commit_operations_are_named(daemon):
         ([{"op": "put", "queue": "Q", "data": b"x"}, 7], "ops[1] must be a map"),
         ([{"op": "put", "queue": "Q", "data": b"x", "extra": 1}], "unknown field 'extra'"),
         ([{"op": "explode"}], "ops[0] must be a map with op put"),
+        ([{"op": "put", "queue": "Q", "data": b"x"},  # a unit of work across pairs
+          {"op": "put", "structure": "EMHQ01", "queue": "Q", "data": b"x"}],
+         "ops[1] names structure 'EMHQ01': a unit of work spans one structure pair"),
     ]:
         reply = raw.request("commit", structure="MSGQ01", ops=ops)
         assert reply["reason"] == "INVALID_REQUEST" and words in reply["message"], reply

@@ -54,17 +54,18 @@ class Node(Daemon):
 
     def __init__(self, name: str, data: Path, etcd: str, group: str = "TESTG", lease: int = 2,
                  prefer: str = "", standby: str = "cold", daemon_keys: str = "",
-                 env: dict[str, str] | None = None, structure_keys: str = ""):
-        """``prefer`` and ``structure_keys`` are lines of MSGQ01's table."""
-        prefer = f"{prefer}\n{structure_keys}"
-        super().__init__(daemon_keys=daemon_keys, structures=STRUCTURES.format(prefer=prefer),
-                         env=env)
+                 env: dict[str, str] | None = None, structures: str | None = None,
+                 structure_keys: str = ""):
+        """``structures``: the [[structure]] tables, else STRUCTURES with ``prefer`` and
+        ``structure_keys`` (lines of MSGQ01's table)."""
+        structures = structures or STRUCTURES.format(prefer=f"{prefer}\n{structure_keys}")
+        super().__init__(daemon_keys=daemon_keys, structures=structures, env=env)
         self.name = name
         self.data = data
         self.lines = Seen()
         self.config.write_text(
             f'[daemon]\ndata_dir = "{data}"\nsocket = "{self.socket}"\n{daemon_keys}\n'
-            f"{STRUCTURES.format(prefer=prefer)}\n"
+            f"{structures}\n"
             f'[group]\nname = "{group}"\nnode = "{name}"\netcd = ["{etcd}"]\n'
             f'lease = {lease}\nstandby = "{standby}"\nadvertise = "{self.address}"\n')
 

@@ -3,38 +3,85 @@
 import json
 
 from cqsd.group.etcd import KV
-from cqsd.group.ownership import Node, View, key, may_take, to_take
+from cqsd.group.ownership import (
+    Node,
+    Owner,
+    View,
+    home,
+    key,
+    may_take,
+    spread,
+    to_call_home,
+    to_take,
+)
 
 
 def live(*names):
     return {n: Node(n, f"tcp://{n}", n + ".1", "warm") for n in names}
 
 
-def test_without_a_preference_list_any_node_may_take_a_pair():
-    """absent prefer = any node: the first transaction to land wins."""
-    assert may_take(None, "NODE2", live("NODE1", "NODE2"))
+def view(*names, moves=None):
+    return View(nodes=live(*names), moves=moves or {})
+
+
+def test_without_a_preference_list_the_spread_picks_one_live_node():
+    """absent prefer = rendezvous hashing over the live nodes: every node agrees."""
+    nodes = ("NODE1", "NODE2", "NODE3")
+    takers = [n for n in nodes if may_take("MSGQ01", None, n, view(*nodes))]
+    assert takers == [spread("MSGQ01", nodes)]
+
+
+def test_the_spread_moves_only_the_pairs_of_a_node_that_leaves():
+    """Rendezvous hashing: a pair whose home stays live keeps it."""
+    names = [f"Q{i}" for i in range(40)]
+    three = {n: spread(n, ("NODE1", "NODE2", "NODE3")) for n in names}
+    two = {n: spread(n, ("NODE1", "NODE2")) for n in names}
+    assert {n for n in names if three[n] != two[n]} == {n for n in names if three[n] == "NODE3"}
+    assert len(set(three.values())) == 3
 
 
 def test_a_node_takes_a_pair_only_if_no_live_node_before_it_in_the_list():
     """The first live node of the preference list takes the pair."""
     prefer = ("NODE1", "NODE2", "NODE3")
-    assert may_take(prefer, "NODE1", live("NODE1", "NODE2"))
-    assert not may_take(prefer, "NODE2", live("NODE1", "NODE2"))
-    assert may_take(prefer, "NODE2", live("NODE2", "NODE3"))  # NODE1 is down
-    assert not may_take(prefer, "NODE3", live("NODE2", "NODE3"))
+    assert may_take("A", prefer, "NODE1", view("NODE1", "NODE2"))
+    assert not may_take("A", prefer, "NODE2", view("NODE1", "NODE2"))
+    assert may_take("A", prefer, "NODE2", view("NODE2", "NODE3"))  # NODE1 is down
+    assert not may_take("A", prefer, "NODE3", view("NODE2", "NODE3"))
+    assert home("A", prefer, ("NODE3",)) == "NODE3"
 
 
 def test_a_node_not_in_the_list_never_takes_the_pair():
     """As with CFRM's preference list, a structure is never placed outside its list."""
-    assert not may_take(("NODE1",), "NODE2", live("NODE2"))
+    assert not may_take("A", ("NODE1",), "NODE2", view("NODE2"))
+
+
+def test_a_planned_move_gives_a_free_pair_to_its_live_target_alone():
+    """moves/<PAIR> names the taker while that node is live and may own the pair."""
+    prefer = ("NODE1", "NODE2")
+    moving = view("NODE1", "NODE2", moves={"A": "NODE2"})
+    assert may_take("A", prefer, "NODE2", moving)
+    assert not may_take("A", prefer, "NODE1", moving)
+    gone = view("NODE1", moves={"A": "NODE2"})  # the target died: the home takes it
+    assert may_take("A", prefer, "NODE1", gone)
 
 
 def test_to_take_lists_free_pairs_this_node_is_wanted_for():
     """Owned pairs are never taken; free ones go by preference."""
-    view = View(nodes=live("NODE1", "NODE2"))
-    pairs = {"A": None, "B": ("NODE1",), "C": ("NODE2", "NODE1"), "D": ("NODE3", "NODE2")}
-    assert to_take("NODE2", pairs, view) == ["A", "C", "D"]
-    assert to_take("NODE1", pairs, view) == ["A", "B"]
+    v = view("NODE1", "NODE2")
+    pairs = {"B": ("NODE1",), "C": ("NODE2", "NODE1"), "D": ("NODE3", "NODE2")}
+    assert to_take("NODE2", pairs, v) == ["C", "D"]
+    assert to_take("NODE1", pairs, v) == ["B"]
+
+
+def test_a_node_calls_home_the_pairs_it_is_first_for():
+    """A node that joins asks for its homes that another node owns, once."""
+    v = view("NODE1", "NODE2")
+    v.owners["C"] = Owner("C", "NODE1", "tcp://a", "NODE1-1", 5, 1)
+    v.owners["B"] = Owner("B", "NODE1", "tcp://a", "NODE1-1", 6, 1)
+    pairs = {"B": ("NODE1",), "C": ("NODE2", "NODE1")}
+    assert to_call_home("NODE2", pairs, v) == ["C"]
+    v.moves["C"] = "NODE2"
+    assert to_call_home("NODE2", pairs, v) == []
 
 
 def kv(k, value, create=1, lease=0):

@@ -35,8 +35,11 @@ def pair(etcd_server):
     knows NODE1 as the owner."""
     group, data = next(GROUPS), shared_data()
     keys = "resync_grace = 30"  # a client's locks wait for it across a takeover
-    a = Node("NODE1", data, etcd_server.endpoint, group=group, lease=LEASE, daemon_keys=keys)
-    b = Node("NODE2", data, etcd_server.endpoint, group=group, lease=LEASE, daemon_keys=keys)
+    prefer = 'prefer = ["NODE1", "NODE2"]'  # else the spread would call MSGQ01 to NODE2
+    a = Node("NODE1", data, etcd_server.endpoint, group=group, lease=LEASE, daemon_keys=keys,
+             prefer=prefer)
+    b = Node("NODE2", data, etcd_server.endpoint, group=group, lease=LEASE, daemon_keys=keys,
+             prefer=prefer)
     try:
         a.start()
         a.wait_for("takeover_done", count=2, timeout=30)

@@ -1,0 +1,231 @@
+"""Planned moves and placement over two nodes (issue 27).
+
+A real etcd and two warm nodes sharing a data directory (the group tests' harness,
+``tests/group``), ``lease`` 5 s.
+
+``pause``: the pair MOVQ01 holds ``--messages`` recoverable 1 KiB messages
+(``put_batch``); a reconnecting SDK client given both addresses puts one message
+at a time while ``cqsclient``'s ``move_structure`` moves the pair ``--moves``
+times between the nodes. Per move, the longest gap between two acknowledged puts
+around it (the pause a client sees), and the move's own ``seconds`` (from the
+request to the target serving, warm-up of the target included). p50 and max.
+
+``spread``: ``--producers`` producer and as many consumer processes, durable
+1 KiB (put; read then delete), half on each of two structures, for ``--seconds``,
+with the structures on two nodes and then both on one (moved there with
+``move_structure``), alternating for ``--rounds``: messages consumed per second
+and the nodes' CPU µs per message (both processes, from ``/proc``). On this
+machine the clients and both nodes share the cores.
+
+Run: nice -n 5 .venv/bin/python benchmarks/moves.py [--only pause|spread]
+     [--messages N] [--moves N] [--producers N] [--seconds S] [--rounds N]
+One JSON line per move or round, then a summary (lines starting "# ").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cqsclient  # noqa: E402
+from benchmarks._procs import process_cpu_seconds  # noqa: E402
+from tests.group.cluster import Node, shared_data  # noqa: E402
+from tests.group.etcdserver import EtcdServer  # noqa: E402
+
+NAMES = ("NODE1", "NODE2")
+STRUCTURES = "".join(f"""
+[[structure]]
+name = "{name}"
+size = "256MiB"
+initsize = "256MiB"
+overflow_threshold = 100
+prefer = ["NODE1", "NODE2"]
+""" for name in ("MOVQ01", "MOVQ02"))
+PAYLOAD = b"x" * 1024
+
+
+def start_nodes(etcd: EtcdServer) -> dict[str, Node]:
+    group, data = "MV" + uuid.uuid4().hex[:6].upper(), shared_data()
+    nodes = {n: Node(n, data, etcd.endpoint, group=group, lease=5, standby="warm",
+                     daemon_keys="resync_grace = 30", structures=STRUCTURES) for n in NAMES}
+    for node in nodes.values():
+        node.start()
+    nodes["NODE1"].wait_for("takeover_done", count=2, timeout=60)
+    nodes["NODE2"].wait_for("warm_standby_loaded", count=2, timeout=60)
+    return nodes
+
+
+def owner(node: Node, structure: str) -> str | None:
+    with cqsclient.connect(node.address, client="LOOK", operator=True) as c:
+        return {r["structure"]: r["owner"] for r in c.query("owners")}[structure]
+
+
+def move(node: Node, structure: str, to: str) -> float:
+    """The move's seconds; asked again while the asked node does not yet see ``to`` live
+    (its view of the group is a poll)."""
+    deadline = time.monotonic() + 30
+    with cqsclient.connect(node.address, client="MOVER", operator=True, timeout=120) as c:
+        while True:
+            try:
+                return float(c.move_structure(structure, to)["seconds"])
+            except cqsclient.errors.InvalidRequest as err:
+                if "is not live" not in err.message or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+class Putter(threading.Thread):
+    """Puts one message at a time; keeps when each was acknowledged."""
+
+    def __init__(self, addresses: str) -> None:
+        super().__init__(daemon=True)
+        self.addresses = addresses
+        self.acks: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with cqsclient.connect(self.addresses, client="PUTTER", timeout=30,
+                               reconnect=True) as c:
+            s = c.structure("MOVQ01")
+            while not self.stop.is_set():
+                s.put("PAUSE", b"p")
+                self.acks.append(time.monotonic())
+
+    def longest_gap(self, start: float, end: float) -> float:
+        inside = [t for t in self.acks if start <= t <= end]
+        return max((b - a for a, b in zip(inside, inside[1:], strict=False)), default=end - start)
+
+
+def pause(nodes: dict[str, Node], args: argparse.Namespace) -> dict:
+    with cqsclient.connect(nodes["NODE1"].address, client="LOADER", timeout=120) as c:
+        s = c.structure("MOVQ01")
+        for _ in range(args.messages // 1000):
+            s.put_batch("BULK", [PAYLOAD] * 1000)
+    putter = Putter(",".join(n.address for n in nodes.values()))
+    putter.start()
+    pauses, seconds = [], []
+    at = "NODE1"
+    for i in range(args.moves):
+        to = "NODE2" if at == "NODE1" else "NODE1"
+        while len(putter.acks) < 20:
+            time.sleep(0.01)
+        start = time.monotonic()
+        took = move(nodes["NODE1"], "MOVQ01", to)
+        done = len(putter.acks)
+        while len(putter.acks) < done + 20:  # the putter is going again
+            time.sleep(0.01)
+        gap = putter.longest_gap(start - 0.05, time.monotonic())
+        pauses.append(gap)
+        seconds.append(took)
+        print(json.dumps({"bench": "move", "n": i + 1, "to": to, "messages": args.messages,
+                          "longest_pause_s": round(gap, 3), "move_s": took}), flush=True)
+        at = to
+    putter.stop.set()
+    putter.join(30)
+    return {"bench": "pause", "moves": args.moves, "messages": args.messages,
+            "pause_p50_s": round(statistics.median(pauses), 3),
+            "pause_max_s": round(max(pauses), 3),
+            "move_p50_s": round(statistics.median(seconds), 3),
+            "move_max_s": round(max(seconds), 3)}
+
+
+def _worker(addresses: str, structure: str, role: str, seconds: float, out) -> None:
+    with cqsclient.connect(addresses, client=f"{role}{uuid.uuid4().hex[:6]}",
+                           timeout=30) as c:
+        s = c.structure(structure)
+        end, n = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            if role == "P":
+                s.put("WORK", PAYLOAD)
+                n += 1
+            else:
+                m = s.read("WORK", wait=0.5)
+                if m is not None:
+                    s.delete(m.entry_id)
+                    n += 1
+        out.put((role, n))
+
+
+def one_round(nodes: dict[str, Node], args: argparse.Namespace, layout: str) -> dict:
+    addresses = ",".join(n.address for n in nodes.values())
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(addresses, f"MOVQ0{1 + i % 2}", role,
+                                               args.seconds, out))
+             for i in range(args.producers) for role in ("P", "C")]
+    pids = [n.proc.pid for n in nodes.values()]
+    cpu0, t0 = sum(process_cpu_seconds(p) for p in pids), time.monotonic()
+    for p in procs:
+        p.start()
+    counts = [out.get(timeout=args.seconds + 60) for _ in procs]
+    wall = time.monotonic() - t0
+    cpu = sum(process_cpu_seconds(p) for p in pids) - cpu0
+    for p in procs:
+        p.join(10)
+    consumed = sum(n for role, n in counts if role == "C")
+    produced = sum(n for role, n in counts if role == "P")
+    return {"bench": "spread", "layout": layout, "produced": produced, "consumed": consumed,
+            "msgs_per_s": round(consumed / args.seconds), "wall_s": round(wall, 1),
+            "server_cpu_us_per_msg": round(cpu / max(1, produced + consumed) * 2e6)}
+
+
+def spread(nodes: dict[str, Node], args: argparse.Namespace) -> dict:
+    for name, to in (("MOVQ01", "NODE1"), ("MOVQ02", "NODE1")):
+        if owner(nodes["NODE1"], name) != to:
+            move(nodes["NODE1"], name, to)
+    rounds: dict[str, list[dict]] = {"two nodes": [], "one node": []}
+    for _ in range(args.rounds):
+        for layout, to in (("two nodes", "NODE2"), ("one node", "NODE1")):
+            move(nodes["NODE1"], "MOVQ02", to)
+            r = one_round(nodes, args, layout)
+            rounds[layout].append(r)
+            print(json.dumps(r), flush=True)
+    two, one = (statistics.median(r["msgs_per_s"] for r in rounds[k])
+                for k in ("two nodes", "one node"))
+    return {"bench": "spread_summary", "two_nodes_msgs_per_s": two, "one_node_msgs_per_s": one,
+            "ratio": round(two / one, 2),
+            "cpu_us_per_msg_two": statistics.median(
+                r["server_cpu_us_per_msg"] for r in rounds["two nodes"]),
+            "cpu_us_per_msg_one": statistics.median(
+                r["server_cpu_us_per_msg"] for r in rounds["one node"])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", choices=("pause", "spread"))
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--moves", type=int, default=20)
+    ap.add_argument("--producers", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    etcd = EtcdServer(Path(tempfile.mkdtemp(prefix="mvetcd"))).start()
+    summaries = []
+    try:
+        for bench in ("pause", "spread"):
+            if args.only not in (None, bench):
+                continue
+            nodes = start_nodes(etcd)
+            try:
+                summaries.append((pause if bench == "pause" else spread)(nodes, args))
+            finally:
+                for node in nodes.values():
+                    node.cleanup()
+    finally:
+        etcd.stop()
+    for s in summaries:
+        print("# " + json.dumps(s))
+
+
+if __name__ == "__main__":
+    main()

@@ -19,8 +19,9 @@ weight): every node computes the same home from the same live set, a node
 joining or leaving moves only the pairs it wins or held, and no table needs
 keeping. A free pair is taken by its home, unless a planned move
 (``moves/<PAIR>``, docs/group.md) names a live target that may own it: then by
-that target alone. A node that joins takes back its homes from their owners by
-planned moves, not takeovers (node.py).
+that target alone. A node that joins takes back the pairs that prefer it from
+their owners by planned moves, not takeovers (node.py); a pair without a
+preference list stays with its owner until that owner leaves.
 """
 
 from __future__ import annotations
@@ -185,9 +186,12 @@ def to_take(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) ->
 
 
 def to_call_home(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) -> list[str]:
-    """The pairs whose home is ``me`` that another node owns, with no move asked yet:
-    a node joining asks for them by planned moves."""
+    """The pairs that prefer ``me`` before their owner, with no move asked yet: a node
+    joining asks for them by planned moves. A pair without a preference list stays
+    where it is: the spread places free pairs, it does not move owned ones (a move
+    pauses the pair's clients, and the spread's pick changes with every join)."""
     live = {*view.nodes, me}
     return [name for name, prefer in sorted(pairs.items())
-            if (o := view.owners.get(name)) is not None and o.node != me
+            if prefer is not None
+            and (o := view.owners.get(name)) is not None and o.node != me
             and name not in view.moves and home(name, prefer, live) == me]

@@ -74,12 +74,15 @@ def test_to_take_lists_free_pairs_this_node_is_wanted_for():
 
 
 def test_a_node_calls_home_the_pairs_it_is_first_for():
-    """A node that joins asks for its homes that another node owns, once."""
+    """A node that joins asks, once, for the pairs that prefer it that another node
+    owns; a pair placed by the spread stays with its owner."""
     v = view("NODE1", "NODE2")
     v.owners["C"] = Owner("C", "NODE1", "tcp://a", "NODE1-1", 5, 1)
     v.owners["B"] = Owner("B", "NODE1", "tcp://a", "NODE1-1", 6, 1)
-    pairs = {"B": ("NODE1",), "C": ("NODE2", "NODE1")}
-    assert to_call_home("NODE2", pairs, v) == ["C"]
+    v.owners["S"] = Owner("S", "NODE1", "tcp://a", "NODE1-1", 7, 1)
+    pairs = {"B": ("NODE1",), "C": ("NODE2", "NODE1"), "S": None}
+    assert spread("S", {"NODE1", "NODE2"}) == "NODE2"  # its spread home, and yet
+    assert to_call_home("NODE2", pairs, v) == ["C"]  # without prefer it stays put
     v.moves["C"] = "NODE2"
     assert to_call_home("NODE2", pairs, v) == []
 

@@ -1,6 +1,6 @@
 """Placement and planned moves (docs/group.md): pairs go to the first live node of
-their preference list or the spread's pick; a killed node's pairs alone move; a node
-coming back takes its pairs home by planned moves; ``move-structure`` under load
+their preference list or, free, the spread's pick; a killed node's pairs alone move;
+a node coming back takes the pairs that prefer it home by planned moves; ``move-structure`` under load
 loses nothing and never leaves two acknowledging owners. Real etcd, real daemons."""
 
 from __future__ import annotations
@@ -33,15 +33,20 @@ def owners(node: Node) -> dict[str, tuple[str | None, int | None]]:
         return {r["structure"]: (r["owner"], r["epoch"]) for r in c.query("owners")}
 
 
-def settled(node: Node, live: tuple[str, ...], timeout: float = 60) -> dict:
-    """Block until ``node`` sees every pair at its home among ``live``; the owners."""
-    want = {name: home(name, prefer, live) for name, prefer in PREFER.items()}
+def settled(node: Node, live: tuple[str, ...], timeout: float = 60,
+            spread: dict[str, str] | None = None) -> dict:
+    """Block until ``node`` sees every pair with a preference list at its home among
+    ``live`` and every other pair owned by a live node (by the one ``spread`` names,
+    if it names one); the owners."""
+    want = {name: home(name, prefer, live) for name, prefer in PREFER.items() if prefer}
+    want |= spread or {}
     deadline = time.monotonic() + timeout
     while True:
         seen = owners(node)
-        if {name: o for name, (o, _) in seen.items()} == want:
+        if all(seen[name][0] == o for name, o in want.items()) and all(
+                o in live for o, _ in seen.values()):
             return seen
-        assert time.monotonic() < deadline, f"not placed as {want}: {seen}"
+        assert time.monotonic() < deadline, f"not placed as {want} on {live}: {seen}"
         time.sleep(0.1)
 
 
@@ -60,11 +65,18 @@ def three(etcd_server):
 
 
 def test_a_killed_node_moves_only_its_pairs_and_takes_them_home_by_planned_moves(three):
-    """Kill NODE2: its pairs go to the next live node, the others keep owner and epoch;
-    start it again: the pairs whose home it is come back by planned moves."""
-    placed = settled(three["NODE1"], NAMES)
+    """Kill NODE2: its pairs go to the next live node (those without a preference list
+    to the spread's pick), the others keep owner and epoch; start it again: the pairs
+    that prefer it come back by planned moves, the spread's stay where they are."""
+    settled(three["NODE1"], NAMES)
+    assert ctl.main(["--address", three["NODE1"].address, "move-structure", "S1",
+                     "--to", "NODE2"]) == 0  # NODE1, started first, took both free
+    placed = settled(three["NODE1"], NAMES, spread={"S1": "NODE2"})
     three["NODE2"].kill()
-    after = settled(three["NODE1"], ("NODE1", "NODE3"))
+    rest = ("NODE1", "NODE3")
+    after = settled(three["NODE1"], rest, spread={
+        name: home(name, None, rest) for name, prefer in PREFER.items()
+        if prefer is None and placed[name][0] == "NODE2"})
     for name, (owner, epoch) in placed.items():
         if owner != "NODE2":
             assert after[name] == (owner, epoch), f"{name} moved though its owner lived"
@@ -72,7 +84,7 @@ def test_a_killed_node_moves_only_its_pairs_and_takes_them_home_by_planned_moves
     three["NODE2"].start()
     back = settled(three["NODE1"], NAMES)
     for name, (owner, _) in placed.items():
-        if owner == "NODE2":  # handed over by its owner, alive: a planned move
+        if owner == "NODE2" and PREFER[name]:  # handed over by its owner: a planned move
             frm = after[name][0]
             three[frm].wait_for("structure_released", structure=name, to="NODE2",
                                 after=mark[frm])

@@ -130,3 +130,6 @@ class FaultyGroup:
         for proxy in self.proxies.values():
             proxy.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        for leaked in Path("/dev/shm").glob("*faketime_s[he]m_*"):  # one per process
+            if not Path("/proc", leaked.name.rpartition("_")[2]).exists():  # SIGKILLed
+                leaked.unlink(missing_ok=True)

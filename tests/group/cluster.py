@@ -9,6 +9,7 @@ power cut, its disk full) and runs under libfaketime steered through a file (its
 wall clock stepped; CLOCK_BOOTTIME, the lease's clock, is left alone).
 """
 
+import atexit
 import os
 import shutil
 import signal
@@ -75,7 +76,10 @@ class Node(Daemon):
 
 
 def shared_data() -> Path:
-    return Path(tempfile.mkdtemp(prefix="cqg")) / "data"
+    """A fresh data directory for a group's nodes, removed when the tests end."""
+    top = tempfile.mkdtemp(prefix="cqg")
+    atexit.register(shutil.rmtree, top, ignore_errors=True)
+    return Path(top) / "data"
 
 
 class FaultyGroup:
@@ -127,3 +131,6 @@ class FaultyGroup:
         for proxy in self.proxies.values():
             proxy.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        for leaked in Path("/dev/shm").glob("*faketime_s[he]m_*"):  # one per process
+            if not Path("/proc", leaked.name.rpartition("_")[2]).exists():  # SIGKILLed
+                leaked.unlink(missing_ok=True)

@@ -165,7 +165,13 @@ class Loop:
         self.clock_sign = 1
 
     def run(self, fault: str, owner, other) -> None:
-        getattr(self, fault)(owner, other)
+        try:
+            getattr(self, fault)(owner, other)
+        except AssertionError as err:  # what each node said last, for the failure's message
+            raise AssertionError(f"{fault} fault, owner {owner.name}: {err} " + json.dumps({
+                n: [{k: v for k, v in e.items() if k not in ("level", "timestamp")}
+                    for e in node.lines[-30:]] for n, node in self.nodes.items()},
+                default=str)) from None
         self.figures[fault] += 1
 
     def takeover(self, node, mark: int, timeout: float = 30) -> None:

@@ -267,7 +267,8 @@ class Client:
             self._book.adopt(session.locks)
 
     def _session(self, connection: Connection, session: ops.Session) -> None:
-        self._tokens[connection.address] = session.token
+        if session.token is not None:
+            self._tokens[connection.address] = session.token
         if connection is not self._conn:
             return  # another node's link: the client's attributes are the home's
         self.server = session.server
@@ -346,7 +347,7 @@ class Client:
         with self._reconnect_lock:
             if self._links.get(conn.address) is not conn:
                 return  # replaced meanwhile: the next request finds out again
-            if self._routes.learn(structure, conn.address):
+            if self._routes.served(structure, conn.address):
                 self._restore_interests(conn, {structure})
 
     def _follow(self, structure: str, owner: str) -> None:
@@ -359,19 +360,18 @@ class Client:
             link = self._links.get(owner)
             if link is None or link.lost:
                 started = time.monotonic()
-                within = self._routes.served_by(owner) | {structure}
+                served = self._routes.served_by(owner)
                 try:
                     target = parse_address(owner)
                     link, session = self._dialer.open(False, self._tokens, only=target)
                     resync = self._resync(link, session, f"moved to the owner at {owner}",
-                                          1, started, within=within)
+                                          1, started, within=served | {structure},
+                                          interests_in=served)
                 except (ValueError, *TRANSIENT):
                     return
                 self._dialer.targets.prefer = target
                 self._add_link(link, session, resync)
-                self._routes.learn(structure, owner)
-            elif self._routes.learn(structure, owner):
-                self._restore_interests(link, {structure})
+            self._routes.redirect(structure, owner)
             retired = self._settle()
         self._retire(retired)
         if resync is not None and self.reconnect is not None:
@@ -498,10 +498,12 @@ class Client:
         started: float,
         probe: bool = False,
         within: set[str] | None = None,
+        interests_in: set[str] | None = None,
     ) -> Resync:
         """On the new connection, before anyone else uses it: give back the orphans
-        and register the interests again (those in *within*, if given: the
-        structures that connection serves); the report. Misdirected if the node does
+        and register the interests again; the report. With *within* (the structures
+        that node serves) only their locks are resynced and their interests
+        registered (those in *interests_in* instead, if given). Misdirected if the node does
         not own (or nobody owns) a structure of the interests, or with *probe* one
         the application holds locks in (their resync would be wrong there)."""
         try:
@@ -529,7 +531,9 @@ class Client:
                     raise
                 except CQSError:
                     pass  # released already, or its structure failed: not ours to hold
-            interests = [i for i in self._interests if within is None or i[0] in within]
+            scope = within if interests_in is None else interests_in
+            interests: list[tuple[str, str, QType]] = [
+                i for i in self._interests if scope is None or i[0] in scope]
             for structure, queue, qtype in interests:
                 if ops.interest(structure, queue, qtype) in session.interests:
                     continue  # the daemon kept it (it restarted, or this is the same one)
@@ -543,7 +547,7 @@ class Client:
             connection.close()
             raise
         return Resync(cause, attempts, time.monotonic() - started, kept, gone, orphans,
-                      interests)
+                      list(interests))
 
     def _release(self, structure: str, entry_id: int) -> None:
         """Give back a lock the application never saw (read ahead), without

@@ -10,8 +10,10 @@ import itertools
 import time
 
 import pytest
+import trio
 
 import cqsclient
+import cqsclient.aio
 from cqsclient import ctl, ops
 from cqsclient.errors import InvalidRequest
 
@@ -106,10 +108,32 @@ def test_one_connect_reaches_pairs_on_two_nodes_and_follows_a_planned_move(two, 
         with cqsclient.connect(b.address, client="LOOKER", operator=True) as looker:
             assert "ROUTER" not in [r["client"] for r in looker.query("clients")]
         s2.put("NOTEQ", b"work")
-        notes = [n for n in c.notifications(10.0) if n.queue == "NOTEQ"]
-        assert notes and notes[0].structure == "A2"
+        note = next(n for n in c.notifications(10.0) if n.queue == "NOTEQ")
+        assert note.structure == "A2"
     move(a, "A2", "NODE2")  # as the next test expects
     placed(a, {"A1": "NODE1", "A2": "NODE2"})
+
+
+def test_the_async_client_routes_each_pair_to_its_owner(two):
+    """cqsclient.aio, under Trio: puts on both pairs, one registration on each node,
+    the second pair's interest notifying from its owner."""
+    a, b = two
+
+    async def main() -> tuple[dict[str, str], list[cqsclient.Notification]]:
+        async with cqsclient.aio.connect(f"{b.address},{a.address}",
+                                         client="ASYNCR") as c:
+            s1, s2 = await c.structure("A1"), await c.structure("A2")
+            await c.register_interest("A1", "ANOTE")
+            for i in range(5):
+                await s1.put("Q", b"one%d" % i)
+                await s2.put("Q", b"two%d" % i)
+            await s1.put("ANOTE", b"work")
+            return c.owners, [n async for n in c.notifications(5.0)]
+
+    routes, notes = trio.run(main)
+    assert routes == {"A1": a.address, "A2": b.address}
+    assert (registrations(a, "ASYNCR"), registrations(b, "ASYNCR")) == (1, 1)
+    assert [(n.structure, n.queue) for n in notes] == [("A1", "ANOTE")]
 
 
 def test_a_unit_of_work_naming_another_pair_is_refused_naming_why(two):

@@ -232,8 +232,10 @@ class Client:
     interests the daemon kept for it, from an earlier connection or before the
     daemon restarted, as ``(structure, queue, qtype)``: they notify this
     connection without a ``register_interest``), ``timeout`` (the requests'
-    default timeout), ``reconnect`` (the policy, or None) and ``last_resync``
-    (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect).
+    default timeout), ``reconnect`` (the policy, or None), ``last_resync``
+    (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect) and
+    ``owners`` (in a group, the node each structure's requests go to).
+    ``address`` is the home node's: the one for requests naming no structure.
     """
 
     def __init__(

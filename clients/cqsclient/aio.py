@@ -32,6 +32,7 @@ import math
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -365,8 +366,14 @@ class Client:
                 except (ValueError, *TRANSIENT):
                     return
                 self._targets.prefer = target
+            restored = await self._restore_interests(link, {structure})
+            if resync is not None:
+                resync = replace(resync, interests=[*resync.interests, *(restored or [])])
                 self._add_link(link, session, resync)
-            self._routes.redirect(structure, owner)
+            if restored is None:
+                self._routes.redirect(structure, owner)
+            else:
+                self._routes.served(structure, owner)
             retired = self._settle()
         await self._retire(retired)
         if resync is not None and self.reconnect is not None:
@@ -399,15 +406,21 @@ class Client:
                     pass
             await old.aclose()
 
-    async def _restore_interests(self, conn: AsyncConnection, structures: set[str]) -> None:
-        for structure, queue, qtype in list(self._interests):
-            if structure in structures:
-                call = ops.register_interest(structure, queue, qtype)
+    async def _restore_interests(
+        self, conn: AsyncConnection, structures: set[str]
+    ) -> list[tuple[str, str, QType]] | None:
+        """See the blocking client."""
+        done: list[tuple[str, str, QType]] = []
+        for interest in list(self._interests):
+            if interest[0] in structures:
+                call = ops.register_interest(*interest)
                 try:
                     with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
                         call.finish(await conn.roundtrip(call))
                 except (CQSError, TimeoutError):
-                    pass
+                    return None
+                done.append(interest)
+        return done
 
     # --- reconnecting ---
 

@@ -19,6 +19,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -372,8 +373,16 @@ class Client:
                 except (ValueError, *TRANSIENT):
                     return
                 self._dialer.targets.prefer = target
+            restored = self._restore_interests(link, {structure})
+            if resync is not None:
+                resync = replace(resync, interests=[*resync.interests, *(restored or [])])
                 self._add_link(link, session, resync)
-            self._routes.redirect(structure, owner)
+            # a move's target may not serve the pair yet: its interests then wait for
+            # the pair's first answer there (cqsclient.routes)
+            if restored is None:
+                self._routes.redirect(structure, owner)
+            else:
+                self._routes.served(structure, owner)
             retired = self._settle()
         self._retire(retired)
         if resync is not None and self.reconnect is not None:
@@ -410,16 +419,21 @@ class Client:
                 pass
             old.close()
 
-    def _restore_interests(self, conn: Connection, structures: set[str]) -> None:
+    def _restore_interests(
+        self, conn: Connection, structures: set[str]
+    ) -> list[tuple[str, str, QType]] | None:
         """Register on *conn* the interests in *structures*, which moved to its node;
-        one refused stays in the book, to be registered at the next move."""
-        for structure, queue, qtype in list(self._interests):
-            if structure in structures:
-                call = ops.register_interest(structure, queue, qtype)
+        those registered, or None if the node refused one (it does not serve it yet)."""
+        done: list[tuple[str, str, QType]] = []
+        for interest in list(self._interests):
+            if interest[0] in structures:
+                call = ops.register_interest(*interest)
                 try:
                     call.finish(conn.roundtrip(call, self.timeout))
                 except CQSError:
-                    pass
+                    return None
+                done.append(interest)
+        return done
 
     # --- reconnecting ---
 

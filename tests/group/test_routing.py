@@ -150,23 +150,29 @@ def test_a_unit_of_work_naming_another_pair_is_refused_naming_why(two):
 
 
 def test_a_killed_node_is_followed_and_the_other_pair_keeps_its_connection(two):
-    """SIGKILL of NODE2: A2's puts follow it to NODE1 once it has taken A2 over,
-    every acknowledged put of both pairs is there, the lock held on A2 is still the
-    client's, and A1 went on over the one registration NODE1 had."""
+    """SIGKILL of NODE2, the client's way in (its home) and A2's owner: A2's puts
+    follow it to NODE1 once it has taken A2 over, every acknowledged put of both
+    pairs is there, the lock held on A2 is still the client's, its interest in A2
+    notifies from NODE1, and A1 went on over the one registration NODE1 had."""
     a, b = two
-    with cqsclient.connect(f"{a.address},{b.address}", client="KILLED",
+    with cqsclient.connect(f"{b.address},{a.address}", client="KILLED",
                            reconnect=True) as c:
-        s1, s2 = c.structure("A1"), c.structure("A2")
+        s2, s1 = c.structure("A2"), c.structure("A1")  # NODE2 serves first: it stays home
+        c.register_interest("A2", "KNOTE")
         acked = {"A1": [s1.put("KQ", b"one%d" % i) for i in range(10)],
                  "A2": [s2.put("KQ", b"two%d" % i) for i in range(10)]}
         held = s2.read("KQ")
         assert held is not None and c.owners == {"A1": a.address, "A2": b.address}
+        assert c.address == b.address
         b.kill()
         acked["A2"].append(s2.put("KQ", b"after the kill"))
         acked["A1"].append(s1.put("KQ", b"one more"))
-        assert c.owners == {"A1": a.address, "A2": a.address}
+        assert c.owners == {"A1": a.address, "A2": a.address} and c.address == a.address
         assert registrations(a, "KILLED") == 1
         s2.delete(held.entry_id)
         acked["A2"].remove(held.entry_id)
         for name, s in (("A1", s1), ("A2", s2)):
             assert sorted(m.entry_id for m in s.browse_all("KQ")) == sorted(acked[name])
+        s2.put("KNOTE", b"work")
+        note = next(n for n in c.notifications(10.0) if n.queue == "KNOTE")
+        assert note.structure == "A2"

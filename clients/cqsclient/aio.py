@@ -971,9 +971,8 @@ class _Notifications:
                         try:
                             return await conn.notes.receive()
                         except (anyio.EndOfStream, anyio.ClosedResourceError):
-                            lost = conn.lost_error()
-                            if client.reconnect is None or client._closing:
-                                raise lost from None
+                            if client._closing:
+                                raise conn.lost_error() from None
                     if conn.lost:
                         break
                 else:
@@ -981,10 +980,13 @@ class _Notifications:
                         continue
                     raise StopAsyncIteration
                 break
-            if client.reconnect is not None and not client._closing:
-                await client._reconnect(conn, conn.lost_error())
-                continue
-            raise conn.lost_error()
+            if client._closing:
+                raise conn.lost_error()
+            if client._links.get(conn.address) is not conn:
+                continue  # closed by a move, or replaced: wait on the links there are
+            if client.reconnect is None:
+                raise conn.lost_error()
+            await client._reconnect(conn, conn.lost_error())
 
 
 class _BrowseAll:

@@ -633,7 +633,11 @@ class Client:
             try:
                 note = self._next_note(links, deadline)
             except _LinkLost as gone:
-                if self.reconnect is None or self._closing:
+                if self._closing:
+                    raise gone.lost from None
+                if self._links.get(gone.conn.address) is not gone.conn:
+                    continue  # closed by a move, or replaced: wait on the links there are
+                if self.reconnect is None:
                     raise gone.lost from None
                 self._reconnect(gone.conn, gone.lost, None)
                 continue

@@ -27,10 +27,12 @@ reader task in the same group, and resynced as in the blocking client
 
 from __future__ import annotations
 
+import logging
 import math
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -43,7 +45,7 @@ from . import ops
 from .address import Address, parse_address
 from .aioconnection import AsyncConnection, Progress
 from .aioconsume import Consumer, Delivery
-from .client import DEFAULT_TIMEOUT, TRANSIENT, client_name, tls_context
+from .client import DEFAULT_TIMEOUT, NOTE_TURN, TRANSIENT, client_name, tls_context
 from .credentials import secret_from_env
 from .errors import (
     CannotConnect,
@@ -68,6 +70,7 @@ from .model import (
 )
 from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
 from .reconnect import LockBook, Reconnect, Resync, policy
+from .routes import Routes
 from .source import HandleSource
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
@@ -75,6 +78,8 @@ __all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "c
 
 # How long closing work (deregister, giving back locks) may take when the
 # caller is being cancelled: it runs shielded, so it must be bounded.
+log = logging.getLogger("cqsclient")
+
 CLEANUP_TIMEOUT: Final = 5.0
 
 
@@ -156,10 +161,13 @@ class Client:
         self._cold = cold
         self._ssl_context = ssl_context
         self._cafile = cafile
-        self._conn: AsyncConnection | None = None
+        self._conn: AsyncConnection | None = None  # the home link (cqsclient.routes)
+        # one registered connection per node this client needs, and its takeover token
+        self._links: dict[str, AsyncConnection] = {}
+        self._tokens: dict[str, str] = {}
+        self._routes = Routes("")
         self._task_group: anyio.abc.TaskGroup | None = None
         self._closing = False
-        self._token: str | None = None
         self._keys = Keys()  # each connect() draws a new incarnation
         self._reconnect_lock = anyio.Lock()
         self._book: LockBook | None = LockBook() if reconnect is not None else None
@@ -186,14 +194,25 @@ class Client:
             raise RuntimeError("use `async with cqsclient.aio.connect(...) as client`")
         return self._conn
 
+    @property
+    def owners(self) -> dict[str, str]:
+        """The address of the node each structure's requests go to (see the blocking
+        client)."""
+        return self._routes.owners()
+
+    def _link(self, structure: str) -> AsyncConnection:
+        """The connection a request on *structure* goes on: its owner's, else home."""
+        return self._links.get(self._routes.address(structure), self._opened())
+
     async def _do(self, call: Call, timeout: Timeout = CLIENT_TIMEOUT) -> Any:
         self._opened()
         seconds = ops.seconds(timeout, self.timeout, call)
         deadline = math.inf if seconds is None else seconds + call.wait
         patience: Patience | None = None
         stamped = self._keys.stamp(call)
+        structure = call.structure
         while True:
-            conn = self._opened()
+            conn = self._link(structure)
             progress = Progress()
             try:
                 with anyio.move_on_after(deadline) as scope:
@@ -208,14 +227,14 @@ class Client:
                 result = call.finish(reply)
             except (NotOwner, StructureFailed) as refused:
                 # nothing was applied: follow the owner, or wait for one (cqsclient.group)
-                where = redirect(refused, call.structure)
+                where = redirect(refused, structure)
                 if where is None or self._closing:
                     raise
                 patience = patience or Patience(self.reconnect)
                 if not (where and patience.quick_hop()):
                     await anyio.sleep(patience.next_delay(refused))
                 if where:
-                    await self._move(conn, where)
+                    await self._follow(structure, where)
                 continue
             except ConnectionLost as lost:
                 if self.reconnect is None or self._closing:
@@ -228,6 +247,8 @@ class Client:
                     "is unknown (see Client.last_resync for the locks)"
                 )
                 raise
+            if structure and not self._routes.knows(structure, conn.address):
+                await self._served(structure, conn)
             if self._book is not None:
                 self._book.note(call, result)
             return result
@@ -240,29 +261,34 @@ class Client:
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         try:
-            self._conn, session = await self._dial(self._cold, None)
+            self._conn, session = await self._dial(self._cold, {})
         except BaseException:
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
             raise
         self.address = self._conn.address
-        self._session(session)
+        self._links = {self._conn.address: self._conn}
+        self._routes = Routes(self._conn.address)
+        self._session(self._conn, session)
         if self._book is not None:
             self._book.adopt(session.locks)
         return self
 
-    def _session(self, session: ops.Session) -> None:
+    def _session(self, conn: AsyncConnection, session: ops.Session) -> None:
+        if session.token is not None:
+            self._tokens[conn.address] = session.token
+        if conn is not self._conn:
+            return  # another node's link: the client's attributes are the home's
         self.server = session.server
         self.server_version = session.version
         self.max_message = session.max_message
         self.structures = session.structures
         self.resync_locks = session.locks
         self.resumed_interests = session.interests
-        self._token = session.token
         self._keys.window = session.dedup_window
 
     async def _dial(
-        self, cold: bool, takeover: str | None, only: Address | None = None
+        self, cold: bool, takeover: Mapping[str, str], only: Address | None = None
     ) -> tuple[AsyncConnection, ops.Session]:
         """A new connection, its reader running, registered, to the first of the
         targets that takes it (cqsclient.group), or to *only*."""
@@ -281,7 +307,7 @@ class Client:
         raise error
 
     async def _dial_one(
-        self, parsed: Address, cold: bool, takeover: str | None
+        self, parsed: Address, cold: bool, takeover: Mapping[str, str]
     ) -> tuple[AsyncConnection, ops.Session]:
         assert self._task_group is not None
         timeout = math.inf if self.timeout is None else self.timeout
@@ -295,7 +321,8 @@ class Client:
             ) from error
         conn = AsyncConnection(stream, address, self._keepalive)
         self._task_group.start_soon(conn.read_loop, self._task_group)
-        call = ops.register(self.name, self._secret, cold, self._operator, takeover)
+        call = ops.register(self.name, self._secret, cold, self._operator,
+                            takeover.get(address))
         try:
             with anyio.fail_after(timeout):
                 session: ops.Session = call.finish(await conn.roundtrip(call))
@@ -312,66 +339,147 @@ class Client:
         conn.max_frame = max_frame_for(session.max_message)
         return conn, session
 
+    # --- routing (cqsclient.routes; see the blocking client) ---
+
+    async def _served(self, structure: str, conn: AsyncConnection) -> None:
+        """A request on *structure* succeeded on *conn*: its node serves it."""
+        async with self._reconnect_lock:
+            if self._links.get(conn.address) is not conn:
+                return
+            if self._routes.served(structure, conn.address):
+                await self._restore_interests(conn, {structure})
+
+    async def _follow(self, structure: str, owner: str) -> None:
+        """Send *structure*'s requests to the node at *owner* a NOT_OWNER named."""
+        resync: Resync | None = None
+        async with self._reconnect_lock:
+            link = self._links.get(owner)
+            if link is None or link.lost:
+                started = time.monotonic()
+                served = self._routes.served_by(owner)
+                try:
+                    target = parse_address(owner)
+                    link, session = await self._dial(False, self._tokens, only=target)
+                    resync = await self._resync(link, session, f"moved to the owner at {owner}",
+                                                1, started, within=served | {structure},
+                                                interests_in=served)
+                except (ValueError, *TRANSIENT):
+                    return
+                self._targets.prefer = target
+            restored = await self._restore_interests(link, {structure})
+            if resync is not None:
+                resync = replace(resync, interests=[*resync.interests, *(restored or [])])
+                self._add_link(link, session, resync)
+            if restored is None:
+                self._routes.redirect(structure, owner)
+            else:
+                self._routes.served(structure, owner)
+            retired = self._settle()
+        await self._retire(retired)
+        if resync is not None and self.reconnect is not None:
+            self.reconnect.done(resync)
+
+    def _add_link(self, conn: AsyncConnection, session: ops.Session, resync: Resync) -> None:
+        if self._book is not None:
+            self._book.lose(resync.lost)
+        self._links[conn.address] = conn
+        self._session(conn, session)
+        self.last_resync = resync
+
+    def _settle(self) -> list[AsyncConnection]:
+        retired = self._routes.settle(a for a, c in self._links.items() if not c.lost)
+        home = self._links[self._routes.home]
+        if home is not self._conn:
+            self._conn = home
+            self.address = home.address
+        return [self._links.pop(address) for address in retired]
+
+    async def _retire(self, links: list[AsyncConnection]) -> None:
+        """Deregister from nodes this client no longer needs, then close."""
+        for old in links:
+            with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+                old.expect_close("no structure of this client is served there any more")
+                call = ops.deregister()
+                try:  # a courtesy: the node frees the name at once
+                    call.finish(await old.roundtrip(call))
+                except CQSError:
+                    pass
+            await old.aclose()
+
+    async def _restore_interests(
+        self, conn: AsyncConnection, structures: set[str]
+    ) -> list[tuple[str, str, QType]] | None:
+        """See the blocking client."""
+        done: list[tuple[str, str, QType]] = []
+        for interest in list(self._interests):
+            if interest[0] in structures:
+                call = ops.register_interest(*interest)
+                try:
+                    with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
+                        call.finish(await conn.roundtrip(call))
+                except (CQSError, TimeoutError):
+                    return None
+                done.append(interest)
+        return done
+
+    # --- reconnecting ---
+
     async def _reconnect(self, failed: AsyncConnection, lost: ConnectionLost) -> None:
         """Replace *failed* (unless another task did already); see the blocking client."""
         assert self.reconnect is not None and self._book is not None
         async with self._reconnect_lock:
-            if self._conn is not failed:
+            if self._links.get(failed.address) is not failed:
                 return
             self._targets.lost(failed.address)
-            started = time.monotonic()
-            attempts = 0
-            for delay in self.reconnect.delays():
-                await anyio.sleep(delay)
-                if self._closing:
-                    raise lost
-                attempts += 1
-                try:
-                    conn, session = await self._dial(False, self._token)
-                    resync = await self._resync(conn, session, lost.message, attempts, started,
-                                                probe=True)
-                except TRANSIENT as error:
-                    self.reconnect.failed(attempts, started, error, lost)
-                    continue
-                self._install(conn, session, resync)
-                break
-            await failed.aclose()
-        self.reconnect.done(resync)
-
-    async def _move(self, old: AsyncConnection, owner: str) -> None:
-        """Move to the owner a NOT_OWNER named; see the blocking client."""
-        async with self._reconnect_lock:
-            if self._conn is not old:
-                return
-            started = time.monotonic()
-            try:
-                target = parse_address(owner)
-                conn, session = await self._dial(False, self._token, only=target)
-                resync = await self._resync(conn, session, f"moved to the owner at {owner}",
-                                            1, started)
-            except (ValueError, *TRANSIENT):
-                return
-            self._targets.prefer = target
-            self._install(conn, session, resync)
-        with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-            old.expect_close("moved to another node of the group")
-            call = ops.deregister()
-            try:  # a courtesy: the node frees the name at once
-                call.finish(await old.roundtrip(call))
-            except CQSError:
-                pass
-        await old.aclose()
-        if self.reconnect is not None:
+            if any(not c.lost for c in self._links.values() if c is not failed):
+                del self._links[failed.address]
+                gone = self._routes.lost(failed.address)
+                retired: list[AsyncConnection] | None = [failed, *self._settle()]
+            else:
+                retired = None
+                resync = await self._redial(lost)
+                await failed.aclose()
+        if retired is None:
             self.reconnect.done(resync)
+            return
+        await self._retire(retired[1:])
+        await failed.aclose()
+        for structure in sorted({i[0] for i in self._interests} & gone):
+            try:
+                await self._do(ops.connect(structure))
+            except CQSError as error:
+                log.warning("cqsd interests in %s wait for its next owner: %s", structure, error)
 
-    def _install(self, conn: AsyncConnection, session: ops.Session, resync: Resync) -> None:
-        if self._book is not None:
-            self._book.lose(resync.lost)
+    async def _redial(self, lost: ConnectionLost) -> Resync:
+        assert self.reconnect is not None
+        started = time.monotonic()
+        attempts = 0
+        for delay in self.reconnect.delays():
+            await anyio.sleep(delay)
+            if self._closing:
+                raise lost
+            attempts += 1
+            try:
+                conn, session = await self._dial(False, self._tokens)
+                resync = await self._resync(conn, session, lost.message, attempts, started,
+                                            probe=True)
+            except TRANSIENT as error:
+                self.reconnect.failed(attempts, started, error, lost)
+                continue
+            await self._install(conn, session, resync)
+            return resync
+        raise AssertionError("the reconnect policy's delays never end")
+
+    async def _install(self, conn: AsyncConnection, session: ops.Session,
+                       resync: Resync) -> None:
+        for old in self._links.values():
+            await old.aclose()
+        self._links = {}
         self._conn = conn
         self.address = conn.address
-        self._session(session)
+        self._routes.reset(conn.address)
+        self._add_link(conn, session, resync)
         self.resync_locks = resync.kept
-        self.last_resync = resync
 
     async def _resync(
         self,
@@ -381,11 +489,16 @@ class Client:
         attempts: int,
         started: float,
         probe: bool = False,
+        within: set[str] | None = None,
+        interests_in: set[str] | None = None,
     ) -> Resync:
         """See the blocking client."""
         kept, gone, orphans = session.locks, list[HeldLock](), list[HeldLock]()
         if self._book is not None:
-            kept, gone, orphans = self._book.resync(session.locks)
+            kept, gone, orphans = self._book.resync(session.locks, within)
+        scope = within if interests_in is None else interests_in
+        interests: list[tuple[str, str, QType]] = [
+            i for i in self._interests if scope is None or i[0] in scope]
         try:
             with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
                 for structure in sorted(self._book.structures()) if probe and self._book else ():
@@ -405,7 +518,7 @@ class Client:
                         raise
                     except CQSError:
                         pass  # released already, or its structure failed: not ours to hold
-                for structure, queue, qtype in list(self._interests):
+                for structure, queue, qtype in interests:
                     if ops.interest(structure, queue, qtype) in session.interests:
                         continue  # the daemon kept it (see the blocking client)
                     call = ops.register_interest(structure, queue, qtype)
@@ -420,7 +533,7 @@ class Client:
                 raise RequestTimeout("timed out resyncing after a reconnect") from error
             raise
         return Resync(cause, attempts, time.monotonic() - started, kept, gone, orphans,
-                      list(self._interests))
+                      list(interests))
 
     async def _release(self, structure: str, entry_id: int) -> None:
         """Give back a lock the application never saw; see the blocking client."""
@@ -429,7 +542,7 @@ class Client:
         call = ops.unlock(structure, entry_id)
         try:
             with anyio.fail_after(math.inf if self.timeout is None else self.timeout):
-                call.finish(await self._opened().roundtrip(call))
+                call.finish(await self._link(structure).roundtrip(call))
         except (ConnectionLost, TimeoutError, *ALREADY_RELEASED):
             pass
 
@@ -452,7 +565,12 @@ class Client:
         assert self._task_group is not None
         self._closing = True
         conn = self._opened()
+        others = [c for c in self._links.values() if c is not conn]
         try:
+            if deregister:
+                await self._retire(others)
+            for other in others:
+                await other.aclose()
             if deregister and not conn.lost:
                 # Shielded so that a cancelled caller still deregisters cleanly.
                 with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
@@ -482,6 +600,7 @@ class Client:
     async def deregister(self) -> None:
         """End the session cleanly, then close the connection (see the blocking client)."""
         self._closing = True
+        await self._retire([c for c in self._links.values() if c is not self._conn])
         await self._deregister(self._opened())
 
     async def close(self, failed: bool = False) -> None:
@@ -490,9 +609,11 @@ class Client:
         self._closing = True
         conn = self._opened()
         if failed or conn.lost:
-            await conn.aclose()
+            for link in [*self._links.values(), conn]:
+                await link.aclose()
             return
         try:
+            await self._retire([c for c in self._links.values() if c is not conn])
             await self._deregister(conn)
         except (ConnectionLost, ShuttingDown):
             pass  # gone already, or going: the session ends either way
@@ -840,18 +961,32 @@ class _Notifications:
     async def __anext__(self) -> Notification:
         client = self._client
         while True:
-            conn = client._opened()
-            with anyio.move_on_after(self._timeout):
-                try:
-                    return await conn.notes.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError):
-                    lost = conn.lost_error()
-                    if client.reconnect is None or client._closing:
-                        raise lost from None
-            if conn.lost and client.reconnect is not None and not client._closing:
-                await client._reconnect(conn, conn.lost_error())
-                continue
-            raise StopAsyncIteration
+            links = [c for c in client._links.values() if not c.lost] or [client._opened()]
+            deadline = time.monotonic() + self._timeout
+            while True:  # with links to several nodes, a turn of NOTE_TURN on each
+                remaining = deadline - time.monotonic()
+                turn = remaining if len(links) == 1 else min(remaining, NOTE_TURN)
+                for conn in links:
+                    with anyio.move_on_after(max(turn, 0.0)):
+                        try:
+                            return await conn.notes.receive()
+                        except (anyio.EndOfStream, anyio.ClosedResourceError):
+                            if client._closing:
+                                raise conn.lost_error() from None
+                    if conn.lost:
+                        break
+                else:
+                    if remaining > 0:
+                        continue
+                    raise StopAsyncIteration
+                break
+            if client._closing:
+                raise conn.lost_error()
+            if client._links.get(conn.address) is not conn:
+                continue  # closed by a move, or replaced: wait on the links there are
+            if client.reconnect is None:
+                raise conn.lost_error()
+            await client._reconnect(conn, conn.lost_error())
 
 
 class _BrowseAll:

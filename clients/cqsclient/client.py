@@ -1,8 +1,10 @@
 """The blocking client: :func:`connect`, :class:`Client`, :class:`StructureHandle`.
 
 Every method builds its request with :mod:`cqsclient.ops` and sends it over
-one :class:`~cqsclient.connection.Connection`, which any number of threads
-may share (their requests are pipelined). With ``reconnect``, a lost
+a :class:`~cqsclient.connection.Connection`, which any number of threads may
+share (their requests are pipelined): to one daemon, one connection; in a
+group, one per node that owns a structure the client uses, each request on
+its structure's owner's (:mod:`cqsclient.routes`). With ``reconnect``, a lost
 connection is replaced by a new one (:mod:`cqsclient.reconnect`) under the
 same Client, so handles, units of work and consumers carry on. The async
 client in :mod:`cqsclient.aio` has the same names.
@@ -10,12 +12,14 @@ client in :mod:`cqsclient.aio` has the same names.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -51,10 +55,13 @@ from .model import (
 )
 from .ops import CLIENT_TIMEOUT, Call, Payload, QType, Timeout
 from .reconnect import LockBook, Reconnect, Resync, policy
+from .routes import Routes
 from .source import HandleSource
 from .unitofwork import ALREADY_RELEASED, UnitOfWorkBase
 
 __all__ = ["Client", "Consumer", "Delivery", "StructureHandle", "UnitOfWork", "connect"]
+
+log = logging.getLogger("cqsclient")
 
 CLIENT_ENV: Final = "CQSD_CLIENT"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -63,6 +70,9 @@ DEFAULT_TIMEOUT: Final = 10.0
 # restarting, still has the old connection's name (a daemon without takeover),
 # or is full for now. Anything else (NotAuthorized, ...) ends the reconnect.
 TRANSIENT: Final = (ConnectionLost, RequestTimeout, ShuttingDown, ClientActive, ClientLimit)
+# seconds a notifications() wait gives each connection in turn when interests are
+# served by several nodes (a notification waits at most this long per other node)
+NOTE_TURN: Final = 0.05
 
 def client_name(client: str | None) -> str:
     """*client*, else ``$CQSD_CLIENT``; raises ValueError if neither is given."""
@@ -155,7 +165,7 @@ def connect(
     secret = secret if secret is not None else secret_from_env()
     dialer = Dialer(targets, client_name(client), secret, timeout, ssl_context, cafile, operator,
                     keepalive_for(targets, keepalive))
-    connection, session = dialer.open(cold, None)
+    connection, session = dialer.open(cold, {})
     return Client(dialer, connection, session, policy(reconnect))
 
 
@@ -183,20 +193,22 @@ class Dialer:
         self.cafile = cafile
 
     def open(
-        self, cold: bool, takeover: str | None, only: Address | None = None
+        self, cold: bool, takeover: Mapping[str, str], only: Address | None = None
     ) -> tuple[Connection, ops.Session]:
-        """A new connection, registered (taking the name over with *takeover*), to
-        the first of the targets that takes it, or to *only*."""
+        """A new connection, registered (taking the name over with the token
+        *takeover* holds for its address, if any), to the first of the targets
+        that takes it, or to *only*."""
         if only is not None:
             return self._open(only, cold, takeover)
         return self.targets.dial(lambda address: self._open(address, cold, takeover))
 
     def _open(
-        self, parsed: Address, cold: bool, takeover: str | None
+        self, parsed: Address, cold: bool, takeover: Mapping[str, str]
     ) -> tuple[Connection, ops.Session]:
         sock = open_socket(parsed, self.timeout, self.ssl_context, self.cafile)
         connection = Connection(sock, parsed.text, self.keepalive)
-        call = ops.register(self.name, self.secret, cold, self.operator, takeover)
+        call = ops.register(self.name, self.secret, cold, self.operator,
+                            takeover.get(parsed.text))
         try:
             session: ops.Session = call.finish(connection.roundtrip(call, self.timeout))
         except (ConnectionLost, RequestTimeout) as error:
@@ -221,8 +233,10 @@ class Client:
     interests the daemon kept for it, from an earlier connection or before the
     daemon restarted, as ``(structure, queue, qtype)``: they notify this
     connection without a ``register_interest``), ``timeout`` (the requests'
-    default timeout), ``reconnect`` (the policy, or None) and ``last_resync``
-    (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect).
+    default timeout), ``reconnect`` (the policy, or None), ``last_resync``
+    (the :class:`~cqsclient.reconnect.Resync` report of the last reconnect) and
+    ``owners`` (in a group, the node each structure's requests go to).
+    ``address`` is the home node's: the one for requests naming no structure.
     """
 
     def __init__(
@@ -233,14 +247,18 @@ class Client:
         reconnect: Reconnect | None = None,
     ) -> None:
         self._dialer = dialer
-        self._conn = connection
+        self._conn = connection  # the home link: requests of no structure, or of one not placed
+        # one registered connection per node this client needs, and its takeover token
+        self._links: dict[str, Connection] = {connection.address: connection}
+        self._tokens: dict[str, str] = {}
+        self._routes = Routes(connection.address)
         self.name = dialer.name
         self.address = connection.address
         self.timeout = dialer.timeout
         self.reconnect = reconnect
         self.last_resync: Resync | None = None
         self._keys = Keys()  # each connect() draws a new incarnation
-        self._session(session)
+        self._session(connection, session)
         self._closing = False
         self._reconnect_lock = threading.Lock()
         # What a reconnect restores: the locks the application holds and its interests.
@@ -251,7 +269,11 @@ class Client:
             self._book = LockBook()
             self._book.adopt(session.locks)
 
-    def _session(self, session: ops.Session) -> None:
+    def _session(self, connection: Connection, session: ops.Session) -> None:
+        if session.token is not None:
+            self._tokens[connection.address] = session.token
+        if connection is not self._conn:
+            return  # another node's link: the client's attributes are the home's
         self.server = session.server
         self.server_version = session.version
         self.max_message = session.max_message
@@ -259,12 +281,22 @@ class Client:
         self.resync_locks: list[HeldLock] = session.locks
         # the interests the daemon kept and registered again for this connection
         self.resumed_interests: list[ops.Interest] = session.interests
-        self._token = session.token
         self._keys.window = session.dedup_window
 
     def __repr__(self) -> str:
         state = "closed" if self._conn.lost else "open"
         return f"<cqsclient.Client {self.name!r} at {self.address} ({state})>"
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """The address of the node each structure's requests go to, as far as this
+        client knows (in a group, its owner; docs/sdk.md, Groups)."""
+        with self._reconnect_lock:
+            return self._routes.owners()
+
+    def _link(self, structure: str) -> Connection:
+        """The connection a request on *structure* goes on: its owner's, else home."""
+        return self._links.get(self._routes.address(structure), self._conn)
 
     def _do(
         self,
@@ -275,13 +307,14 @@ class Client:
         seconds = ops.seconds(timeout, self.timeout, call)
         patience: Patience | None = None
         stamped = self._keys.stamp(call)
+        structure = call.structure
         while True:
-            conn = self._conn
+            conn = self._link(structure)
             try:
                 result = call.finish(conn.roundtrip(call, seconds, cancelled))
             except (NotOwner, StructureFailed) as refused:
                 # nothing was applied: follow the owner, or wait for one (cqsclient.group)
-                where = redirect(refused, call.structure)
+                where = redirect(refused, structure)
                 if where is None or self._closing:
                     raise
                 patience = patience or Patience(self.reconnect)
@@ -290,7 +323,7 @@ class Client:
                     if cancelled is not None and cancelled():
                         raise Abandoned(f"{call.request['op']} abandoned") from refused
                 if where:
-                    self._move(conn, where)
+                    self._follow(structure, where)
                 continue
             except ConnectionLost as lost:
                 if self.reconnect is None or self._closing:
@@ -303,80 +336,174 @@ class Client:
                     "is unknown (see Client.last_resync for the locks)"
                 )
                 raise
+            if structure and not self._routes.knows(structure, conn.address):
+                self._served(structure, conn)
             if self._book is not None:
                 with self._book_lock:
                     self._book.note(call, result)
             return result
+
+    # --- routing (cqsclient.routes) ---
+
+    def _served(self, structure: str, conn: Connection) -> None:
+        """A request on *structure* succeeded on *conn*: its node serves it."""
+        with self._reconnect_lock:
+            if self._links.get(conn.address) is not conn:
+                return  # replaced meanwhile: the next request finds out again
+            if self._routes.served(structure, conn.address):
+                self._restore_interests(conn, {structure})
+
+    def _follow(self, structure: str, owner: str) -> None:
+        """Send *structure*'s requests to the node at *owner* a NOT_OWNER named: on
+        the link there, opened (registered warm, as a reconnect does) if there is
+        none; left as it is if the owner cannot be reached now (the caller waits and
+        asks again). Links left owning nothing are closed."""
+        resync: Resync | None = None
+        with self._reconnect_lock:
+            link = self._links.get(owner)
+            if link is None or link.lost:
+                started = time.monotonic()
+                served = self._routes.served_by(owner)
+                try:
+                    target = parse_address(owner)
+                    link, session = self._dialer.open(False, self._tokens, only=target)
+                    resync = self._resync(link, session, f"moved to the owner at {owner}",
+                                          1, started, within=served | {structure},
+                                          interests_in=served)
+                except (ValueError, *TRANSIENT):
+                    return
+                self._dialer.targets.prefer = target
+            restored = self._restore_interests(link, {structure})
+            if resync is not None:
+                resync = replace(resync, interests=[*resync.interests, *(restored or [])])
+                self._add_link(link, session, resync)
+            # a move's target may not serve the pair yet: its interests then wait for
+            # the pair's first answer there (cqsclient.routes)
+            if restored is None:
+                self._routes.redirect(structure, owner)
+            else:
+                self._routes.served(structure, owner)
+            retired = self._settle()
+        self._retire(retired)
+        if resync is not None and self.reconnect is not None:
+            self.reconnect.done(resync)
+
+    def _add_link(self, connection: Connection, session: ops.Session, resync: Resync) -> None:
+        """*connection* is the client's link to its node (under the reconnect lock)."""
+        if self._book is not None:
+            with self._book_lock:
+                self._book.lose(resync.lost)
+        self._links[connection.address] = connection
+        self._session(connection, session)
+        self.last_resync = resync
+
+    def _settle(self) -> list[Connection]:
+        """Move the home if it serves nothing; the links no longer needed, taken out
+        (under the reconnect lock)."""
+        retired = self._routes.settle(a for a, c in self._links.items() if not c.lost)
+        home = self._links[self._routes.home]
+        if home is not self._conn:
+            self._conn = home
+            self.address = home.address
+        return [self._links.pop(address) for address in retired]
+
+    def _retire(self, links: list[Connection]) -> None:
+        """Deregister from nodes this client no longer needs (a courtesy: the node
+        frees the name at once), then close."""
+        for old in links:
+            old.expect_close("no structure of this client is served there any more")
+            try:
+                call = ops.deregister()
+                call.finish(old.roundtrip(call, self.timeout))
+            except CQSError:
+                pass
+            old.close()
+
+    def _restore_interests(
+        self, conn: Connection, structures: set[str]
+    ) -> list[tuple[str, str, QType]] | None:
+        """Register on *conn* the interests in *structures*, which moved to its node;
+        those registered, or None if the node refused one (it does not serve it yet)."""
+        done: list[tuple[str, str, QType]] = []
+        for interest in list(self._interests):
+            if interest[0] in structures:
+                call = ops.register_interest(*interest)
+                try:
+                    call.finish(conn.roundtrip(call, self.timeout))
+                except CQSError:
+                    return None
+                done.append(interest)
+        return done
 
     # --- reconnecting ---
 
     def _reconnect(
         self, failed: Connection, lost: ConnectionLost, cancelled: Callable[[], bool] | None
     ) -> None:
-        """Replace *failed* by a new registered connection (unless another thread
-        did already); raises *lost* if the policy gives up or the client closes."""
+        """Replace *failed* (unless another thread did already): in a group where
+        another link is alive, by routing its structures afresh (they follow their
+        next owner); else by a new registered connection. Raises *lost* if the
+        policy gives up or the client closes."""
         assert self.reconnect is not None and self._book is not None
         with self._reconnect_lock:
-            if self._conn is not failed:
+            if self._links.get(failed.address) is not failed:
                 return
             self._dialer.targets.lost(failed.address)
-            started = time.monotonic()
-            attempts = 0
-            for delay in self.reconnect.delays():
-                failed.nap(delay)
-                if self._closing:
-                    raise lost
-                if cancelled is not None and cancelled():
-                    raise Abandoned("reconnect abandoned") from lost
-                attempts += 1
-                try:
-                    connection, session = self._dialer.open(False, self._token)
-                    resync = self._resync(connection, session, lost.message, attempts, started,
-                                          probe=True)
-                except TRANSIENT as error:
-                    self.reconnect.failed(attempts, started, error, lost)
-                    continue
-                self._install(connection, session, resync)
-                break
-        self.reconnect.done(resync)
-
-    def _move(self, old: Connection, owner: str) -> None:
-        """Move from *old* to the node at *owner* that a NOT_OWNER named (unless
-        another thread did already), registering warm as a reconnect does; left as
-        it is if the owner cannot be reached now (the caller waits and asks again)."""
-        with self._reconnect_lock:
-            if self._conn is not old:
-                return
-            started = time.monotonic()
-            try:
-                target = parse_address(owner)
-                connection, session = self._dialer.open(False, self._token, only=target)
-                resync = self._resync(connection, session, f"moved to the owner at {owner}",
-                                      1, started)
-            except (ValueError, *TRANSIENT):
-                return
-            self._dialer.targets.prefer = target
-            self._install(connection, session, resync)
-        old.expect_close("moved to another node of the group")
-        try:  # a courtesy: the node frees the name at once
-            call = ops.deregister()
-            call.finish(old.roundtrip(call, self.timeout))
-        except CQSError:
-            pass
-        old.close()
-        if self.reconnect is not None:
+            if any(not c.lost for c in self._links.values() if c is not failed):
+                del self._links[failed.address]
+                gone = self._routes.lost(failed.address)
+                retired = self._settle()
+            else:
+                retired = None
+                resync = self._redial(failed, lost, cancelled)
+        if retired is None:
             self.reconnect.done(resync)
+            return
+        self._retire(retired)
+        # Its locks stay this client's at their next owner if it is connected there
+        # (docs/group.md); its interests are registered there once the owner is found.
+        for structure in sorted({i[0] for i in self._interests} & gone):
+            try:
+                self._do(ops.connect(structure), self.timeout, cancelled)
+            except CQSError as error:
+                log.warning("cqsd interests in %s wait for its next owner: %s", structure, error)
+
+    def _redial(
+        self, failed: Connection, lost: ConnectionLost, cancelled: Callable[[], bool] | None
+    ) -> Resync:
+        """A new registered connection to the first target that takes it, backing off
+        (under the reconnect lock); its report."""
+        assert self.reconnect is not None
+        started = time.monotonic()
+        attempts = 0
+        for delay in self.reconnect.delays():
+            failed.nap(delay)
+            if self._closing:
+                raise lost
+            if cancelled is not None and cancelled():
+                raise Abandoned("reconnect abandoned") from lost
+            attempts += 1
+            try:
+                connection, session = self._dialer.open(False, self._tokens)
+                resync = self._resync(connection, session, lost.message, attempts, started,
+                                      probe=True)
+            except TRANSIENT as error:
+                self.reconnect.failed(attempts, started, error, lost)
+                continue
+            self._install(connection, session, resync)
+            return resync
+        raise AssertionError("the reconnect policy's delays never end")
 
     def _install(self, connection: Connection, session: ops.Session, resync: Resync) -> None:
-        """*connection* is the client's from now on (under the reconnect lock)."""
-        if self._book is not None:
-            with self._book_lock:
-                self._book.lose(resync.lost)
+        """*connection* is the client's only link from now on (under the reconnect lock)."""
+        for old in self._links.values():
+            old.close()
+        self._links = {}
         self._conn = connection
         self.address = connection.address
-        self._session(session)
+        self._routes.reset(connection.address)
+        self._add_link(connection, session, resync)
         self.resync_locks = resync.kept
-        self.last_resync = resync
 
     def _resync(
         self,
@@ -386,9 +513,13 @@ class Client:
         attempts: int,
         started: float,
         probe: bool = False,
+        within: set[str] | None = None,
+        interests_in: set[str] | None = None,
     ) -> Resync:
         """On the new connection, before anyone else uses it: give back the orphans
-        and register the interests again; the report. Misdirected if the node does
+        and register the interests again; the report. With *within* (the structures
+        that node serves) only their locks are resynced and their interests
+        registered (those in *interests_in* instead, if given). Misdirected if the node does
         not own (or nobody owns) a structure of the interests, or with *probe* one
         the application holds locks in (their resync would be wrong there)."""
         try:
@@ -407,7 +538,7 @@ class Client:
             kept, gone, orphans = session.locks, list[HeldLock](), list[HeldLock]()
             if self._book is not None:
                 with self._book_lock:
-                    kept, gone, orphans = self._book.resync(session.locks)
+                    kept, gone, orphans = self._book.resync(session.locks, within)
             for lock in orphans:
                 unlock = ops.unlock(lock.structure, lock.entry_id)
                 try:
@@ -416,7 +547,10 @@ class Client:
                     raise
                 except CQSError:
                     pass  # released already, or its structure failed: not ours to hold
-            for structure, queue, qtype in list(self._interests):
+            scope = within if interests_in is None else interests_in
+            interests: list[tuple[str, str, QType]] = [
+                i for i in self._interests if scope is None or i[0] in scope]
+            for structure, queue, qtype in interests:
                 if ops.interest(structure, queue, qtype) in session.interests:
                     continue  # the daemon kept it (it restarted, or this is the same one)
                 call = ops.register_interest(structure, queue, qtype)
@@ -429,7 +563,7 @@ class Client:
             connection.close()
             raise
         return Resync(cause, attempts, time.monotonic() - started, kept, gone, orphans,
-                      list(self._interests))
+                      list(interests))
 
     def _release(self, structure: str, entry_id: int) -> None:
         """Give back a lock the application never saw (read ahead), without
@@ -440,7 +574,7 @@ class Client:
                 self._book.forget((structure, entry_id))
         call = ops.unlock(structure, entry_id)
         try:
-            call.finish(self._conn.roundtrip(call, self.timeout))
+            call.finish(self._link(structure).roundtrip(call, self.timeout))
         except (ConnectionLost, RequestTimeout, *ALREADY_RELEASED):
             pass
 
@@ -489,20 +623,43 @@ class Client:
 
         Raises ConnectionLost if the connection drops (after yielding what came
         before), unless the client reconnects: then the interests are registered
-        again (each queue holding work notifies at once) and the wait goes on.
+        again (each queue holding work notifies at once) and the wait goes on. In
+        a group each notification comes from the node owning its structure: with
+        links to several nodes the wait takes turns of NOTE_TURN seconds on each.
         """
         while True:
-            conn = self._conn
+            links = [c for c in list(self._links.values()) if not c.lost] or [self._conn]
+            deadline = time.monotonic() + timeout
             try:
-                note = conn.next_notification(timeout)
-            except ConnectionLost as lost:
-                if self.reconnect is None or self._closing:
-                    raise
-                self._reconnect(conn, lost, None)
+                note = self._next_note(links, deadline)
+            except _LinkLost as gone:
+                if self._closing:
+                    raise gone.lost from None
+                if self._links.get(gone.conn.address) is not gone.conn:
+                    continue  # closed by a move, or replaced: wait on the links there are
+                if self.reconnect is None:
+                    raise gone.lost from None
+                self._reconnect(gone.conn, gone.lost, None)
                 continue
             if note is None:
                 return
             yield note
+
+    @staticmethod
+    def _next_note(links: list[Connection], deadline: float) -> Notification | None:
+        """The next notification on any of *links* before *deadline*; None if none came."""
+        while True:
+            remaining = deadline - time.monotonic()
+            turn = remaining if len(links) == 1 else min(remaining, NOTE_TURN)
+            for conn in links:
+                try:
+                    note = conn.next_notification(max(turn, 0.0))
+                except ConnectionLost as lost:
+                    raise _LinkLost(conn, lost) from lost
+                if note is not None:
+                    return note
+            if remaining <= 0:
+                return None
 
     def query(
         self, kind: str, structure: str | None = None, *, timeout: Timeout = CLIENT_TIMEOUT
@@ -620,6 +777,7 @@ class Client:
         client's locks, unfailed), then close. Raises what the request raises."""
         self._closing = True
         conn = self._conn
+        self._retire([c for c in self._links.values() if c is not conn])
         conn.expect_close("deregistered by this client")
         call = ops.deregister()
         try:
@@ -648,7 +806,8 @@ class Client:
         self._closing = True
         conn = self._conn
         if failed or conn.lost:
-            conn.close()
+            for link in [*self._links.values(), conn]:
+                link.close()
             return
         try:
             self.deregister()
@@ -670,6 +829,15 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self._leave(quiet=exc is not None, failed=False)
+
+
+class _LinkLost(Exception):
+    """A notifications() wait found *conn* lost."""
+
+    def __init__(self, conn: Connection, lost: ConnectionLost) -> None:
+        super().__init__(lost.message)
+        self.conn = conn
+        self.lost = lost
 
 
 class StructureHandle:
@@ -912,10 +1080,10 @@ class _Source(HandleSource[Client]):
         self.client._release(self.name, entry_id)
 
     def pause(self, seconds: float) -> None:
-        self.client._conn.nap(seconds)
+        self.client._link(self.name).nap(seconds)
 
     def wake(self) -> None:
-        self.client._conn.poke()
+        self.client._link(self.name).poke()
 
 
 class UnitOfWork(UnitOfWorkBase):

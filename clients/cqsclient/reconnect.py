@@ -182,13 +182,16 @@ class LockBook:
         self._held.clear()
 
     def resync(
-        self, locks: Iterable[HeldLock]
+        self, locks: Iterable[HeldLock], within: set[str] | None = None
     ) -> tuple[list[HeldLock], list[HeldLock], list[HeldLock]]:
-        """Compare the daemon's resync list with the book: (kept, lost, orphans).
-        The book is left as it is until the reconnect succeeds (``lose``)."""
+        """Compare the daemon's resync list with the book: (kept, lost, orphans); the
+        book's locks only in the structures *within* (those the node serves), if
+        given. The book is left as it is until the reconnect succeeds (``lose``)."""
         handed = {(lock.structure, lock.entry_id): lock for lock in locks}
-        kept = [lock for key, lock in self._held.items() if key in handed]
-        lost = [lock for key, lock in self._held.items() if key not in handed]
+        held = {key: lock for key, lock in self._held.items()
+                if within is None or lock.structure in within}
+        kept = [lock for key, lock in held.items() if key in handed]
+        lost = [lock for key, lock in held.items() if key not in handed]
         orphans = [lock for key, lock in handed.items() if key not in self._held]
         return kept, lost, orphans
 

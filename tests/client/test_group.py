@@ -175,13 +175,15 @@ def not_owner(owner_address: str):
 
 def test_a_blocking_client_follows_not_owner(owner, other):
     """A put refused NOT_OWNER is sent again to the owner it names, once; the client
-    now talks to the owner, and the node it left saw it deregister."""
+    now talks to the owner, where its interest is registered again, and the node it
+    left saw it deregister."""
     at_owner = f"unix://{owner.path}"
     other.handlers["put"] = not_owner(at_owner)
     with cqsclient.connect(f"unix://{other.path}", client="F1") as c:
         c.register_interest("MSGQ01", "TRANX")
         c.structure("MSGQ01").put("TRANX", b"x")
         assert c.address == at_owner
+        assert c.owners == {"MSGQ01": at_owner}
         assert c.last_resync.interests == [("MSGQ01", "TRANX", "TRAN")]
     assert [m.data for m in owner.messages()] == [b"x"]
     assert len(other.ops("put")) == 1 and len(owner.ops("put")) == 1

@@ -149,12 +149,13 @@ def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three
     with cqsclient.connect(three["NODE1"].address, client="LAST", timeout=10) as c:
         left = [m.data for m in c.structure("A1").browse_all("Q")]
     assert sorted(got + left) == sorted(acked), "lost or duplicated messages"
-    for frm, to in zip(["NODE1", *route], route, strict=False):
-        released = three[frm].wait_for("structure_released", structure="A1", to=to)[-1]
-        acquired = [e for e in three[to].events("owner_acquired", structure="A1")
-                    if e["seen"] >= released["seen"] - 0.5]
-        assert acquired, f"{to} never acquired A1 after {frm} released it"
-        assert acquired[0]["epoch"] > released["epoch"]
+    # the epochs (etcd revisions) order the owners: each released its epoch before the
+    # next epoch was created, by the node it was moved to
+    owned = sorted((e["epoch"], n) for n in NAMES
+                   for e in three[n].events("owner_acquired", structure="A1"))
+    assert [n for _, n in owned] == ["NODE1", *route], owned
+    for (epoch, frm), (_, to) in itertools.pairwise(owned):
+        three[frm].wait_for("structure_released", structure="A1", to=to, epoch=epoch)
     for n in route[1:]:
         assert three[n].events("series_rolled"), f"{n} took A1 back in a new series"
 

@@ -19,6 +19,9 @@ The faults, each on the owner of the pair unless said otherwise (`FAULTS`):
   a new segment it fails cleanly, acknowledging nothing more (or, fenced, it
   cannot start a new series and waits, ``rejoin_failed``); the restarted node
   takes over, and the full node comes back once there is space.
+- ``move``: ``cqsctl move-structure`` to the standby, a planned move: the owner
+  stops acknowledging the pair, releases it, and the standby takes it; the old
+  owner acknowledges nothing of it afterwards (docs/group.md, "Planned moves").
 
 ``CQSD_TAKEOVER_CYCLES=N`` runs N cycles of each fault (default 1).
 """
@@ -35,6 +38,7 @@ import pytest
 
 import cqsclient
 import logstream
+from cqsclient import ctl
 from cqsclient.errors import CQSError
 
 from .checker import (
@@ -51,7 +55,7 @@ from .checker import (
 from .cluster import FaultyGroup
 
 CYCLES = int(os.environ.get("CQSD_TAKEOVER_CYCLES", "1"))
-FAULTS = tuple(os.environ.get("CQSD_TAKEOVER_FAULTS", "kill pause partition clock power disk")
+FAULTS = tuple(os.environ.get("CQSD_TAKEOVER_FAULTS", "kill pause partition clock power disk move")
                .split())
 # seconds; 2 livelocked a soak at load 17 on 2 cores: a node fenced by load alone
 # while rebuilding the pair it had just won (it then gives the takeover up, as it
@@ -254,6 +258,16 @@ class Loop:
             other.wait_for("node_rejoined", after=mark, timeout=30)
         else:
             other.start()
+
+    def move(self, owner, other) -> None:
+        mark, owner_mark = len(other.lines), len(owner.lines)
+        code = ctl.main(["--address", owner.address, "--json", "move-structure", STRUCTURE,
+                         "--to", other.name])
+        assert code == 0, f"move-structure {STRUCTURE} --to {other.name} answered {code}"
+        owner.wait_for("structure_released", after=owner_mark, structure=STRUCTURE,
+                       to=other.name)
+        self.deposed.append((owner, time.monotonic() + SLACK))
+        self.takeover(other, mark)
 
     def progress(self, n: int = PROGRESS) -> None:
         self.history.wait_for_puts(

@@ -149,6 +149,18 @@ class Etcd:
         ranged = reply["responses"][0]["response_range"].get("kvs", [])
         return False, _kv(ranged[0]) if ranged else None
 
+    async def put_if(self, key: str, value: bytes | str, create_revision: int,
+                     lease: int) -> bool:
+        """Set ``key`` if it is still the one created at ``create_revision`` (an owner
+        rewrites only its own ownership: gone, it must not make it again)."""
+        reply = await self.call("/v3/kv/txn", {
+            "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL",
+                         "create_revision": str(create_revision)}],
+            "success": [{"request_put": {"key": _b64(key), "value": _b64(value),
+                                         "lease": lease}}],
+        })
+        return bool(reply.get("succeeded", False))
+
     async def delete_if(self, key: str, create_revision: int) -> bool:
         """Delete ``key`` if it is still the one created at ``create_revision``
         (an owner gives up only its own ownership, never a successor's)."""

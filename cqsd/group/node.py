@@ -471,6 +471,14 @@ class GroupNode:
         finally:
             self.receiving.discard(name)
 
+    def _bound(self) -> int:
+        """The lease this incarnation's keys are bound to. Raises EtcdUnavailable if it
+        has none now (fenced meanwhile, by an earlier pair's takeover say): a key put
+        with no lease would never expire, and its pair would stay owned by no one."""
+        if not self.lease.lease or not self.lease.valid(now()):
+            raise EtcdUnavailable("this node's lease ran out")
+        return self.lease.lease
+
     async def _try(self, name: str) -> None:
         """Try to become the owner of the free pair ``name``; take it over if so."""
         detected = now()
@@ -478,7 +486,7 @@ class GroupNode:
                             "writer": self.host.writer})
         try:
             won, kv = await self.etcd.create(key(self.group.name, "owners", name), value,
-                                             self.lease.lease)
+                                             self._bound())
         except EtcdError as err:  # if etcd made the key all the same, orphans() finds it
             self.etcd_error = str(err)
             return
@@ -565,11 +573,11 @@ class GroupNode:
         log.info("series_rolled", node=self.group.node, old=old, last_lsn=end, writer=writer)
         await self.etcd.put(key(self.group.name, "nodes", self.group.node), json.dumps({
             "advertise": self.group.advertise, "writer": writer,
-            "standby": self.group.standby}), lease=self.lease.lease)
-        for pair in self.owned:
-            await self.etcd.put(key(self.group.name, "owners", pair), json.dumps({
+            "standby": self.group.standby}), lease=self._bound())
+        for pair, epoch in list(self.owned.items()):
+            await self.etcd.put_if(key(self.group.name, "owners", pair), json.dumps({
                 "node": self.group.node, "advertise": self.group.advertise,
-                "writer": writer}), lease=self.lease.lease)
+                "writer": writer}), epoch, self._bound())
 
     def fence(self, why: str) -> None:
         """Stop acknowledging and give everything up (idempotent); the keep-alive then

@@ -13,10 +13,10 @@ from pathlib import Path
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 START_TIMEOUT = 30.0  # seconds: a loaded 2-core machine starts etcd in about one
-# etcd's write-ahead log on its own fast device, as etcd's tuning guide advises: in
-# memory here, so that the fsyncs of the daemons and Spark jobs the tests run beside
-# it cannot hold up its lease renewals for seconds (a soak saw both nodes fenced
-# "not renewed" while other tests wrote gigabytes)
+# etcd's data on its own fast device, as etcd's tuning guide advises: in memory here,
+# so that the fsyncs of the daemons and Spark jobs the tests run beside it cannot hold
+# up its lease renewals for seconds (soaks saw both nodes fenced "not renewed", and
+# "no answer in 1 s", while other tests wrote gigabytes)
 FAST = Path("/dev/shm")
 
 
@@ -34,15 +34,14 @@ class EtcdServer:
         self.client_port, self.peer_port = free_port(), free_port()
         self.endpoint = f"http://127.0.0.1:{self.client_port}"
         self.proc: subprocess.Popen | None = None
-        self.wal = Path(tempfile.mkdtemp(prefix="cqetcd-wal", dir=FAST if FAST.is_dir() else None))
-        atexit.register(shutil.rmtree, self.wal, ignore_errors=True)  # kept across restarts
+        self.data = Path(tempfile.mkdtemp(prefix="cqetcd", dir=FAST if FAST.is_dir() else None))
+        atexit.register(shutil.rmtree, self.data, ignore_errors=True)  # kept across restarts
 
     def start(self) -> "EtcdServer":
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.log = open(self.directory / "etcd.log", "ab")
         self.proc = subprocess.Popen(
-            [ETCD, "--name", "test", "--data-dir", str(self.directory / "data"),
-             "--wal-dir", str(self.wal),
+            [ETCD, "--name", "test", "--data-dir", str(self.data),
              "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"test={peer}", "--log-level", "warn"],

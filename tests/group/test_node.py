@@ -8,6 +8,7 @@ import trio
 from cqsd.config import GroupConfig
 from cqsd.group.etcd import Etcd, EtcdUnavailable
 from cqsd.group.node import Deposed, GroupNode, Takeover
+from cqsd.group.ownership import key
 
 
 class SlowHost:
@@ -96,3 +97,38 @@ async def test_a_pair_won_by_a_create_whose_reply_was_lost_is_taken_over(etcd_se
             await host.done.wait()
         nursery.cancel_scope.cancel()
     assert etcd.lost and host.served == ["P"] and "P" in node.owned
+
+
+class SealLost(SlowHost):
+    """The first takeover of A fails as if its seal could not be recorded (etcd out of
+    reach for a moment), which fences the node; the rest are served."""
+
+    failed = False
+
+    async def take(self, takeover: Takeover) -> None:
+        if takeover.structure == "A" and not self.failed:
+            self.failed = True
+            raise EtcdUnavailable("etcd unreachable (the test: the seal was not recorded)")
+        self.served.append(f"{self.writer}:{takeover.structure}")
+        if {"NODE1-2:A", "NODE1-2:B"} <= set(self.served):
+            self.done.set()
+
+
+async def test_a_node_fenced_between_two_pairs_binds_no_owner_key_to_no_lease(
+        etcd_server, tmp_path):
+    """Fenced by A's takeover, the node goes on through the free pairs it had listed:
+    it must not create B's owner key with no lease (one that never expires: B then
+    had no owner for good, the soak's liveness timeout); rejoined, it takes both."""
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    host, etcd = SealLost(tmp_path), Etcd(group.etcd)
+    node = GroupNode(group, {"A": None, "B": None}, host, etcd)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(20):
+            await host.done.wait()
+        nursery.cancel_scope.cancel()
+    assert host.failed and "NODE1-1:B" not in host.served
+    kv = await etcd.get(key(group.name, "owners", "B"))
+    assert kv is not None and kv.lease == node.lease.lease != 0

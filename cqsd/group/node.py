@@ -176,6 +176,8 @@ class GroupNode:
         self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
         self.moves = 0
         self.leaving = False  # handing everything off before a stop: take nothing more
+        self.free_since: dict[str, float] = {}  # pairs without an owner key, since when
+        self.backoff: dict[str, float] = {}  # pairs this node failed to take: not until
 
     # -- what the daemon asks ------------------------------------------------
 
@@ -299,6 +301,8 @@ class GroupNode:
                 continue
             self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
             self.seen.set()
+            self.free_since = {name: self.free_since.get(name, self.view_at)
+                               for name in self.pairs if name not in self.view.owners}
             for name, epoch in list(self.owned.items()):
                 o = self.view.owners.get(name)
                 if epoch > revision:  # won after this read began: not in it yet
@@ -310,7 +314,9 @@ class GroupNode:
             if self.lease.valid(now()) and not self.leaving:
                 for name in self.orphans():
                     await self._own(name, self.view.owners[name].epoch, self.view_at)
-                for name in to_take(self.group.node, self.pairs, self.view):
+                for name in to_take(self.group.node, self.pairs, self.view, self._stale()):
+                    if self.backoff.get(name, 0.0) > now():
+                        continue
                     if name not in self.taking:
                         await self._try(name)
             if self.lease.valid(now()):
@@ -471,6 +477,12 @@ class GroupNode:
         finally:
             self.receiving.discard(name)
 
+    def _stale(self) -> set[str]:
+        """The pairs free for longer than a lease: their home, live, did not take them
+        (its takeover failed, its disk full say), so any node that may own them does."""
+        return {name for name, since in self.free_since.items()
+                if self.view_at - since > self.group.lease}
+
     def _bound(self) -> int:
         """The lease this incarnation's keys are bound to. Raises EtcdUnavailable if it
         has none now (fenced meanwhile, by an earlier pair's takeover say): a key put
@@ -515,8 +527,10 @@ class GroupNode:
         except Exception as err:  # the pair could not be rebuilt here: give it up again
             log.exception("takeover_failed", structure=name, epoch=epoch,
                           error=f"{type(err).__name__}: {err}",
-                          action="ownership given up; another node may try")
+                          action=f"ownership given up; another node may take it, this one "
+                                 f"tries again in {2 * self.group.lease} s")
             self.owned.pop(name, None)
+            self.backoff[name] = now() + 2 * self.group.lease
             with trio.move_on_after(self.etcd.timeout):
                 try:
                     await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)

@@ -19,9 +19,11 @@ weight): every node computes the same home from the same live set, a node
 joining or leaving moves only the pairs it wins or held, and no table needs
 keeping. A free pair is taken by its home, unless a planned move
 (``moves/<PAIR>``, docs/group.md) names a live target that may own it: then by
-that target alone. A node that joins takes back the pairs that prefer it from
-their owners by planned moves, not takeovers (node.py); a pair without a
-preference list stays with its owner until that owner leaves.
+that target alone; a pair free for longer than a lease (its home live but
+unable to take it) by any node that may own it. A node that joins takes back
+the pairs that prefer it from their owners by planned moves, not takeovers
+(node.py); a pair without a preference list stays with its owner until that
+owner leaves.
 """
 
 from __future__ import annotations
@@ -169,20 +171,27 @@ def may_own(prefer: tuple[str, ...] | None, node: str) -> bool:
     return prefer is None or node in prefer
 
 
-def may_take(structure: str, prefer: tuple[str, ...] | None, me: str, view: View) -> bool:
+def may_take(structure: str, prefer: tuple[str, ...] | None, me: str, view: View,
+             stale: bool = False) -> bool:
     """Whether ``me`` may take the free pair ``structure``: it is the live target of a
-    planned move of it, or, with no such move, the pair's home."""
+    planned move of it, or, with no such move, the pair's home, or any node that may
+    own it once the pair is ``stale`` (free for longer than its home should take: the
+    home is live but cannot, its disk full say)."""
     live = {*view.nodes, me}
     target = view.moves.get(structure)
     if target is not None and target in live and may_own(prefer, target):
         return target == me
+    if stale:
+        return may_own(prefer, me)
     return home(structure, prefer, live) == me
 
 
-def to_take(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) -> list[str]:
-    """The free pairs ``me`` should try to take now, in name order."""
+def to_take(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View,
+            stale: Collection[str] = ()) -> list[str]:
+    """The free pairs ``me`` should try to take now, in name order (``stale``: those
+    free for too long, which any node that may own them takes)."""
     return [name for name, prefer in sorted(pairs.items())
-            if name not in view.owners and may_take(name, prefer, me, view)]
+            if name not in view.owners and may_take(name, prefer, me, view, name in stale)]
 
 
 def to_call_home(me: str, pairs: Mapping[str, tuple[str, ...] | None], view: View) -> list[str]:

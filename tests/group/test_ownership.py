@@ -116,3 +116,17 @@ def test_the_view_reads_nodes_owners_and_seals_and_skips_what_it_cannot():
     assert [s.epoch for s in view.seals["MSGQ01"]] == [30, 42, 50]
     assert view.cuts("MSGQ01") == {"NODE1.2": 20, "NODE2.0": 4, "NODE2.1": 17, "NODE1.3": 25}
     assert view.cuts("EMHQ01") == {}
+
+
+def test_a_pair_free_for_too_long_is_taken_by_any_node_that_may_own_it():
+    """Its home is live but does not take it (a full disk): once stale, the others may,
+    within its preference list."""
+    v = view("NODE1", "NODE2", "NODE3")
+    pairs = {"S": None, "P": ("NODE1", "NODE2")}
+    homes = {name: home(name, prefer, {"NODE1", "NODE2", "NODE3"})
+             for name, prefer in pairs.items()}
+    for me in ("NODE1", "NODE2", "NODE3"):
+        fresh = set(to_take(me, pairs, v))
+        assert fresh == {n for n, h in homes.items() if h == me}
+        assert set(to_take(me, pairs, v, stale={"S", "P"})) == (
+            {"S", "P"} if me != "NODE3" else {"S"})

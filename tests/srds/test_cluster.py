@@ -5,6 +5,7 @@ live daemon. The data directory is the shared storage the jobs read and write.""
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import cqsclient
+from cqsd.recovery.sealed import cut_of
+from cqsd.server.jobs import cut_args
+from cqsd.storage import image
 from tests.daemon.harness import Daemon
 
 from .cluster import LOOPBACK, Cluster
+from .histories import History, Seeded
+from .test_sealed_log import write_epochs
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE = '[[structure]]\nname = "MSGQ01"\nsize = "16MiB"\n'
@@ -94,3 +100,27 @@ def test_the_traffic_report_runs_on_the_cluster_beside_the_live_daemon(cluster, 
     assert pq.read_table(out / "checkpoints.parquet").column("status").to_pylist() == ["ok"]
     assert len(set(cluster.executors())) == 3
     assert contents(daemon)[-1][1] == b"after the checkpoint"
+
+
+def test_a_log_of_three_nodes_and_several_epochs_checkpoints_and_recovers_on_the_cluster(
+        cluster, tmp_path):
+    """A pair's log written by three nodes over four epochs, each deposed owner writing
+    on past its seal (test_sealed_log.py): the checkpoint and the recovery jobs on
+    the standalone master, given the seals' cuts as the daemon gives them, rebuild
+    the pair's primary to the reference fold, the late writes nowhere."""
+    h = History("G", Seeded(27)).run(300)
+    n = len(h.records)
+    (tmp_path / "logstream").mkdir()
+    bounds = sorted({h.safe(n // 4), h.safe(n // 2), h.safe(3 * n // 4)})
+    assert write_epochs(tmp_path / "logstream", h, bounds, random.Random(27))
+    cut = cut_of(tmp_path / "logstream", h.primary.name)
+    assert {w.partition("-")[0] for w in cut} == {"NODE1", "NODE2", "NODE3"}, cut
+    env, s = {**os.environ, "SPARK_LOCAL_IP": LOOPBACK}, h.primary.name
+    for job in (["checkpoint", "--structure", s],
+                ["recover", "--structure", s, "--to-image", str(tmp_path / "recovered.img")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "cqsd.srds", *job, "--data-dir", str(tmp_path),
+             "--master", cluster.master, *cut_args(cut)],
+            capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert image.read_rows(tmp_path / "recovered.img", s)[1] == h.expected()[s]

@@ -20,9 +20,11 @@ from .cluster import Node, shared_data
 
 NAMES = ("NODE1", "NODE2", "NODE3")
 PREFER = {"A1": ("NODE1", "NODE2"), "A2": ("NODE2", "NODE3"), "A3": ("NODE3", "NODE1"),
-          "S1": None, "S2": None}
+          "B1": ("NODE2", "NODE1"), "S1": None, "S2": None, "S3": None, "S4": None}
+BIG, MANY = "B1", 100_000  # a pair holding many messages moves as the small ones do
 STRUCTURES = "\n".join(
-    f'[[structure]]\nname = "{name}"\nsize = "4MiB"\n'
+    f'[[structure]]\nname = "{name}"\n'
+    + ('size = "128MiB"\noverflow_threshold = 100\n' if name == BIG else 'size = "4MiB"\n')
     + (f"prefer = {list(prefer)!r}\n".replace("'", '"') if prefer else "")
     for name, prefer in PREFER.items())
 KEYS = "resync_grace = 30"
@@ -66,10 +68,16 @@ def three(etcd_server):
 
 
 def test_a_killed_node_moves_only_its_pairs_and_takes_them_home_by_planned_moves(three):
-    """Kill NODE2: its pairs go to the next live node (those without a preference list
-    to the spread's pick), the others keep owner and epoch; start it again: the pairs
-    that prefer it come back by planned moves, the spread's stay where they are."""
+    """Eight pairs, one holding 10^5 messages. Kill NODE2: its pairs go to the next live
+    node (those without a preference list to the spread's pick), the others keep
+    owner and epoch; start it again: the pairs that prefer it come back by planned
+    moves, the spread's stay where they are; the big pair holds all it held."""
     settled(three["NODE1"], NAMES)
+    addresses = ",".join(three[n].address for n in NAMES)
+    with cqsclient.connect(addresses, client="FILL", timeout=60) as c:
+        big = c.structure(BIG)
+        for i in range(0, MANY, 2_000):
+            big.put_batch("Q", [b"%06d" % n for n in range(i, i + 2_000)])
     assert ctl.main(["--address", three["NODE1"].address, "move-structure", "S1",
                      "--to", "NODE2"]) == 0  # NODE1, started first, took both free
     placed = settled(three["NODE1"], NAMES, spread={"S1": "NODE2"})
@@ -91,6 +99,9 @@ def test_a_killed_node_moves_only_its_pairs_and_takes_them_home_by_planned_moves
                                 after=mark[frm])
         else:
             assert back[name] == after[name]
+    with cqsclient.connect(addresses, client="COUNT", timeout=60, reconnect=True) as c:
+        [row] = [r for r in c.structure(BIG).query("structures") if r["name"] == BIG]
+        assert row["messages"] == MANY
 
 
 def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three, capsys):

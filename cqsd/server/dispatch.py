@@ -11,6 +11,10 @@ reader takes in ``settle`` goes to its lock as if put there (seed 004:
 "placed on LOCKQ instead of Ready Queue"): a queue it left empty again tells
 no interested client of work.
 
+A handler that cannot run yet (a put waiting for its data set to grow) raises
+``RunAgain`` before it changes anything, and the request is dispatched again
+whole once it can (runagain.py).
+
 An exception out of a handler fails that request alone, unless it came out of
 the engine, which may then have applied part of a change: memory may no longer
 match the log, and the daemon stops for a restart (``fatal``,

@@ -64,8 +64,8 @@ class OpenDataSets:
         # data sets whose space map a worker thread is building, with the pages of
         # their messages deleted meanwhile (ranges, txid), freed once it is whole
         self.opening: dict[DataSetKey, list[tuple[tuple[Range, ...], int | None]]] = {}
-        # data sets a worker thread is growing (space.py), set when it is done: a close
-        # or a rebuild waits for it, never writes the header or the map under it
+        # data sets a worker thread is growing (space.py), set when it is done: a close,
+        # a rebuild or a new open waits for it, never writes the header or map under it
         self.growing: dict[DataSetKey, trio.Event] = {}
         self.last: dict[DataSetKey, tuple[int, float]] = {}  # size and % used when last open
         self.lost: set[int] = set()  # entries deleted because their data is gone
@@ -172,6 +172,7 @@ class OpenDataSets:
     async def open_aside(self, key: DataSetKey, why: str) -> bool:
         """``try_open`` with restart processing in a worker thread (the module note):
         whether the data set is open now."""
+        await self.grown(key)  # one abandoned (damaged) may still be growing: never both
         if key in self.open:
             return True
         if key in self.opening or not self.states.state(key).may_open() \

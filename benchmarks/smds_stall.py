@@ -10,16 +10,21 @@ Restart processing (``cqsd/server/smds/restart.py`` ``restart``, what
 twice: called on a Trio loop as the daemon did (the loop's longest stall is the
 call's time), and through ``trio.to_thread`` as it runs now, the loop's longest
 gap measured by a task that ticks every millisecond. Likewise one expansion of
-the data set by a fifth (``DataSet.expand``: posix_fallocate and fsync).
+the data set by a fifth: ``DataSet.expand`` called on the loop as the daemon
+did, against its I/O (``extend``: posix_fallocate, fsync, the header) in a
+worker thread and ``grew`` on the loop, as ``cqsd/server/smds/space.py`` does
+now. Before each expansion ``--dirty-mib`` MiB of blocks are written and not
+synced, as non-recoverable puts leave them: the expansion's fsync writes them.
 
     .venv/bin/python benchmarks/smds_stall.py                  # 4 GiB of 64 KiB messages
-    .venv/bin/python benchmarks/smds_stall.py --gib 1 --kib 1024
+    .venv/bin/python benchmarks/smds_stall.py --gib 1 --kib 1024 --dirty-mib 0
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -31,6 +36,7 @@ import trio
 from cqsd.server.smds.restart import restart
 from cqsd.smds import BufferPool, DataMap
 from cqsd.smds.dataset import DataSet
+from cqsd.smds.spacemap import expanded_size
 from cqsd.smds.states import Status
 
 GiB, KiB = 1024**3, 1024
@@ -90,6 +96,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=int, default=4)
     parser.add_argument("--kib", type=int, default=64)
+    parser.add_argument("--dirty-mib", type=int, default=256)
+    parser.add_argument("--cases", default="rescan_on_loop,rescan_in_thread,expand_on_loop,"
+                                           "expand_aside",
+                        help="comma-separated (expand_aside needs DataSet.extend)")
     args = parser.parse_args()
     where = Path(tempfile.mkdtemp(prefix="cqstall"))
     # what restart and expand read of the structure's config
@@ -112,22 +122,35 @@ def main() -> None:
         async def in_thread() -> None:
             opened.append(await trio.to_thread.run_sync(rescan))
 
+        def dirty() -> None:  # blocks of non-recoverable puts: written, not synced
+            chunk = os.urandom(1024 * KiB)
+            for i in range(args.dirty_mib):
+                os.pwrite(opened[-1].fd, chunk, DSBLOCK + i * len(chunk))
+
         async def expand_on_loop() -> None:
             opened[-1].expand(sc.dsmax)
 
-        async def expand_in_thread() -> None:
-            await trio.to_thread.run_sync(opened[-1].expand, sc.dsmax)
+        async def expand_aside() -> None:
+            dataset = opened[-1]
+            new = expanded_size(dataset.size, DSBLOCK, sc.dsmax)
+            assert new is not None
+            dataset.grew(await trio.to_thread.run_sync(dataset.extend, new, sc.dsmax))
 
         figures = {}
         for name, work in (("rescan_on_loop", on_loop), ("rescan_in_thread", in_thread),
                            ("expand_on_loop", expand_on_loop),
-                           ("expand_in_thread", expand_in_thread)):
+                           ("expand_aside", expand_aside)):
+            if name not in args.cases.split(",") and name != "rescan_in_thread":
+                continue  # rescan_in_thread opens the data set the expansions use
+            if name.startswith("expand"):
+                dirty()  # before the loop is timed
             took, gap = trio.run(longest_gap, work)
             figures[name] = {"seconds": round(took, 3), "longest_loop_stall": round(gap, 3)}
             if name.startswith("rescan_on"):
                 opened.pop().abandon()
         opened[-1].abandon()
         print(json.dumps({"gib": args.gib, "message_kib": args.kib, "entries": len(entries),
+                          "dirty_mib": args.dirty_mib,
                           **figures}))
     finally:
         shutil.rmtree(where, ignore_errors=True)

@@ -98,7 +98,7 @@ class Daemon:
         self.clients = Clients(self.config, self.registry, self.runtime,
                                Registrations(self.datadir.registrations))
         self.datasets = DataSets(self.config, self.datadir.root, self.datadir.repository,
-                                 self.registry, self.limits)
+                                 self.registry, self.limits, self.runtime)
         self.waiters = ReadWaiters(self.limits.reply_bytes, self.datasets.undeliverable)
         self.stopped = trio.Event()
         self.moves = OverflowMoves(self.registry, self.runtime)

@@ -11,6 +11,10 @@ reader takes in ``settle`` goes to its lock as if put there (seed 004:
 "placed on LOCKQ instead of Ready Queue"): a queue it left empty again tells
 no interested client of work.
 
+A handler that cannot run yet (a put waiting for its data set to grow) raises
+``RunAgain`` before it changes anything, and the request is dispatched again
+whole once it can (runagain.py).
+
 An exception out of a handler fails that request alone, unless it came out of
 the engine, which may then have applied part of a change: memory may no longer
 match the log, and the daemon stops for a restart (``fatal``,
@@ -20,6 +24,7 @@ docs/robustness.md).
 import os
 
 import structlog
+import trio
 
 from cqsproto import ProtocolError, requests
 
@@ -31,6 +36,7 @@ from .handlers import DEFERRED, HANDLERS
 from .limits import RecordTooLarge, split
 from .overflowmoves import OverflowMoves
 from .rooms import Rooms
+from .runagain import RunAgain
 from .session import Session
 from .timers import Timers
 
@@ -68,6 +74,9 @@ class Dispatcher:
             if session.rights is not None:  # a listed client with restricted rights
                 rooms.clients.access.check(session, op, args, rooms.registry.queue_of)
             result = HANDLERS[op](rooms, session, rid, **args)
+        except RunAgain as wait:  # nothing done yet: the whole request, once it can run
+            log.debug("request_waits", client=session.client, op=op, why=str(wait))
+            session.defer(self._again, session, frame, wait.ready, in_order=True)
         except (CQSError, ProtocolError) as err:
             log.debug("request_failed", client=session.client, op=op, reason=str(err.reason),
                       message=err.message)
@@ -84,6 +93,15 @@ class Dispatcher:
         lsn = self.settle()
         if result is not DEFERRED:
             session.reply(rid, result, lsn)
+
+    async def _again(self, session: Session, frame: dict, ready: trio.Event) -> None:
+        """Dispatch a request again once what it waited for is there (runagain.py)."""
+        try:
+            await ready.wait()
+        finally:
+            if not ready.is_set() and self.rooms.life.stopping:
+                session.fail(frame.get("id"), Reason.SHUTTING_DOWN, "the daemon is stopping")
+        self.dispatch(session, frame)
 
     def connection_failed(self, session: Session, err: Exception) -> None:
         """A connection's task raised: it is gone; the daemon goes on unless the

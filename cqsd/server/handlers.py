@@ -462,7 +462,22 @@ def op_stop_smdsconn(rooms: Rooms, session: Session, rid: int, structure: str,
 def op_alter_smds(rooms: Rooms, session: Session, rid: int, structure: str, owner: str,
                   dsbufs: int | str | None, dsexpand: str | None) -> Result:
     """alter_smds {structure, owner, dsbufs?, dsexpand?} -> the data set's smds row"""
-    row = rooms.smds_commands.alter(structure, owner, dsbufs, dsexpand)
+    growth = rooms.smds_commands.alter(structure, owner, dsbufs, dsexpand)
+    if growth is None:
+        return _smds_row(rooms, structure, owner)
+    session.defer(_grown, rooms, session, rid, growth, structure, owner, in_order=True)
+    return DEFERRED
+
+
+async def _grown(rooms: Rooms, session: Session, rid: int, growth: trio.Event, structure: str,
+                 owner: str) -> None:
+    """The alter-smds reply once the growth it started is done: its row shows it."""
+    await growth.wait()
+    session.reply(rid, _smds_row(rooms, structure, owner))
+
+
+def _smds_row(rooms: Rooms, structure: str, owner: str) -> Result:
+    row = rooms.datasets.displays.row((structure, owner))
     return {c: row[c] for c in queries.SMDS_COLUMNS}
 
 

@@ -70,6 +70,7 @@ class Session:
         self.send_queue_bytes = send_queue_bytes
         self.unsent = 0  # bytes of the frames in the queue
         self.deferred = 0  # requests whose reply comes later (waiting reads, jobs)
+        self.in_order = 0  # of them, those the connection's later requests wait for
         self.pause_frames = send_queue // PAUSE_SHARE
         self.pause_bytes = send_queue_bytes // PAUSE_SHARE
         self.paused = False  # the reader takes no requests from this connection
@@ -213,21 +214,25 @@ class Session:
         if self.paused:
             self._flow()
 
-    def defer(self, async_fn, *args) -> None:
+    def defer(self, async_fn, *args, in_order: bool = False) -> None:
         """Run a request whose reply comes later (a waiting read, a job) in the
         connection's nursery. Each counts towards pausing as a queued frame would:
-        its reply may come when the client is reading nothing."""
+        its reply may come when the client is reading nothing. ``in_order``: the
+        connection's later requests wait until it is done, so its reply and
+        effects keep their place (a request run again, runagain.py)."""
         self.deferred += 1
-        if self.deferred >= self.pause_frames:
+        self.in_order += in_order
+        if self.deferred >= self.pause_frames or in_order:
             self._flow()
         assert self.waits is not None  # handlers run while the connection reads, in _run
-        self.waits.start_soon(self._deferred, async_fn, args)
+        self.waits.start_soon(self._deferred, async_fn, args, in_order)
 
-    async def _deferred(self, async_fn, args) -> None:
+    async def _deferred(self, async_fn, args, in_order: bool) -> None:
         try:
             await async_fn(*args)
         finally:
             self.deferred -= 1
+            self.in_order -= in_order
             if self.paused:
                 self._flow()
 
@@ -242,7 +247,7 @@ class Session:
             self._congested = frames > self.pause_frames // 2 or size > self.pause_bytes // 2
         else:
             self._congested = frames >= self.pause_frames or size >= self.pause_bytes
-        paused = self._congested or self.deferred >= self.pause_frames
+        paused = self._congested or self.deferred >= self.pause_frames or self.in_order > 0
         if paused == self.paused:
             return
         self.paused = paused

@@ -17,6 +17,8 @@ applies them in the order docs/smds.md gives:
   a slice of the payload, ``preadv`` into pool buffers), every block checked
   by ``DataMap.assemble`` before a byte is returned.
 - ``expand``: 20% more, up to ``dsmax``; a refusal is ``ExpandFailed`` by name.
+  Its I/O (``extend``) may run in a worker thread while the loop goes on
+  writing inside the current extent; ``grew`` then makes the new size current.
 - ``close``: the space map after the extent, fdatasync, the header naming it
   with OPEN clear, fdatasync.
 - ``inherit``: in a group, another incarnation's data set opened read-only:
@@ -35,6 +37,7 @@ import dataclasses
 import errno
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -98,6 +101,8 @@ class DataSet:
         self.rebuild_reason: str | None = None
         self.failure: WriteFailed | None = None
         self.inherited = inherited  # read-only: another incarnation's (``inherit``)
+        self._fd_lock = threading.Lock()  # ``extend`` in a worker thread against ``abandon``
+        self._extending = False
 
     def __repr__(self) -> str:
         return f"DataSet({str(self.path)!r}, size={self.size}, failure={self.failure})"
@@ -358,20 +363,52 @@ class DataSet:
         if new is None:
             raise ExpandFailed("at-dsmax", f"{self.path} is {self.size} bytes, dsmax {dsmax}",
                                size=self.size, dsmax=dsmax)
-        try:
-            os.ftruncate(self.fd, self.size)  # bytes past the extent must read as zeros
-            os.posix_fallocate(self.fd, self.size, new - self.size)
-            os.fsync(self.fd)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, self.size)  # give back what was had
-            reason = errno.errorcode.get(error.errno or 0, "EIO")
-            raise ExpandFailed(reason, f"{self.path} from {self.size} to {new} bytes: "
-                                       f"{error.strerror}", size=self.size, dsmax=dsmax) from error
-        self._write_header(self.header.next(size=new, updated=time.time_ns()))
-        if self.space is not None:
-            self.space.grow(new)
+        self.grew(self.extend(new, dsmax))
         return new
+
+    def extend(self, new: int, dsmax: int) -> Header:
+        """The I/O of an expansion to ``new`` bytes: the new extent given its space
+        (``posix_fallocate``, zeros) and fsynced, then the header naming it written
+        and fdatasynced. Returns that header without making it current: ``grew``
+        does, with the space map, once this has returned, so nothing sees pages
+        that are not yet durable. Made to run in a worker thread while the loop
+        writes and reads blocks inside the current extent; the file stays open
+        until it returns, even if ``abandon`` is called meanwhile.
+
+        Raises ExpandFailed (the errno's name; file and header as they were),
+        WriteFailed if the header update fails, ValueError if closed already.
+        """
+        with self._fd_lock:
+            self._check()
+            fd = self.fd
+            self._extending = True
+        try:
+            try:
+                os.ftruncate(fd, self.size)  # bytes past the extent must read as zeros
+                os.posix_fallocate(fd, self.size, new - self.size)
+                os.fsync(fd)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self.size)  # give back what was had
+                reason = errno.errorcode.get(error.errno or 0, "EIO")
+                raise ExpandFailed(reason, f"{self.path} from {self.size} to {new} bytes: "
+                                           f"{error.strerror}", size=self.size,
+                                   dsmax=dsmax) from error
+            header = self.header.next(size=new, updated=time.time_ns())
+            self._put_header(fd, header)
+            return header
+        finally:
+            with self._fd_lock:
+                self._extending = False
+                if self._fd is None:  # abandoned meanwhile: closed now that it is unused
+                    os.close(fd)
+
+    def grew(self, header: Header) -> None:
+        """An expansion ``extend`` made durable: its header current, the space map
+        grown to its size."""
+        self.header = header
+        if self.space is not None:
+            self.space.grow(header.size)
 
     # -- media recovery --------------------------------------------------------------
 
@@ -413,19 +450,24 @@ class DataSet:
 
     def abandon(self) -> None:
         """Close the file without a clean close (after a failure, or at a crash in
-        tests): the header stays as it is on disk."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        tests): the header stays as it is on disk. During an ``extend`` in another
+        thread the descriptor is closed when it returns, never under it."""
+        with self._fd_lock:
+            fd, self._fd = self._fd, None
+            if fd is not None and not self._extending:
+                os.close(fd)
 
     # -- inside ----------------------------------------------------------------------
 
     def _write_header(self, header: Header) -> None:
         """Write ``header`` over the copy not in force and fdatasync (docs/smds.md)."""
-        page = pack_header(header)
-        self._guard("write", lambda: _pwrite_all(self.fd, [page], header.copy * PAGE))
-        self.sync()
+        self._put_header(self.fd, header)
         self.header = header
+
+    def _put_header(self, fd: int, header: Header) -> None:
+        page = pack_header(header)
+        self._guard("write", lambda: _pwrite_all(fd, [page], header.copy * PAGE))
+        self._guard("sync", lambda: os.fdatasync(fd))
 
     def _check(self) -> None:
         if self.inherited:  # a bug: the rule of docs/smds.md, "In a group of daemons"

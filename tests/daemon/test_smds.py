@@ -3,6 +3,9 @@ set, the structure keeps a one-element map, and every request works on them."""
 
 import os
 import random
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +14,7 @@ from cqsclient.errors import CQSError
 
 from .harness import STRUCTURES
 
-MiB = 1024 * 1024
+KiB, MiB = 1024, 1024 * 1024
 SMDS = STRUCTURES.replace('overflow = "MSGQ01OV"', 'overflow = "MSGQ01OV"\noffload = "smds"')
 SIXTEEN = """
 [[structure]]
@@ -19,6 +22,15 @@ name = "SMDS16"
 size = "16MiB"
 offload = "smds"
 dssize = "8MiB"
+"""
+
+
+GROWING = """
+[[structure]]
+name = "GROW"
+size = "16MiB"
+offload = "smds"
+dssize = "512KiB"
 """
 
 
@@ -281,3 +293,60 @@ def test_checkpoint_and_recover_give_offloaded_messages_back(make_daemon):
         assert s.browse("Q") == []
         assert c.query("smds", "MSGQ01")[0]["used_percent"] == 0
     assert d.proc.poll() is None
+
+
+def test_a_put_waits_for_its_data_set_to_grow_while_other_clients_are_served(make_daemon,
+                                                                            tmp_path):
+    """A put that finds no room in its data set waits for the data set to grow, and
+    the growth's I/O runs aside (held here on an event the test controls): another
+    client's put and read on another structure are answered meanwhile. Once the
+    growth is durable the put is stored, and its message is read back after a
+    SIGKILL and a restart."""
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    gate = Path(__file__).with_name("gated_growth.py")
+    d = make_daemon(structures=STRUCTURES + GROWING,
+                    prefix=(sys.executable, str(gate), str(fifo))).start()
+    data, got = payload(300_000, 1), {}  # two blocks; the data set has one
+    with cqsclient.connect(d.address, client="GROWER") as c:
+        putting = threading.Thread(target=lambda: got.update(
+            eid=c.structure("GROW").put("BIG", data)))
+        putting.start()
+        held = d.wait_for("test_growth_held")[0]
+        assert (held["size"], held["new_size"]) == (512 * KiB, 768 * KiB)
+        with cqsclient.connect(d.address, client="OTHER", timeout=10) as other:
+            s = other.structure("MSGQ01")
+            eid = s.put("Q", b"served meanwhile")
+            assert s.read("Q").entry_id == eid
+        assert putting.is_alive() and not got and not d.events("smds_expanded")
+        with open(fifo, "wb"):
+            pass  # go
+        putting.join(30)
+        assert "eid" in got
+    (grown,) = d.wait_for("smds_expanded")
+    assert (grown["size"], grown["new_size"]) == (512 * KiB, 768 * KiB)
+    d.kill()
+    d.prefix = []
+    d.restart()
+    with cqsclient.connect(d.address, client="GROWER") as c:
+        m = c.structure("GROW").read("BIG")
+        assert (m.entry_id, m.data) == (got["eid"], data)
+
+
+def test_a_growth_refused_by_the_disk_leaves_the_data_set_as_it_was(make_daemon, namespace):
+    """A growth the file system refuses (ENOSPC) leaves the data set at its size, and
+    the put that waited for it gets SMDS_FULL naming why; what fits goes on."""
+    d = make_daemon(structures=STRUCTURES + GROWING, prefix=namespace.prefix)
+    namespace.small_disk(d.data / "smds" / "GROW", "640k")  # room for 512 KiB, not 768
+    d.start()
+    with cqsclient.connect(d.address, client="GROWER") as c:
+        s = c.structure("GROW")
+        kept = s.put("SMALL", payload(100_000, 2))
+        with pytest.raises(CQSError) as full:
+            s.put("BIG", payload(300_000, 3))
+        assert full.value.reason == "SMDS_FULL" and "ENOSPC" in full.value.message
+        (failed,) = d.wait_for("smds_expand_failed")
+        assert (failed["reason"], failed["size"]) == ("ENOSPC", 512 * KiB)
+        assert c.query("smds", "GROW")[0]["size"] == 512 * KiB
+        assert s.read("SMALL").data == payload(100_000, 2) and s.put("SMALL", b"fits")
+        s.delete(kept)

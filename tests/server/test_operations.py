@@ -69,7 +69,7 @@ class Rooms:
         self.clients = Clients(live, self.registry, self.runtime)
         self.waiters = ReadWaiters(limits.reply_bytes)
         datasets = DataSets(live, self.datadir.root, self.datadir.repository, self.registry,
-                            limits)
+                            limits, self.runtime)
         self.journal = opened.close_after(Journal(self.datadir.logstream, SEGMENT, datasets))
         self.runtime.bind(nursery, self._settle, self.journal)
         checkpoints = Checkpoints(live, self.datadir, self.journal, self.registry.physical,

@@ -36,11 +36,13 @@ async def test_alter_smds_sets_the_overrides_and_resizes_the_pool(daemon, client
     no turns expansion off; default drops an override."""
     await put_durably(daemon, *client)
     commands, tuning = daemon.smds_commands, daemon.datasets.tuning
-    row = commands.alter("SMDS1", "APP1", 7, "no")
+    assert commands.alter("SMDS1", "APP1", 7, "no") is None  # no growth started
+    row = daemon.datasets.displays.row(KEY)
     assert (row["dsbufs"], row["dsexpand"]) == (7, False)
     assert tuning.pool("SMDS1").statistics().buffers == max(7, daemon.config.structure(
         "SMDS1").dsbufs)
-    row = commands.alter("SMDS1", "APP1", "default", "default")
+    commands.alter("SMDS1", "APP1", "default", "default")
+    row = daemon.datasets.displays.row(KEY)
     assert (row["dsbufs"], row["dsexpand"]) == (daemon.config.structure("SMDS1").dsbufs, True)
 
 

@@ -311,6 +311,37 @@ def test_expansion_grows_by_a_fifth_up_to_dsmax_and_then_fails_by_name(tmp_path)
     again.abandon()
 
 
+def test_extend_makes_the_growth_durable_and_grew_makes_it_current(tmp_path, monkeypatch):
+    """extend (a worker thread's part) leaves size and map as they were although the
+    file and the header on disk hold the new extent; grew makes both current. A
+    file abandoned during an extend is closed when the extend returns, not under it."""
+    ds = create(tmp_path)
+    header = ds.extend(20 * DSBLOCK, 32 * DSBLOCK)
+    assert ds.size == ds.space.size == DSSIZE
+    assert os.path.getsize(ds.path) == read_header(headers(tmp_path)).size == 20 * DSBLOCK
+    ds.grew(header)
+    assert ds.size == ds.space.size == 20 * DSBLOCK
+    fd, closed = ds.fd, []
+    real = os.posix_fallocate
+
+    def abandoned_meanwhile(*args):
+        ds.abandon()
+        closed.append(_is_open(fd))
+        real(*args)
+
+    monkeypatch.setattr(os, "posix_fallocate", abandoned_meanwhile)
+    ds.extend(24 * DSBLOCK, 32 * DSBLOCK)
+    assert closed == [True] and not _is_open(fd)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def test_an_expansion_the_disk_refuses_is_named_and_changes_nothing(tmp_path, monkeypatch):
     """posix_fallocate failing with ENOSPC is ExpandFailed('ENOSPC'); size, header, map
     and file length stay, and the data set goes on being written."""

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import structlog
+import trio
 
 from cqsproto import CLIENT_NAME, CLIENT_NAME_RULE
 
@@ -82,10 +83,11 @@ class SmdsCommands:
         return [self.datasets.displays.smdsconn_row(key) for key in keys]
 
     def alter(self, structure: str, owner: str, dsbufs: int | str | None,
-              dsexpand: str | None) -> dict[str, Any]:
+              dsexpand: str | None) -> trio.Event | None:
         """ALTER SMDS DSBUFS / DSEXPAND: the data set's overrides ("default" drops one).
         Turning expansion back on retries it at once if the data set is full enough
-        to want it, or a put found no room (seed 000: "to trigger a retry")."""
+        to want it, or a put found no room (seed 000: "to trigger a retry"): the
+        growth started, set when it is done."""
         key = self._key(structure, owner)
         fields: dict[str, Any] = {}
         if dsbufs is not None:
@@ -101,6 +103,8 @@ class SmdsCommands:
             raise _bad("alter-smds: give --dsbufs, --dsexpand or both")
         self._exists(key, "alter-smds")
         self.states.set(key, **fields)
+        if dsexpand is not None:
+            self.datasets.space.refused.pop(key, None)
         log.info("smds_altered", structure=structure, owner=owner, **fields)
         if "dsbufs" in fields:
             self.datasets.tuning.pool(structure)  # resized to what its data sets ask for now
@@ -108,8 +112,8 @@ class SmdsCommands:
         if dsexpand is not None and self.datasets.tuning.dsexpand(key) and dataset is not None \
                 and dataset.space is not None \
                 and (dataset.space.wants_growth or key in self.datasets.space.short):
-            self.datasets.space.expand(dataset)
-        return self.datasets.displays.row(key)
+            return self.datasets.space.grow(dataset)
+        return None
 
     # -- inside ----------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from .. import wire
 from ..limits import Limits, offload_bound
 from ..liveconfig import LiveConfig
 from ..registry import Registry
+from ..runtime import Runtime
 from .availability import Availability
 from .displays import Displays
 from .opened import OpenDataSets
@@ -45,7 +46,7 @@ log = structlog.get_logger()
 
 class DataSets:
     def __init__(self, config: LiveConfig, data_dir: Path, repository_path: Path,
-                 registry: Registry, limits: Limits) -> None:
+                 registry: Registry, limits: Limits, runtime: Runtime) -> None:
         self.config = config
         self.limits = limits
         self.data_dir = data_dir
@@ -54,7 +55,7 @@ class DataSets:
         self.syncs = Syncs()
         self.open_sets = OpenDataSets(config, data_dir, registry, self.states, self.tuning,
                                       self.syncs)
-        self.space = Space(config, registry, self.states, self.tuning, self.open_sets)
+        self.space = Space(config, registry, self.states, self.tuning, self.open_sets, runtime)
         self.displays = Displays(config, self.states, self.tuning, self.open_sets)
 
     # -- the data path -----------------------------------------------------------------

@@ -86,6 +86,7 @@ class MediaRecovery:
         saved space maps are no longer current."""
         plan = Plan()
         for key in self.ds.open_sets.keys(structures):
+            await self.ds.open_sets.grown(key)  # one abandoned may still be growing
             state = self.states.state(key)
             if self.ds.open_sets.open.get(key) is None and state.status in (Status.ACTIVE,
                                                                       Status.RECOVERED) \

@@ -64,6 +64,9 @@ class OpenDataSets:
         # data sets whose space map a worker thread is building, with the pages of
         # their messages deleted meanwhile (ranges, txid), freed once it is whole
         self.opening: dict[DataSetKey, list[tuple[tuple[Range, ...], int | None]]] = {}
+        # data sets a worker thread is growing (space.py), set when it is done: a close,
+        # a rebuild or a new open waits for it, never writes the header or map under it
+        self.growing: dict[DataSetKey, trio.Event] = {}
         self.last: dict[DataSetKey, tuple[int, float]] = {}  # size and % used when last open
         self.lost: set[int] = set()  # entries deleted because their data is gone
         self._errors: dict[DataSetKey, str] = {}  # why each last failed, for refusals
@@ -169,6 +172,7 @@ class OpenDataSets:
     async def open_aside(self, key: DataSetKey, why: str) -> bool:
         """``try_open`` with restart processing in a worker thread (the module note):
         whether the data set is open now."""
+        await self.grown(key)  # one abandoned (damaged) may still be growing: never both
         if key in self.open:
             return True
         if key in self.opening or not self.states.state(key).may_open() \
@@ -267,6 +271,7 @@ class OpenDataSets:
         opened (restart processing, which deletes the entries whose data is lost),
         each in a worker thread (the module note)."""
         for key in self.keys(structures):
+            await self.grown(key)
             dataset = self.open.pop(key, None)  # no request uses its old map meanwhile
             if dataset is None:
                 await self.open_aside(key, "restart after recovery")
@@ -307,30 +312,41 @@ class OpenDataSets:
             self.last[key] = (dataset.size, dataset.space.usage().used_percent)
         return dataset
 
+    async def grown(self, key: DataSetKey) -> None:
+        """Wait until no growth of the data set is under way."""
+        while (growth := self.growing.get(key)) is not None:
+            await growth.wait()
+
     async def close_one(self, key: DataSetKey, why: str, *, save: bool = True) -> None:
         """Close an open data set (a stop, ACCESS(DISABLED), STATUS(FAILED), a purge):
         normally with ``save`` — its space map saved, so the next open needs no
         rebuild — else abandoned. Requests that need it get SMDS_UNAVAILABLE from
         the moment it starts."""
-        if key not in self.open:
-            return
-        async with self.syncs.lock:  # no fdatasync of it in a worker thread meanwhile
-            if key not in self.open:
-                return  # closed by another command while this one waited
-            self.states.fire(key, Event.CLOSE, why)
-            dataset = self._drop(key)
-            pending = dataset.space is not None and dataset.space.pending_pages
-            stamp = None
-            if save and not dataset.inherited:
-                try:
-                    stamp = dataset.close()
-                except SmdsError as err:
-                    log.error("smds_close_failed", structure=key[0], owner=key[1],
-                              error=str(err), action="the space map is rebuilt at the next open")
-            dataset.abandon()
-            # pages freed by deletes not yet durable stay marked in the saved map: rebuild
-            self.states.set(key, map_time=None if pending else stamp)
-            self.states.fire(key, Event.CLOSED, why)
+        while True:
+            await self.grown(key)  # its header write and the close's must not cross
+            async with self.syncs.lock:  # no fdatasync of it in a worker thread meanwhile
+                if key not in self.open:
+                    return  # closed by another command while this one waited
+                if key in self.growing:
+                    continue  # began while this one waited for the lock
+                self._close_now(key, why, save)
+                return
+
+    def _close_now(self, key: DataSetKey, why: str, save: bool) -> None:
+        self.states.fire(key, Event.CLOSE, why)
+        dataset = self._drop(key)
+        pending = dataset.space is not None and dataset.space.pending_pages
+        stamp = None
+        if save and not dataset.inherited:
+            try:
+                stamp = dataset.close()
+            except SmdsError as err:
+                log.error("smds_close_failed", structure=key[0], owner=key[1],
+                          error=str(err), action="the space map is rebuilt at the next open")
+        dataset.abandon()
+        # pages freed by deletes not yet durable stay marked in the saved map: rebuild
+        self.states.set(key, map_time=None if pending else stamp)
+        self.states.fire(key, Event.CLOSED, why)
 
     def close(self) -> None:
         """Clean stop (every delete durable by now): each space map saved in its data

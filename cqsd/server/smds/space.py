@@ -7,16 +7,28 @@ which the journal calls after each flush): a crash before then replays the
 delete's record, and must not find the pages given to another message.
 A data set grows by a fifth when a put finds no room, or ahead of need at 90%
 (``wants_growth``), as far as its dsexpand allows.
+
+A growth's I/O (``posix_fallocate`` and fsync of the new extent, the header
+naming it) runs in a worker thread (``_grow``), one at a time for a data set
+(``OpenDataSets.growing``), while the loop serves every other request; the
+space map grows on the loop once the new extent is durable, so no put is
+given a page a crash could take back. A put that finds no room meanwhile
+waits for it and runs again (``RunAgain``: nothing of it was done); a growth
+ahead of need holds up no put at all. A failed one leaves the file, header
+and map as they were.
 """
 
 import structlog
+import trio
 
 from ...engine import CQSError, Reason, Structure
 from ...smds import DataMap, ExpandFailed, NoSpace, Range, SmdsError
 from ...smds.dataset import DataSet
-from ...smds.spacemap import RESERVED_BLOCKS, SpaceMap
+from ...smds.spacemap import RESERVED_BLOCKS, SpaceMap, expanded_size
 from ..liveconfig import LiveConfig
 from ..registry import Registry
+from ..runagain import RunAgain
+from ..runtime import Runtime
 from .availability import Availability, DataSetKey
 from .opened import OpenDataSets
 from .tuning import Tuning
@@ -26,13 +38,15 @@ log = structlog.get_logger()
 
 class Space:
     def __init__(self, config: LiveConfig, registry: Registry, states: Availability,
-                 tuning: Tuning, opened: OpenDataSets) -> None:
+                 tuning: Tuning, opened: OpenDataSets, runtime: Runtime) -> None:
         self.config = config
+        self.runtime = runtime
         self.registry = registry
         self.states = states
         self.tuning = tuning
         self.opened = opened
         self.short: set[DataSetKey] = set()  # a put found no room since the last expansion
+        self.refused: dict[DataSetKey, str] = {}  # why its last expansion failed
 
     def allocate(self, dataset: DataSet, key: tuple[int, str], nbytes: int) -> list[Range]:
         """Pages for ``nbytes`` of a message to queue ``key``, the data set grown if it
@@ -40,21 +54,22 @@ class Space:
         space = dataset.space
         assert space is not None
         self._beyond_reach(dataset, space, key, nbytes)
-        while True:
-            try:
-                ranges = space.allocate(key, nbytes)
-                break
-            except NoSpace as err:
-                self.short.add((dataset.structure, dataset.name))
-                if not self.expand(dataset):
-                    raise CQSError(
-                        Reason.SMDS_FULL,
-                        f"the data set of {dataset.name} in {dataset.structure} has no room for "
-                        f"{nbytes} bytes ({err}) and cannot expand "
-                        f"({self._why_not_expand(dataset)}); delete messages, or alter-smds "
-                        f"--dsexpand yes with room on disk") from None
+        try:
+            ranges = space.allocate(key, nbytes)
+        except NoSpace as err:
+            self.short.add((dataset.structure, dataset.name))
+            growth = self.grow(dataset)
+            if growth is None:
+                raise CQSError(
+                    Reason.SMDS_FULL,
+                    f"the data set of {dataset.name} in {dataset.structure} has no room for "
+                    f"{nbytes} bytes ({err}) and cannot expand "
+                    f"({self._why_not_expand(dataset)}); delete messages, or alter-smds "
+                    f"--dsexpand yes with room on disk") from None
+            raise RunAgain(growth, f"{nbytes} bytes wait for the data set of {dataset.name} "
+                                   f"in {dataset.structure} to grow") from None
         if space.wants_growth:
-            self.expand(dataset)  # ahead of need, as MQ does at 90%
+            self.grow(dataset)  # ahead of need, as MQ does at 90%
         return ranges
 
     def _beyond_reach(self, dataset: DataSet, space: SpaceMap, key: tuple[int, str],
@@ -88,34 +103,60 @@ class Space:
         assert dataset.space is not None
         dataset.space.free(dmap.ranges, None)
 
-    def expand(self, dataset: DataSet) -> bool:
-        """Grow the data set by a fifth if its dsexpand allows; a failure turns its
-        dsexpand off (seed 000: DSEXPAND(NO)) and says why."""
+    def grow(self, dataset: DataSet) -> trio.Event | None:
+        """Start growing the data set by a fifth in a worker thread if its dsexpand
+        allows (the module note): the event set once it has grown or failed to,
+        the one under way if there is one. None if it cannot grow: a refusal at
+        dsmax turns its dsexpand off (seed 000: DSEXPAND(NO)) and says why."""
         key = (dataset.structure, dataset.name)
-        if not self.tuning.dsexpand(key):
-            return False
-        sc = self.config.structure(dataset.structure)
+        if (growth := self.opened.growing.get(key)) is not None:
+            return growth
+        if not self.tuning.dsexpand(key) or self.opened.open.get(key) is not dataset:
+            return None
+        dsmax = self.config.structure(dataset.structure).dsmax
+        new = expanded_size(dataset.size, dataset.header.dsblock, dsmax)
+        if new is None:
+            self._refused(key, ExpandFailed("at-dsmax", f"{dataset.path} is {dataset.size} "
+                                                         f"bytes, dsmax {dsmax}",
+                                            size=dataset.size, dsmax=dsmax))
+            return None
+        growth = self.opened.growing[key] = trio.Event()
+        self.runtime.spawn(f"smds growth {key[0]} {key[1]}", self._grow, dataset, new, dsmax,
+                           growth)
+        return growth
+
+    async def _grow(self, dataset: DataSet, new: int, dsmax: int, growth: trio.Event) -> None:
+        key = (dataset.structure, dataset.name)
         old = dataset.size
         try:
-            dataset.expand(sc.dsmax)
+            header = await trio.to_thread.run_sync(dataset.extend, new, dsmax)
         except ExpandFailed as err:
-            self.states.set(key, dsexpand="NO")
-            log.warning("smds_expand_failed", structure=dataset.structure, owner=dataset.name,
-                        size=old, dsmax=sc.dsmax, reason=err.reason, error=str(err),
-                        action="dsexpand is now off for this data set; puts that need space "
-                               "get SMDS_FULL")
-            return False
-        except SmdsError as err:
-            self.opened.damaged(key, "expand", err)
-            return False
-        self.short.discard(key)
-        log.info("smds_expanded", structure=dataset.structure, owner=dataset.name,
-                 size=old, new_size=dataset.size)
-        return True
+            self._refused(key, err)
+        except (SmdsError, ValueError) as err:  # ValueError: abandoned before it began
+            self.opened.damaged(key, "expand", err, dataset)
+        else:
+            dataset.grew(header)  # only now may its new pages be handed out
+            self.short.discard(key)
+            self.refused.pop(key, None)
+            log.info("smds_expanded", structure=dataset.structure, owner=dataset.name,
+                     size=old, new_size=dataset.size)
+        finally:
+            del self.opened.growing[key]
+            growth.set()
+
+    def _refused(self, key: DataSetKey, err: ExpandFailed) -> None:
+        self.states.set(key, dsexpand="NO")
+        self.refused[key] = str(err)
+        log.warning("smds_expand_failed", structure=key[0], owner=key[1], size=err.size,
+                    dsmax=err.dsmax, reason=err.reason, error=str(err),
+                    action="dsexpand is now off for this data set; puts that need space "
+                           "get SMDS_FULL")
 
     def _why_not_expand(self, dataset: DataSet) -> str:
         override = self.states.record((dataset.structure, dataset.name)).get("dsexpand")
         if override == "NO":
+            if (why := self.refused.get((dataset.structure, dataset.name))) is not None:
+                return f"dsexpand is off for it since its expansion failed: {why}"
             return "dsexpand is off for it (alter-smds, or a failed expansion: see the " \
                    "smds_expand_failed event)"
         if not self.tuning.dsexpand((dataset.structure, dataset.name)):

@@ -172,6 +172,9 @@ class GroupNode:
         self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
         self.handing: set[str] = set()  # pairs being handed over by a planned move
         self.released: set[str] = set()  # pairs handed over whose owner key is deleted
+        # epochs whose owner key this node deleted itself (a move, a failed takeover): a
+        # view read before the delete still shows them, and they are not orphans
+        self.let_go: set[int] = set()
         self.receiving: set[str] = set()  # pairs a planned move brings here
         self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
         self.moves = 0
@@ -426,6 +429,7 @@ class GroupNode:
                 return
             self.moves += 1
             self.released.add(name)
+            self.let_go.add(epoch)
             log.info("owner_lost", structure=name, epoch=epoch, why=f"moved to {target}")
             log.info("structure_released", structure=name, epoch=epoch, to=target,
                      warm_seconds=round(warm - started, 3),
@@ -492,6 +496,7 @@ class GroupNode:
         ownerless for as long as the node lives; the node takes them over instead."""
         return [name for name, o in sorted(self.view.owners.items())
                 if o.node == self.group.node and o.lease == self.lease.lease
+                and o.epoch not in self.let_go
                 and name in self.pairs and name not in self.owned and name not in self.taking]
 
     async def _own(self, name: str, epoch: int, detected: float) -> None:
@@ -511,7 +516,8 @@ class GroupNode:
             self.owned.pop(name, None)
             with trio.move_on_after(self.etcd.timeout):
                 try:
-                    await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+                    if await self.etcd.delete_if(key(self.group.name, "owners", name), epoch):
+                        self.let_go.add(epoch)
                 except EtcdError:
                     pass  # still ours: orphans() finds it, and it is tried again
         finally:
@@ -525,6 +531,9 @@ class GroupNode:
         except EtcdError as err:  # nothing done yet: give the pair up, not the node
             raise Deposed(f"the group's keys could not be read: {err}") from err
         self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
+        o = self.view.owners.get(name)
+        if o is None or o.node != self.group.node or o.epoch != epoch:  # given up meanwhile
+            raise Deposed(f"the owner key of {name} (epoch {epoch}) is no longer this node's")
         if self.host.writer in self.view.cuts(name):  # handed over earlier in this series
             await self._roll()
         seals = self.view.seals.get(name, [])
@@ -582,6 +591,7 @@ class GroupNode:
         self.fenced_since = now()
         owned, self.owned = self.owned, {}
         self.released.clear()
+        self.let_go.clear()  # keys of the old lease: never this node's orphans again
         self.lease.lost()
         log.error("fenced", node=self.group.node, why=why, structures=sorted(owned),
                   action="no more acknowledgements; the pairs go to other nodes; "

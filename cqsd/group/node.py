@@ -72,9 +72,9 @@ DISK_RETRY = 2.0
 # itself current (a cold target is not waited for: it rebuilds at the handover)
 WARM_WAIT = 30.0
 WARM_RECORDS = 20_000  # records behind the owner a target may be and count as current
-# seconds between two reads of the owner key by a move's target once it is warm itself
-# (before, the owner waits for it anyway: it reads at the node's poll, sparing etcd)
-HANDOVER_POLL = 0.02
+# seconds a move's target watches the owner key at a time before reading it again
+# (a watch is told of the delete at once; reading again guards against a lost stream)
+HANDOVER_WATCH = 2.0
 
 
 def _move_value(to: str) -> str:
@@ -207,10 +207,11 @@ class GroupNode:
                 "structure": name, "owner": o.node if o else None,
                 "epoch": o.epoch if o else None,
                 "lease_left": round(self.lease.left(at), 3) if mine else None,
-                "standbys": [{"node": n, "behind_records": lag[0], "behind_seconds": lag[1]}
+                "standbys": [{"node": n, "behind_records": None if lag is None else lag.records,
+                              "behind_seconds": None if lag is None else lag.seconds}
                              for n in sorted(self.view.nodes)
                              if o is None or n != o.node
-                             for lag in [self.view.lag.get(name, {}).get(n, (None, None))]],
+                             for lag in [self.view.lag.get(name, {}).get(n)]],
             })
         return rows
 
@@ -419,10 +420,10 @@ class GroupNode:
             warm = now()
             await self.host.release(name, node.advertise)
             self.owned.pop(name, None)
-            try:
-                await self.etcd.put(key(self.group.name, "handed", name),
-                                    Handed(epoch, *self.host.end()).encode())
-                await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+            try:  # one transaction: the pair is free once the target can find its end
+                await self.etcd.delete_if(key(self.group.name, "owners", name), epoch, put={
+                    key(self.group.name, "handed", name):
+                        Handed(epoch, *self.host.end()).encode()})
             except EtcdError as err:  # it cannot be served here nor taken there
                 self.etcd_error = str(err)
                 self._fence(f"the move of {name} could not release its owner key: {err}")
@@ -441,39 +442,59 @@ class GroupNode:
         """Until ``target``'s warm standby of ``name`` reports itself current (a cold
         one at once), at most WARM_WAIT seconds."""
         deadline = now() + WARM_WAIT
+        # and it read this node's series as far as it was when the move began: a report
+        # from before a long pass (a burst of batches to fold) does not count
+        since = self.host.end()[1]
         while now() < deadline:
             node = self.view.nodes.get(target)
             if node is None or node.standby != "warm" or self.view.moves.get(name) != target:
                 return
             lag = self.view.lag.get(name, {}).get(target)
-            if lag is not None and lag[0] <= WARM_RECORDS:
+            # measured against this owner's series (one published while the target stood
+            # by for an earlier owner says nothing of this one), and the target knows of
+            # the move: it watches the owner key, so the pair is free for no longer
+            if lag is not None and lag.writer == self.host.writer and lag.receiving \
+                    and lag.records <= WARM_RECORDS and lag.read >= since:
                 return
             await trio.sleep(self.poll)
         log.warning("move_target_not_warm", structure=name, to=target, waited=WARM_WAIT,
                     action="handing over anyway; the target rebuilds what it lacks")
 
     async def _receive(self, name: str) -> None:
-        """The target's side: take ``name`` the moment its owner lets it go."""
+        """The target's side: take ``name`` the moment its owner lets it go. The owner
+        key is read, then watched (etcd tells of its delete at once) for a poll or so
+        at a time; a watch that cannot be made costs a poll's wait instead."""
         owner_key = key(self.group.name, "owners", name)
+        if self.tailer is not None:  # the owner waits for this to hand the pair over
+            await self.tailer.publish(name, at_once=True)
         try:
             while self.view.moves.get(name) == self.group.node and name not in self.owned:
                 if not self.lease.valid(now()):
                     return
                 try:
                     kv = await self.etcd.get(owner_key)
+                    gone = kv is None
+                    if kv is not None:
+                        with trio.move_on_after(HANDOVER_WATCH):
+                            gone = await self.etcd.deleted(owner_key, kv.mod_revision)
                 except EtcdError as err:
                     self.etcd_error = str(err)
                     await trio.sleep(self.poll)
                     continue
-                if kv is None and name not in self.taking:
+                if not gone:
+                    continue  # read it again: the move may have been called off
+                self._freed(name)
+                if name not in self.taking:
                     await self._try(name)
-                    continue
-                warm = self.tailer is None or name in self.tailer.standing
-                await trio.sleep(HANDOVER_POLL if warm else self.poll)
             if name in self.owned:
                 await self._forget_move(name, self.group.node, "done")
         finally:
             self.receiving.discard(name)
+
+    def _freed(self, name: str) -> None:
+        """The owner key of ``name`` is gone: the view, read before, says so from now on
+        (this node's refusals then say the pair is moving here, not where it was)."""
+        self.view.owners.pop(name, None)
 
     async def _try(self, name: str) -> None:
         """Try to become the owner of the free pair ``name``; take it over if so."""

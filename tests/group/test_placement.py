@@ -1,7 +1,7 @@
 """Placement and planned moves (docs/group.md): pairs go to the first live node of
 their preference list or, free, the spread's pick; a killed node's pairs alone move;
-a node coming back takes the pairs that prefer it home by planned moves; ``move-structure`` under load
-loses nothing and never leaves two acknowledging owners. Real etcd, real daemons."""
+a node coming back takes the pairs that prefer it home by planned moves; ``move-structure``
+under load loses nothing and never leaves two acknowledging owners. Real etcd, real daemons."""
 
 from __future__ import annotations
 

@@ -325,9 +325,10 @@ class GroupNode:
 
     # -- planned moves ------------------------------------------------------------
 
-    async def ask_move(self, name: str, to: str) -> None:
-        """Ask the group to move pair ``name`` to node ``to`` (any node may be asked).
-        Raises ValueError saying why it cannot go there, EtcdError."""
+    async def ask_move(self, name: str, to: str) -> int:
+        """Ask the group to move pair ``name`` to node ``to`` (any node may be asked):
+        the etcd revision of the request. Raises ValueError saying why it cannot go
+        there, EtcdError."""
         view, prefer = self.view, self.pairs.get(name)
         if name not in self.pairs:
             raise ValueError(f"{name} is not a structure pair of this group "
@@ -338,8 +339,9 @@ class GroupNode:
         if not may_own(prefer, to):
             raise ValueError(f"node {to} is not in the preference list of {name} "
                              f"({', '.join(prefer or ())})")
-        await self.etcd.put(key(self.group.name, "moves", name), _move_value(to))
+        revision = await self.etcd.put(key(self.group.name, "moves", name), _move_value(to))
         log.info("move_requested", structure=name, to=to, by=self.group.node)
+        return revision
 
     async def hand_off(self, wait: float) -> None:
         """At a stop by SIGTERM: move each pair this node owns to the node that would own
@@ -347,13 +349,13 @@ class GroupNode:
         most); the clean stop then gives up whatever did not move."""
         self.leaving = True
         live = set(self.view.nodes) - {self.group.node}
-        asked = []
+        asked, revision = [], 0
         for name in sorted(self.owned):
             target = home(name, self.pairs[name], live)
             if target is None:
                 continue
             try:
-                await self.ask_move(name, target)
+                revision = await self.ask_move(name, target)
             except (ValueError, EtcdError) as err:
                 log.warning("hand_off_failed", structure=name, to=target, error=str(err),
                             action="given up at the clean stop instead")
@@ -361,8 +363,11 @@ class GroupNode:
             self.view.moves[name] = target
             asked.append(name)
         with trio.move_on_after(wait):
-            while True:  # the moves end in this node's own tasks (_hand_over)
-                if not any(name in self.owned or name in self.handing for name in asked):
+            while True:  # the moves end in this node's own tasks (_hand_over), or are
+                # dropped (_moves: a target that left meanwhile), and then are not waited for
+                if not any(name in self.handing or (name in self.owned and (
+                        name in self.view.moves or self.view.revision < revision))
+                           for name in asked):
                     return
                 await trio.sleep(self.poll / 5)
 

@@ -29,10 +29,12 @@ from the clean image, without waiting out the lease.
 Planned moves (z/OS's SETXCF REBUILD; docs/group.md, "Planned moves"). Any
 node asked to move a pair writes ``moves/<PAIR>`` naming the target; the
 owner, seeing it, waits for the target's warm standby to report itself
-current, then stops serving the pair, waits until all of its records are
-durable and acknowledged, and deletes its owner key; the target, which polls
-that one key quickly while a move to it is pending, takes the pair as in a
-takeover (seal, the last records, serve) and deletes the move key. A node
+current and watching, then stops serving the pair, waits until all of its
+records are durable and acknowledged, and deletes its owner key (with
+``handed/<PAIR>``, in one transaction); the target, which watches that one key
+while a move to it is pending (an etcd watch: it learns of the delete at once),
+takes the pair as in a takeover (seal, the last records, serve) and deletes
+the move key. A node
 that joins asks by such moves for the pairs whose home it is (ownership.py).
 A node never writes a pair again in a series that was cut for it: taking back
 a pair it handed over in this incarnation, it first rolls to a new series

@@ -469,8 +469,8 @@ class GroupNode:
 
     async def _receive(self, name: str) -> None:
         """The target's side: take ``name`` the moment its owner lets it go. The owner
-        key is read, then watched (etcd tells of its delete at once) for a poll or so
-        at a time; a watch that cannot be made costs a poll's wait instead."""
+        key is read, then watched (etcd tells of its delete at once) HANDOVER_WATCH
+        seconds at a time; a watch that cannot be made costs a poll's wait instead."""
         owner_key = key(self.group.name, "owners", name)
         if self.tailer is not None:  # the owner waits for this to hand the pair over
             await self.tailer.publish(name, at_once=True)
@@ -482,14 +482,16 @@ class GroupNode:
                     kv = await self.etcd.get(owner_key)
                     gone = kv is None
                     if kv is not None:
-                        with trio.move_on_after(HANDOVER_WATCH):
+                        with trio.move_on_after(HANDOVER_WATCH) as watched:
                             gone = await self.etcd.deleted(owner_key, kv.mod_revision)
                 except EtcdError as err:
                     self.etcd_error = str(err)
                     await trio.sleep(self.poll)
                     continue
-                if not gone:
-                    continue  # read it again: the move may have been called off
+                if not gone:  # read it again: the move may have been called off
+                    if not watched.cancelled_caught:  # the stream ended early: not in a loop
+                        await trio.sleep(self.poll)
+                    continue
                 self._freed(name)
                 if name not in self.taking:
                     await self._try(name)

@@ -9,6 +9,13 @@ at a time while ``cqsclient``'s ``move_structure`` moves the pair ``--moves``
 times between the nodes. Per move, the longest gap between two acknowledged puts
 around it (the pause a client sees), and the move's own ``seconds`` (from the
 request to the target serving, warm-up of the target included). p50 and max.
+Per move too, ``phases``: where the pause went, from the nodes' events, in seconds
+after the putter's last acknowledgement before the gap: ``stop`` (the owner stops
+serving the pair), ``released`` (its owner key deleted), ``acquired`` (the
+target won the key), ``sealed``, ``served`` (``takeover_done``), ``resumed`` (the
+putter's next acknowledgement); ``hops``, the SDK's moves between nodes in the
+gap; ``takeover_*``, the target's own phases. A phase before 0 belongs to a
+move whose own pause was shorter than another gap in the window.
 
 ``spread``: ``--producers`` producer and as many consumer processes, durable
 1 KiB (put; read then delete), half on each of two structures, for ``--seconds``,
@@ -18,7 +25,7 @@ and the nodes' CPU µs per message (both processes, from ``/proc``). On this
 machine the clients and both nodes share the cores.
 
 Run: nice -n 5 .venv/bin/python benchmarks/moves.py [--only pause|spread]
-     [--messages N] [--moves N] [--producers N] [--seconds S] [--rounds N]
+     [--messages N] [--moves N] [--producers N] [--seconds S] [--rounds N] [--trace]
 One JSON line per move or round, then a summary (lines starting "# ").
 """
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import statistics
 import sys
@@ -33,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -84,6 +93,23 @@ def move(node: Node, structure: str, to: str) -> float:
                 time.sleep(0.1)
 
 
+class Hops(logging.Handler):
+    """When the SDK moved its connection to another node (its "reconnected" lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.at: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("cqsd reconnected"):
+            self.at.append(record.created)
+
+
+HOPS = Hops()
+logging.getLogger("cqsclient").addHandler(HOPS)
+logging.getLogger("cqsclient").setLevel(logging.INFO)
+
+
 class Putter(threading.Thread):
     """Puts one message at a time; keeps when each was acknowledged."""
 
@@ -91,6 +117,7 @@ class Putter(threading.Thread):
         super().__init__(daemon=True)
         self.addresses = addresses
         self.acks: list[float] = []
+        self.walls: list[float] = []  # the same acknowledgements by the wall clock (the logs')
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -100,10 +127,56 @@ class Putter(threading.Thread):
             while not self.stop.is_set():
                 s.put("PAUSE", b"p")
                 self.acks.append(time.monotonic())
+                self.walls.append(time.time())
 
-    def longest_gap(self, start: float, end: float) -> float:
-        inside = [t for t in self.acks if start <= t <= end]
-        return max((b - a for a, b in zip(inside, inside[1:], strict=False)), default=end - start)
+    def longest_gap(self, start: float, end: float) -> tuple[float, float, float]:
+        """The longest gap between two acknowledgements in [start, end]: its seconds and
+        its two ends by the wall clock."""
+        inside = [i for i, t in enumerate(self.acks) if start <= t <= end]
+        if len(inside) < 2:
+            return end - start, 0.0, 0.0
+        i = max(inside[:-1], key=lambda i: self.acks[i + 1] - self.acks[i])
+        return self.acks[i + 1] - self.acks[i], self.walls[i], self.walls[i + 1]
+
+
+def _wall(event: dict) -> float:
+    return datetime.fromisoformat(event["timestamp"]).timestamp()
+
+
+def phases(nodes: dict[str, Node], marks: dict[str, int], gap: tuple[float, float, float],
+           trace: bool = False) -> dict[str, float]:
+    """Where a move's pause went, from the nodes' events: seconds after the putter's last
+    acknowledgement before the gap at which the owner stopped serving the pair, deleted
+    its owner key, the target won it (etcd txn), sealed, served (takeover_done), and the
+    putter's next acknowledgement; with the takeover's own phases."""
+    seen: dict[str, dict] = {}
+    for name, node in nodes.items():
+        for e in node.lines[marks[name]:]:
+            if e.get("event") in ("structure_released", "owner_acquired", "structure_sealed",
+                                  "takeover_done") and e.get("structure") == "MOVQ01":
+                seen.setdefault(e["event"], e)
+    _, last, resumed = gap
+    if trace:  # every event of the nodes during the move, by when after the last ack
+        for name, node in nodes.items():
+            for e in node.lines[marks[name]:]:
+                if e.get("event") not in ("text",):
+                    print("   ", name, round(_wall(e) - last, 3) if "timestamp" in e else "",
+                          json.dumps({k: v for k, v in e.items()
+                                      if k not in ("seen",)})[:300])
+    out: dict[str, float] = {}
+    if "structure_released" in seen:
+        e = seen["structure_released"]
+        out["stop"] = _wall(e) - e["drain_seconds"] - last
+    for event, label in (("structure_released", "released"), ("owner_acquired", "acquired"),
+                         ("structure_sealed", "sealed"), ("takeover_done", "served")):
+        if event in seen:
+            out[label] = _wall(seen[event]) - last
+    out["resumed"] = resumed - last
+    out["hops"] = len([t for t in HOPS.at if last <= t <= resumed])
+    out = {k: round(v, 3) for k, v in out.items()}
+    if "takeover_done" in seen:
+        out |= {f"takeover_{k}": v for k, v in seen["takeover_done"]["phases"].items()}
+    return out
 
 
 def pause(nodes: dict[str, Node], args: argparse.Namespace) -> dict:
@@ -119,16 +192,18 @@ def pause(nodes: dict[str, Node], args: argparse.Namespace) -> dict:
         to = "NODE2" if at == "NODE1" else "NODE1"
         while len(putter.acks) < 20:
             time.sleep(0.01)
+        marks = {name: len(node.lines) for name, node in nodes.items()}
         start = time.monotonic()
         took = move(nodes["NODE1"], "MOVQ01", to)
         done = len(putter.acks)
         while len(putter.acks) < done + 20:  # the putter is going again
             time.sleep(0.01)
         gap = putter.longest_gap(start - 0.05, time.monotonic())
-        pauses.append(gap)
+        pauses.append(gap[0])
         seconds.append(took)
         print(json.dumps({"bench": "move", "n": i + 1, "to": to, "messages": args.messages,
-                          "longest_pause_s": round(gap, 3), "move_s": took}), flush=True)
+                          "longest_pause_s": round(gap[0], 3), "move_s": took,
+                          "phases": phases(nodes, marks, gap, args.trace)}), flush=True)
         at = to
     putter.stop.set()
     putter.join(30)
@@ -208,6 +283,9 @@ def main() -> None:
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--trace", action="store_true",
+                    help="pause: print the nodes' events of each move (seconds after the "
+                         "putter's last acknowledgement before its longest gap)")
     args = ap.parse_args()
     etcd = EtcdServer(Path(tempfile.mkdtemp(prefix="mvetcd"))).start()
     summaries = []

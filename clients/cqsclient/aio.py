@@ -231,7 +231,7 @@ class Client:
                 if where is None or self._closing:
                     raise
                 patience = patience or Patience(self.reconnect)
-                if not (where and patience.quick_hop()):
+                if not (where and patience.quick_hop(refused)):
                     await anyio.sleep(patience.next_delay(refused))
                 if where:
                     await self._follow(structure, where)

@@ -318,7 +318,7 @@ class Client:
                 if where is None or self._closing:
                     raise
                 patience = patience or Patience(self.reconnect)
-                if not (where and patience.quick_hop()):
+                if not (where and patience.quick_hop(refused)):
                     conn.nap(patience.next_delay(refused))
                     if cancelled is not None and cancelled():
                         raise Abandoned(f"{call.request['op']} abandoned") from refused

@@ -52,8 +52,10 @@ QUICK_HOPS: Final = 3
 # a reconnect policy, so its clients pause no longer than the move.
 MOVE_RETRY: Final = 0.02
 MOVE_PATIENCE: Final = 5.0
-# the refusals (after "structure X has no owner") of a pair being handed over
-HANDING_OVER: Final = (": it is moving to ", ": this node is taking it over")
+# the refusals of a pair being handed over: "structure X has no owner: ..." while it
+# moves, and the old owner's NOT_OWNER once it let it go ("structure X moved to ...")
+HANDING_OVER: Final = (": it is moving to ", ": this node is taking it over",
+                        " moved to the node at ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,17 +240,24 @@ class Patience:
         self.policy = policy
         self.hops = 0
         self.started = time.monotonic()
+        self.moving = False  # a refusal said the structure is being handed over
         self._delays: Iterator[float] | None = None
 
-    def quick_hop(self) -> bool:
-        """True if a move to a named owner may be made now, without waiting."""
+    def quick_hop(self, error: CQSError) -> bool:
+        """True if a move to the owner *error* named may be made now, without waiting."""
+        self._note(error)
         self.hops += 1
         return self.hops <= QUICK_HOPS
 
+    def _note(self, error: CQSError) -> None:
+        # once a move was seen, every refusal until the target serves is part of it (the
+        # target may still name the old owner for a moment): asked again at MOVE_RETRY
+        self.moving = self.moving or any(why in error.message for why in HANDING_OVER)
+
     def next_delay(self, error: CQSError) -> float:
         """The seconds to wait before asking again; raises *error* when out of patience."""
-        if any(why in error.message for why in HANDING_OVER) and (
-                time.monotonic() - self.started < MOVE_PATIENCE):
+        self._note(error)
+        if self.moving and time.monotonic() - self.started < MOVE_PATIENCE:
             return MOVE_RETRY
         policy = self.policy
         if policy is None:

@@ -688,6 +688,11 @@ class Structure:
             if e.not_before is not None:
                 self.effects.append((NOT_BEFORE_AT, e.entry_id, e.not_before))
 
+    def holds_unlogged(self) -> bool:
+        """Whether a non-recoverable message is here (never logged: a planned move then
+        hands the pair over by a clean image). Unsorted, unlike iterating."""
+        return any(not e.recoverable for e in self._entries.values())
+
     def holds(self, entry_id: object) -> bool:
         """Whether a message with this id is here (ready, locked or cold)."""
         try:

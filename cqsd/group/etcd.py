@@ -1,8 +1,10 @@
 """A small etcd v3 client for Trio, over etcd's documented JSON gateway.
 
-Design note. The group needs six things of etcd: grant a lease, keep it
+Design note. The group needs seven things of etcd: grant a lease, keep it
 alive, revoke it, read keys (one or a prefix), create a key only if it does
-not exist (a transaction on ``create_revision == 0``) and delete one. The
+not exist (a transaction on ``create_revision == 0``), delete one, and learn at
+once that one was deleted (a watch: the target of a planned move waits so for
+the owner to let the pair go, docs/group.md). The
 maintained Python clients speak gRPC on asyncio or threads; the gateway
 (``POST /v3/kv/range`` and friends, base64 keys and values, JSON bodies) is a
 stable, documented part of etcd since 3.3, so the client is h11 (sans-I/O
@@ -11,7 +13,9 @@ HTTP/1.1, as our codec is sans-I/O msgpack) over a Trio TCP stream.
 One connection per call: the calls are few (a keep-alive every third of the
 lease, a poll of the owner keys every few hundred milliseconds), a loopback
 connection costs well under a millisecond, and a fresh connection can never
-be a half-dead one left over from a partition. Every call has a deadline; an
+be a half-dead one left over from a partition (a watch is held for a bounded
+time, then the key is read again: a lost stream costs one read, never a
+missed delete). Every call has a deadline; an
 endpoint that does not answer by it is skipped for the next, and when none
 answers the call raises ``EtcdUnavailable`` naming what was tried, which is
 what the node's lease logic acts on (docs/group.md).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -161,13 +166,18 @@ class Etcd:
         })
         return bool(reply.get("succeeded", False))
 
-    async def delete_if(self, key: str, create_revision: int) -> bool:
+    async def delete_if(self, key: str, create_revision: int,
+                        put: dict[str, str] | None = None) -> bool:
         """Delete ``key`` if it is still the one created at ``create_revision``
-        (an owner gives up only its own ownership, never a successor's)."""
+        (an owner gives up only its own ownership, never a successor's), and set the
+        keys of ``put`` in the same transaction."""
+        success: list[dict[str, Any]] = [{"request_delete_range": {"key": _b64(key)}}]
+        success += [{"request_put": {"key": _b64(k), "value": _b64(v)}}
+                    for k, v in (put or {}).items()]
         reply = await self.call("/v3/kv/txn", {
             "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL",
                          "create_revision": str(create_revision)}],
-            "success": [{"request_delete_range": {"key": _b64(key)}}],
+            "success": success,
         })
         return bool(reply.get("succeeded", False))
 
@@ -182,6 +192,23 @@ class Etcd:
 
     async def delete(self, key: str) -> None:
         await self.call("/v3/kv/deleterange", {"key": _b64(key)})
+
+    async def deleted(self, key: str, after: int) -> bool:
+        """Wait for ``key`` to be deleted after revision ``after`` (a watch from the next
+        revision, so a delete before the call counts): True once it is, False if the
+        stream ended first. The caller bounds the wait. Raises EtcdError if the watch
+        cannot be made (history compacted, etcd out of reach): the caller reads the key
+        instead, as it would without a watch."""
+        body = {"create_request": {"key": _b64(key), "start_revision": str(after + 1)}}
+        lines = _Lines()
+        endpoint = self.endpoints[self._next]
+        try:
+            await _exchange(endpoint, "/v3/watch", body, lines.feed)
+        except (OSError, h11.ProtocolError, ValueError) as err:
+            raise EtcdUnavailable(f"etcd watch at {endpoint}: {err}") from err
+        if lines.error is not None:
+            raise EtcdError(f"etcd watch of {key}: {lines.error}")
+        return lines.deleted
 
     # -- transport ------------------------------------------------------------
 
@@ -208,7 +235,58 @@ class Etcd:
         raise EtcdUnavailable("etcd unreachable (" + "; ".join(tried) + ")")
 
 
+class _Lines:
+    """A watch's reply: one JSON message a line, read until one reports a delete."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.deleted = False
+        self.error: str | None = None
+
+    def feed(self, data: bytes) -> bool:
+        """Take a piece of the stream; True once the watch has its answer."""
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in filter(None, map(bytes.strip, lines)):
+            message = json.loads(line)
+            result = message.get("result", {})
+            if "error" in message or result.get("canceled"):
+                self.error = str(message.get("error") or result.get("cancel_reason")
+                                 or "watch canceled")
+                return True
+            if any(e.get("type") == "DELETE" for e in result.get("events", ())):
+                self.deleted = True
+                return True
+        if len(self.buffer) > MAX_RESPONSE:  # no line end in sight: not a watch's reply
+            self.error = f"a reply line over {MAX_RESPONSE} bytes"
+            return True
+        return False
+
+
 async def _post(endpoint: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    chunks: list[bytes] = []
+
+    def take(data: bytes) -> bool:
+        chunks.append(data)
+        if sum(map(len, chunks)) > MAX_RESPONSE:
+            raise ValueError(f"etcd {path}: reply over {MAX_RESPONSE} bytes")
+        return False
+
+    status = await _exchange(endpoint, path, body, take)
+    text = b"".join(chunks)
+    try:
+        reply = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"etcd {path}: HTTP {status}, not JSON: {text[:200]!r}") from None
+    if status >= 500 and "error" not in reply:
+        raise ValueError(f"etcd {path}: HTTP {status}")
+    return reply  # type: ignore[no-any-return]
+
+
+async def _exchange(endpoint: str, path: str, body: dict[str, Any],
+                    take: Callable[[bytes], bool]) -> int:
+    """POST ``body`` and hand each piece of the reply's body to ``take`` as it arrives,
+    until the body ends or ``take`` returns True; the HTTP status."""
     url = urlsplit(endpoint)
     if url.scheme != "http" or not url.hostname or not url.port:
         raise ValueError(f"not an http://HOST:PORT endpoint: {endpoint}")
@@ -221,7 +299,7 @@ async def _post(endpoint: str, path: str, body: dict[str, Any]) -> dict[str, Any
             ("Content-Length", str(len(payload))), ("Connection", "close")])
         await stream.send_all(conn.send(request) + conn.send(h11.Data(data=payload))
                               + conn.send(h11.EndOfMessage()))
-        status, chunks, size = 0, [], 0
+        status = 0
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
@@ -231,17 +309,7 @@ async def _post(endpoint: str, path: str, body: dict[str, Any]) -> dict[str, Any
             if isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > MAX_RESPONSE:
-                    raise ValueError(f"etcd {path}: reply over {MAX_RESPONSE} bytes")
-                chunks.append(bytes(event.data))
+                if take(bytes(event.data)):
+                    return status
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                break
-    text = b"".join(chunks)
-    try:
-        reply = json.loads(text)
-    except json.JSONDecodeError:
-        raise ValueError(f"etcd {path}: HTTP {status}, not JSON: {text[:200]!r}") from None
-    if status >= 500 and "error" not in reply:
-        raise ValueError(f"etcd {path}: HTTP {status}")
-    return reply  # type: ignore[no-any-return]
+                return status

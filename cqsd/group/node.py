@@ -29,10 +29,12 @@ from the clean image, without waiting out the lease.
 Planned moves (z/OS's SETXCF REBUILD; docs/group.md, "Planned moves"). Any
 node asked to move a pair writes ``moves/<PAIR>`` naming the target; the
 owner, seeing it, waits for the target's warm standby to report itself
-current, then stops serving the pair, waits until all of its records are
-durable and acknowledged, and deletes its owner key; the target, which polls
-that one key quickly while a move to it is pending, takes the pair as in a
-takeover (seal, the last records, serve) and deletes the move key. A node
+current and watching, then stops serving the pair, waits until all of its
+records are durable and acknowledged, and deletes its owner key (with
+``handed/<PAIR>``, in one transaction); the target, which watches that one key
+while a move to it is pending (an etcd watch: it learns of the delete at once),
+takes the pair as in a takeover (seal, the last records, serve) and deletes
+the move key. A node
 that joins asks by such moves for the pairs whose home it is (ownership.py).
 A node never writes a pair again in a series that was cut for it: taking back
 a pair it handed over in this incarnation, it first rolls to a new series
@@ -72,9 +74,9 @@ DISK_RETRY = 2.0
 # itself current (a cold target is not waited for: it rebuilds at the handover)
 WARM_WAIT = 30.0
 WARM_RECORDS = 20_000  # records behind the owner a target may be and count as current
-# seconds between two reads of the owner key by a move's target once it is warm itself
-# (before, the owner waits for it anyway: it reads at the node's poll, sparing etcd)
-HANDOVER_POLL = 0.02
+# seconds a move's target watches the owner key at a time before reading it again
+# (a watch is told of the delete at once; reading again guards against a lost stream)
+HANDOVER_WATCH = 2.0
 
 
 def _move_value(to: str) -> str:
@@ -172,6 +174,9 @@ class GroupNode:
         self.tailer: Tailer | None = None  # a warm standby's (standby.py), set by the host
         self.handing: set[str] = set()  # pairs being handed over by a planned move
         self.released: set[str] = set()  # pairs handed over whose owner key is deleted
+        # epochs whose owner key this node deleted itself (a move, a failed takeover): a
+        # view read before the delete still shows them, and they are not orphans
+        self.let_go: set[int] = set()
         self.receiving: set[str] = set()  # pairs a planned move brings here
         self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
         self.moves = 0
@@ -206,10 +211,11 @@ class GroupNode:
                 "structure": name, "owner": o.node if o else None,
                 "epoch": o.epoch if o else None,
                 "lease_left": round(self.lease.left(at), 3) if mine else None,
-                "standbys": [{"node": n, "behind_records": lag[0], "behind_seconds": lag[1]}
+                "standbys": [{"node": n, "behind_records": None if lag is None else lag.records,
+                              "behind_seconds": None if lag is None else lag.seconds}
                              for n in sorted(self.view.nodes)
                              if o is None or n != o.node
-                             for lag in [self.view.lag.get(name, {}).get(n, (None, None))]],
+                             for lag in [self.view.lag.get(name, {}).get(n)]],
             })
         return rows
 
@@ -327,9 +333,10 @@ class GroupNode:
 
     # -- planned moves ------------------------------------------------------------
 
-    async def ask_move(self, name: str, to: str) -> None:
-        """Ask the group to move pair ``name`` to node ``to`` (any node may be asked).
-        Raises ValueError saying why it cannot go there, EtcdError."""
+    async def ask_move(self, name: str, to: str) -> int:
+        """Ask the group to move pair ``name`` to node ``to`` (any node may be asked):
+        the etcd revision of the request. Raises ValueError saying why it cannot go
+        there, EtcdError."""
         view, prefer = self.view, self.pairs.get(name)
         if name not in self.pairs:
             raise ValueError(f"{name} is not a structure pair of this group "
@@ -340,8 +347,9 @@ class GroupNode:
         if not may_own(prefer, to):
             raise ValueError(f"node {to} is not in the preference list of {name} "
                              f"({', '.join(prefer or ())})")
-        await self.etcd.put(key(self.group.name, "moves", name), _move_value(to))
+        revision = await self.etcd.put(key(self.group.name, "moves", name), _move_value(to))
         log.info("move_requested", structure=name, to=to, by=self.group.node)
+        return revision
 
     async def hand_off(self, wait: float) -> None:
         """At a stop by SIGTERM: move each pair this node owns to the node that would own
@@ -349,13 +357,13 @@ class GroupNode:
         most); the clean stop then gives up whatever did not move."""
         self.leaving = True
         live = set(self.view.nodes) - {self.group.node}
-        asked = []
+        asked, revision = [], 0
         for name in sorted(self.owned):
             target = home(name, self.pairs[name], live)
             if target is None:
                 continue
             try:
-                await self.ask_move(name, target)
+                revision = await self.ask_move(name, target)
             except (ValueError, EtcdError) as err:
                 log.warning("hand_off_failed", structure=name, to=target, error=str(err),
                             action="given up at the clean stop instead")
@@ -363,8 +371,11 @@ class GroupNode:
             self.view.moves[name] = target
             asked.append(name)
         with trio.move_on_after(wait):
-            while True:  # the moves end in this node's own tasks (_hand_over)
-                if not any(name in self.owned or name in self.handing for name in asked):
+            while True:  # the moves end in this node's own tasks (_hand_over), or are
+                # dropped (_moves: a target that left meanwhile), and then are not waited for
+                if not any(name in self.handing or (name in self.owned and (
+                        name in self.view.moves or self.view.revision < revision))
+                           for name in asked):
                     return
                 await trio.sleep(self.poll / 5)
 
@@ -422,16 +433,17 @@ class GroupNode:
             warm = now()
             await self.host.release(name, node.advertise)
             self.owned.pop(name, None)
-            try:
-                await self.etcd.put(key(self.group.name, "handed", name),
-                                    Handed(epoch, *self.host.end()).encode())
-                await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+            try:  # one transaction: the pair is free once the target can find its end
+                await self.etcd.delete_if(key(self.group.name, "owners", name), epoch, put={
+                    key(self.group.name, "handed", name):
+                        Handed(epoch, *self.host.end()).encode()})
             except EtcdError as err:  # it cannot be served here nor taken there
                 self.etcd_error = str(err)
                 self._fence(f"the move of {name} could not release its owner key: {err}")
                 return
             self.moves += 1
             self.released.add(name)
+            self.let_go.add(epoch)
             log.info("owner_lost", structure=name, epoch=epoch, why=f"moved to {target}")
             log.info("structure_released", structure=name, epoch=epoch, to=target,
                      warm_seconds=round(warm - started, 3),
@@ -443,35 +455,52 @@ class GroupNode:
         """Until ``target``'s warm standby of ``name`` reports itself current (a cold
         one at once), at most WARM_WAIT seconds."""
         deadline = now() + WARM_WAIT
+        # and it read this node's series as far as it was when the move began: a report
+        # from before a long pass (a burst of batches to fold) does not count
+        since = self.host.end()[1]
         while now() < deadline:
             node = self.view.nodes.get(target)
             if node is None or node.standby != "warm" or self.view.moves.get(name) != target:
                 return
             lag = self.view.lag.get(name, {}).get(target)
-            if lag is not None and lag[0] <= WARM_RECORDS:
+            # measured against this owner's series (one published while the target stood
+            # by for an earlier owner says nothing of this one), and the target knows of
+            # the move: it watches the owner key, so the pair is free for no longer
+            if lag is not None and lag.writer == self.host.writer and lag.receiving \
+                    and lag.records <= WARM_RECORDS and lag.read >= since:
                 return
             await trio.sleep(self.poll)
         log.warning("move_target_not_warm", structure=name, to=target, waited=WARM_WAIT,
                     action="handing over anyway; the target rebuilds what it lacks")
 
     async def _receive(self, name: str) -> None:
-        """The target's side: take ``name`` the moment its owner lets it go."""
+        """The target's side: take ``name`` the moment its owner lets it go. The owner
+        key is read, then watched (etcd tells of its delete at once) HANDOVER_WATCH
+        seconds at a time; a watch that cannot be made costs a poll's wait instead."""
         owner_key = key(self.group.name, "owners", name)
+        if self.tailer is not None:  # the owner waits for this to hand the pair over
+            await self.tailer.publish(name, at_once=True)
         try:
             while self.view.moves.get(name) == self.group.node and name not in self.owned:
                 if not self.lease.valid(now()):
                     return
                 try:
                     kv = await self.etcd.get(owner_key)
+                    gone = kv is None
+                    if kv is not None:
+                        with trio.move_on_after(HANDOVER_WATCH) as watched:
+                            gone = await self.etcd.deleted(owner_key, kv.mod_revision)
                 except EtcdError as err:
                     self.etcd_error = str(err)
                     await trio.sleep(self.poll)
                     continue
-                if kv is None and name not in self.taking:
-                    await self._try(name)
+                if not gone:  # read it again: the move may have been called off
+                    if not watched.cancelled_caught:  # the stream ended early: not in a loop
+                        await trio.sleep(self.poll)
                     continue
-                warm = self.tailer is None or name in self.tailer.standing
-                await trio.sleep(HANDOVER_POLL if warm else self.poll)
+                self._freed(name)
+                if name not in self.taking:
+                    await self._try(name)
             if name in self.owned:
                 await self._forget_move(name, self.group.node, "done")
         finally:
@@ -490,6 +519,11 @@ class GroupNode:
         if not self.lease.lease or not self.lease.valid(now()):
             raise EtcdUnavailable("this node's lease ran out")
         return self.lease.lease
+
+    def _freed(self, name: str) -> None:
+        """The owner key of ``name`` is gone: the view, read before, says so from now on
+        (this node's refusals then say the pair is moving here, not where it was)."""
+        self.view.owners.pop(name, None)
 
     async def _try(self, name: str) -> None:
         """Try to become the owner of the free pair ``name``; take it over if so."""
@@ -512,6 +546,7 @@ class GroupNode:
         ownerless for as long as the node lives; the node takes them over instead."""
         return [name for name, o in sorted(self.view.owners.items())
                 if o.node == self.group.node and o.lease == self.lease.lease
+                and o.epoch not in self.let_go
                 and name in self.pairs and name not in self.owned and name not in self.taking]
 
     async def _own(self, name: str, epoch: int, detected: float) -> None:
@@ -533,7 +568,8 @@ class GroupNode:
             self.backoff[name] = now() + 2 * self.group.lease
             with trio.move_on_after(self.etcd.timeout):
                 try:
-                    await self.etcd.delete_if(key(self.group.name, "owners", name), epoch)
+                    if await self.etcd.delete_if(key(self.group.name, "owners", name), epoch):
+                        self.let_go.add(epoch)
                 except EtcdError:
                     pass  # still ours: orphans() finds it, and it is tried again
         finally:
@@ -547,6 +583,9 @@ class GroupNode:
         except EtcdError as err:  # nothing done yet: give the pair up, not the node
             raise Deposed(f"the group's keys could not be read: {err}") from err
         self.view, self.view_at = View.read(self.group.name, kvs, revision), now()
+        o = self.view.owners.get(name)
+        if o is None or o.node != self.group.node or o.epoch != epoch:  # given up meanwhile
+            raise Deposed(f"the owner key of {name} (epoch {epoch}) is no longer this node's")
         if self.host.writer in self.view.cuts(name):  # handed over earlier in this series
             await self._roll()
         seals = self.view.seals.get(name, [])
@@ -604,6 +643,7 @@ class GroupNode:
         self.fenced_since = now()
         owned, self.owned = self.owned, {}
         self.released.clear()
+        self.let_go.clear()  # keys of the old lease: never this node's orphans again
         self.lease.lost()
         log.error("fenced", node=self.group.node, why=why, structures=sorted(owned),
                   action="no more acknowledgements; the pairs go to other nodes; "

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from .etcd import KV
 
-__all__ = ["Handed", "Node", "Owner", "Seal", "View", "home", "key", "may_own", "may_take",
-           "spread", "to_call_home", "to_take"]
+__all__ = ["Handed", "Node", "Owner", "Seal", "Standby", "View", "home", "key", "may_own",
+           "may_take", "spread", "to_call_home", "to_take"]
 
 
 def key(group: str, *parts: str | int) -> str:
@@ -93,6 +93,20 @@ class Handed:
                            "timestamp": self.timestamp})
 
 
+@dataclass(frozen=True)
+class Standby:
+    """A warm standby's last report on a pair (standby.py): how far behind the owner's
+    series ``writer`` its last pass left it, the last LSN of that series it has read,
+    and whether a planned move of the pair to it is under way there (it then watches
+    the owner key, and takes the pair the moment it is free)."""
+
+    records: int
+    seconds: float
+    writer: str | None = None
+    read: int = 0
+    receiving: bool = False
+
+
 @dataclass
 class View:
     """The group as one read of its keys saw it."""
@@ -100,8 +114,8 @@ class View:
     nodes: dict[str, Node] = field(default_factory=dict)
     owners: dict[str, Owner] = field(default_factory=dict)
     seals: dict[str, list[Seal]] = field(default_factory=dict)  # oldest epoch first
-    # structure -> node -> (records, seconds) a warm standby is behind (standby.py)
-    lag: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict)
+    # structure -> node -> how far behind the owner its warm standby is (standby.py)
+    lag: dict[str, dict[str, Standby]] = field(default_factory=dict)
     moves: dict[str, str] = field(default_factory=dict)  # structure -> the node asked to own it
     # structure -> where the owner that handed it over last left its series (node.py)
     handed: dict[str, Handed] = field(default_factory=dict)
@@ -129,8 +143,9 @@ class View:
                         {str(w): int(n) for w, n in value["cut"].items()},
                         int(value["timestamp"])))
                 elif parts[0] == "standby" and len(parts) == 3:
-                    view.lag.setdefault(parts[1], {})[parts[2]] = (
-                        int(value["records"]), float(value["seconds"]))
+                    view.lag.setdefault(parts[1], {})[parts[2]] = Standby(
+                        int(value["records"]), float(value["seconds"]), value.get("writer"),
+                        int(value.get("read", 0)), bool(value.get("receiving", False)))
                 elif parts[0] == "handed" and len(parts) == 2:
                     view.handed[parts[1]] = Handed(int(value["epoch"]), str(value["writer"]),
                                                    int(value["lsn"]), int(value["timestamp"]))

@@ -356,7 +356,7 @@ class Tailer:
                                     error=f"{type(err).__name__}: {err}",
                                     action="loading again at the next pass")
                         continue
-                await self._publish(name)
+                await self.publish(name)
             await trio.sleep(self.poll)
 
     def _pass(self, name: str, view: View) -> None:
@@ -380,7 +380,8 @@ class Tailer:
                 finally:
                     gc.enable()
                 gc.freeze()  # as after a restart: the collector never walks the loaded pair
-                self.standing[name] = Standing(pair, warm, follower)
+                self.standing[name] = Standing(pair, warm, follower,
+                                               owner_writer=owner_writer)
                 log.info("warm_standby_loaded", structure=name, sources=warm.sources,
                          records_replayed=warm.replayed,
                          messages=sum(s.message_count() for s in pair.structures()))
@@ -397,11 +398,15 @@ class Tailer:
         finally:
             self.cpu += time.thread_time() - t0
 
-    async def _publish(self, name: str) -> None:
-        """This node's lag for ``name`` in etcd, bound to its lease, at most once a second."""
+    async def publish(self, name: str, at_once: bool = False) -> None:
+        """This node's lag for ``name`` in etcd, bound to its lease, at most once a second;
+        after every pass while a planned move brings the pair here (its owner waits for
+        it to hand the pair over), and ``at_once`` as such a move begins."""
         s, node = self.standing.get(name), self.node
         at = time.monotonic()
-        if s is None or at - s.published < PUBLISH_EVERY or not node.lease.lease:
+        often = at_once or name in node.receiving
+        if s is None or (at - s.published < PUBLISH_EVERY and not often) \
+                or not node.lease.lease:
             return
         s.published = at
         with trio.move_on_after(node.etcd.timeout):
@@ -411,7 +416,8 @@ class Tailer:
                                                 "seconds": s.lag.seconds,
                                                 "writer": s.owner_writer,
                                                 "read": s.follower.next.get(
-                                                    s.owner_writer or "", 1) - 1}),
+                                                    s.owner_writer or "", 1) - 1,
+                                                "receiving": name in node.receiving}),
                                     lease=node.lease.lease)
             except EtcdError:
                 pass  # the lag is advisory; the next pass tries again

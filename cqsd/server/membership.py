@@ -123,6 +123,8 @@ class Membership:
             return err
         if name in node.taking:
             why = "this node is taking it over"
+        elif name in node.receiving and owner is None:  # its owner let it go, just now
+            why = "it is moving to this node"
         elif node.disk_error is not None:
             why = f"this node cannot write its log ({node.disk_error})"
         elif node.etcd_error is not None:
@@ -246,7 +248,7 @@ class Membership:
         structures = pair.structures()
         self.dedup.drop(name)  # the target has the keys from the log
         self.datasets.open_sets.drop([s.name for s in structures])  # written no more here
-        if any(not e.recoverable for s in structures for e in s):
+        if any(s.holds_unlogged() for s in structures):
             # never logged: the target starts from this clean image to keep them (slower)
             cuts = {s.name: self.cut(s.name) for s in structures}
             await trio.to_thread.run_sync(self._save, structures, cuts)

@@ -17,6 +17,8 @@ import cqsclient
 import cqsclient.aio
 from cqsclient import errors
 from cqsclient.group import (
+    MOVE_PATIENCE,
+    MOVE_RETRY,
     QUICK_HOPS,
     Patience,
     nodes_from_kvs,
@@ -121,7 +123,8 @@ def test_which_refusals_are_followed():
 def test_patience_hops_at_once_then_backs_off_then_gives_up():
     refused = errors.StructureFailed("structure S has no owner: x")
     alone = Patience(None)
-    assert all(alone.quick_hop() for _ in range(QUICK_HOPS)) and not alone.quick_hop()
+    named = errors.NotOwner("structure S is owned by node N2 (epoch 7) at tcp://b:2")
+    assert all(alone.quick_hop(named) for _ in range(QUICK_HOPS)) and not alone.quick_hop(named)
     with pytest.raises(errors.StructureFailed):
         alone.next_delay(refused)
     patient = Patience(Reconnect(first_delay=0.01, jitter=0, give_up_after=0.05))
@@ -130,6 +133,25 @@ def test_patience_hops_at_once_then_backs_off_then_gives_up():
     patient.started -= 1
     with pytest.raises(errors.StructureFailed):
         patient.next_delay(refused)
+
+
+def test_once_a_move_was_seen_every_refusal_is_asked_again_at_the_move_cadence():
+    """A planned move's refusals, and the NOT_OWNER bounces after its old owner let the
+    structure go (the target may name the old owner for a moment), are asked again
+    every MOVE_RETRY, with or without a reconnect policy, for MOVE_PATIENCE seconds."""
+    released = errors.NotOwner("structure S moved to the node at tcp://b:2", "tcp://b:2")
+    stale = errors.NotOwner("structure S is owned by node N1 (epoch 7) at tcp://a:1",
+                            "tcp://a:1", 7)
+    alone = Patience(None)
+    assert alone.quick_hop(released) and alone.quick_hop(stale) and alone.quick_hop(released)
+    assert not alone.quick_hop(stale)
+    assert alone.next_delay(stale) == MOVE_RETRY
+    moving = Patience(None)
+    assert moving.next_delay(errors.StructureFailed(
+        "structure S has no owner: it is moving to this node")) == MOVE_RETRY
+    moving.started -= MOVE_PATIENCE
+    with pytest.raises(errors.NotOwner):
+        moving.next_delay(stale)
 
 
 def test_the_keepalive_pings_a_quiet_daemon_and_declares_a_silent_one():

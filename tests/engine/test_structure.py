@@ -485,3 +485,18 @@ def test_forget_drops_a_message_wherever_it_is_without_a_trace():
     assert s.effects == [] and s.take_events() == [] and s.client_locks("IMS1") == []
     with raises("ENTRY_NOT_FOUND"):
         s.forget(ready)
+
+
+def test_holds_unlogged_says_whether_a_non_recoverable_message_is_here():
+    """Only a non-recoverable message, while it is here, makes a structure hold one
+    (a planned move then saves a clean image)."""
+    s = make()
+    s.put("TRAN", "TRANX", b"logged")
+    assert not s.holds_unlogged()
+    e = s.put("TRAN", "TRANX", b"not logged", recoverable=False)
+    assert s.holds_unlogged()
+    s.read("IMS1", "TRAN", "TRANX")
+    got = s.read("IMS1", "TRAN", "TRANX")
+    assert got.entry_id == e.entry_id
+    s.delete("IMS1", e.entry_id)
+    assert not s.holds_unlogged()

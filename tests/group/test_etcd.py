@@ -60,6 +60,26 @@ async def test_delete_if_spares_a_successors_key(etcd, prefix):
     assert await etcd.get(prefix + "k") is None
 
 
+async def test_a_watch_sees_a_delete_made_before_or_while_it_waits(etcd, prefix):
+    """``deleted`` answers True for a delete after the given revision, whether made
+    before the watch began or while it waits, and waits while there is none."""
+    revision = await etcd.put(prefix + "k", b"1")
+    with trio.move_on_after(0.2) as waited:
+        await etcd.deleted(prefix + "k", revision)
+    assert waited.cancelled_caught
+    await etcd.delete(prefix + "k")
+    with trio.fail_after(5):
+        assert await etcd.deleted(prefix + "k", revision)
+    revision = await etcd.put(prefix + "k", b"2")
+    async with trio.open_nursery() as nursery:
+        async def delete_soon():
+            await trio.sleep(0.1)
+            await etcd.delete(prefix + "k")
+        nursery.start_soon(delete_soon)
+        with trio.fail_after(5):
+            assert await etcd.deleted(prefix + "k", revision)
+
+
 async def test_a_key_bound_to_a_revoked_lease_goes(etcd, prefix):
     """Keys bound to a lease vanish when it is revoked; keepalive then reports 0."""
     lease, ttl = await etcd.grant(5)

@@ -132,3 +132,69 @@ async def test_a_node_fenced_between_two_pairs_binds_no_owner_key_to_no_lease(
     assert host.failed and "NODE1-1:B" not in host.served
     kv = await etcd.get(key(group.name, "owners", "B"))
     assert kv is not None and kv.lease == node.lease.lease != 0
+
+
+class StaleAfterHandOver(Etcd):
+    """The first read of the group's keys after the owner let a pair go returns what
+    was there just before (a read that began before the delete, answered after);
+    ``after`` is set once two more reads followed it (the node acted on that view)."""
+
+    def __init__(self, endpoints) -> None:
+        super().__init__(endpoints)
+        self.before: tuple | None = None
+        self.reads_after: int | None = None
+        self.after = trio.Event()
+
+    async def delete_if(self, key, create_revision, **put):
+        # the only owner key this test's node deletes is the one it hands over
+        self.before = await self.get_prefix(key.rsplit("/owners/", 1)[0] + "/")
+        return await super().delete_if(key, create_revision, **put)
+
+    async def get_prefix(self, prefix):
+        if self.reads_after is not None:
+            self.reads_after += 1
+            if self.reads_after == 2:
+                self.after.set()
+        elif self.before is not None and prefix.endswith("/") and "/owners" not in prefix:
+            stale, self.before, self.reads_after = self.before, None, 0
+            return stale
+        return await super().get_prefix(prefix)
+
+
+class MovingHost(QuickHost):
+    """Hands a pair over at once (``release`` in SlowHost is the test's event)."""
+
+    def __init__(self, log_dir) -> None:
+        super().__init__(log_dir)
+        del self.release
+
+    async def release(self, name: str, to: str) -> None:
+        pass
+
+    def end(self) -> tuple[str, int, int]:
+        return self.writer, 1, 1
+
+
+async def test_a_pair_handed_over_is_not_taken_back_from_a_view_read_before(etcd_server,
+                                                                           tmp_path):
+    """A view read before the owner deleted its key shows the pair still bound to the
+    node's lease: the node does not take it back as an orphan (it did, and served it
+    beside the move's target)."""
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    host, etcd = MovingHost(tmp_path), StaleAfterHandOver(group.etcd)
+    lease, _ = await etcd.grant(30)  # a second node, cold: no warm-up is waited for
+    await etcd.put(f"/cqsd/{group.name}/nodes/NODE2", '{"advertise": "tcp://127.0.0.1:2", '
+                   '"writer": "NODE2-1", "standby": "cold"}', lease=lease)
+    node = GroupNode(group, {"P": ("NODE1", "NODE2")}, host, etcd)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(20):
+            await host.done.wait()
+        await node.ask_move("P", "NODE2")
+        with trio.fail_after(20):
+            await etcd.after.wait()
+        nursery.cancel_scope.cancel()
+    await etcd.revoke(lease)
+    assert host.served == ["P"] and "P" not in node.owned and node.moves == 1

@@ -108,22 +108,28 @@ def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three
     """A producer puts and a consumer reads with locks while cqsctl moves the pair
     around three times (back to a node that owned it before, too): every
     acknowledged put is read exactly once or still there; the old owner released the
-    pair before the new one acquired it, each time."""
+    pair before the new one acquired it, each time. A second producer, without
+    ``reconnect``, rides the moves too: no refusal of a move reaches it."""
     settled(three["NODE1"], NAMES)
     addresses = ",".join(three[n].address for n in NAMES)
     acked: list[bytes] = []
     got: list[bytes] = []
+    refused: list[Exception] = []
     stop = threading.Event()
 
-    def produce():
-        with cqsclient.connect(addresses, client="PROD", timeout=10,
-                               reconnect=True) as c:
+    def produce(client: str = "PROD", reconnect: bool = True):
+        with cqsclient.connect(addresses, client=client, timeout=10,
+                               reconnect=reconnect) as c:
             s = c.structure("A1")
             for i in itertools.count():
                 if stop.is_set():
                     return
-                data = b"m%d" % i
-                s.put("Q", data)
+                data = b"%s%d" % (client.encode(), i)
+                try:
+                    s.put("Q", data)
+                except cqsclient.errors.CQSError as err:  # only without reconnect
+                    refused.append(err)
+                    return
                 acked.append(data)
 
     def consume():
@@ -136,7 +142,8 @@ def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three
                     s.delete(m.entry_id)
                     got.append(m.data)
 
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume),
+               threading.Thread(target=produce, args=("PLAIN", False))]
     for t in threads:
         t.start()
     route = ["NODE2", "NODE1", "NODE2"]
@@ -160,6 +167,7 @@ def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three
     with cqsclient.connect(three["NODE1"].address, client="LAST", timeout=10) as c:
         left = [m.data for m in c.structure("A1").browse_all("Q")]
     assert sorted(got + left) == sorted(acked), "lost or duplicated messages"
+    assert not refused, f"a move's refusal reached a client without reconnect: {refused}"
     # the epochs (etcd revisions) order the owners: each released its epoch before the
     # next epoch was created, by the node it was moved to
     owned = sorted((e["epoch"], n) for n in NAMES

@@ -120,7 +120,7 @@ REFUSED = [
     (SmdsState(S.ACTIVE, A.DISABLED), E.OPEN), (SmdsState(avail=V.STOPPED), E.OPEN),
     (SmdsState(S.ACTIVE, A.SUSPENDED, C.OPENFAIL, V.ERROR), E.OPEN),
     (SmdsState(S.NOTFOUND), E.CLOSE_EMPTY), (SmdsState(S.EMPTY), E.ACTIVATE),
-] + [(ACTIVE, e) for e in TRIGGERED]
+] + [(ACTIVE, e) for e in sorted(TRIGGERED, key=lambda e: e.name)]  # one order: xdist
 
 
 @pytest.mark.parametrize(("state", "event"), REFUSED)

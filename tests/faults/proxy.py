@@ -33,9 +33,11 @@ import queue
 import selectors
 import socket
 import struct
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 MODES = ("pass", "blackhole", "reset")
 CHUNK = 65536
@@ -298,6 +300,53 @@ class Proxy:
                 _rst(side.sock)
             else:
                 side.sock.close()
+
+
+class ProxyProcess:
+    """A Proxy in a process of its own, switched over its stdin: a test process busy
+    with its clients' threads (one GIL) must not hold up the bytes it relays (a fault
+    loop saw both of its nodes miss etcd for a second at the same moment)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.proxy", "0", f"{target[0]}:{target[1]}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parents[2])
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline().split()
+        if first[:1] != ["listening"]:
+            self.proc.kill()
+            raise RuntimeError(f"the proxy did not start: {first}")
+        self.address = ("127.0.0.1", int(first[1]))
+
+    def _say(self, line: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "ok":  # applied once answered
+            raise RuntimeError(f"the proxy did not apply {line!r}")
+
+    def heal(self) -> None:
+        self._say("pass")
+
+    def blackhole(self) -> None:
+        self._say("blackhole")
+
+    def reset(self) -> None:
+        self._say("reset")
+
+    def drop_replies(self, n: int) -> None:
+        self._say(f"drop {n}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def main(argv: list[str]) -> int:

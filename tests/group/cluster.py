@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from tests.daemon.harness import Daemon
 from tests.faults.lazyfs import LazyFS
-from tests.faults.proxy import Proxy
+from tests.faults.proxy import ProxyProcess
 
 STRUCTURES = """
 [[structure]]
@@ -95,13 +95,13 @@ class FaultyGroup:
         self.backing = self.root / "backing"
         self.data = self.backing / "data"
         target = urlsplit(etcd)
-        self.proxies: dict[str, Proxy] = {}
+        self.proxies: dict[str, ProxyProcess] = {}
         self.mounts: dict[str, LazyFS] = {}
         self.clocks: dict[str, Path] = {}
         self.nodes: dict[str, Node] = {}
         try:
             for i, name in enumerate(names):
-                proxy = self.proxies[name] = Proxy((target.hostname, target.port)).start()
+                proxy = self.proxies[name] = ProxyProcess((target.hostname, target.port))
                 mount = self.mounts[name] = LazyFS(self.backing, self.root / name).start()
                 clock = self.clocks[name] = self.root / f"{name}.faketime"
                 clock.write_text("+0\n")

@@ -170,7 +170,7 @@ class Loop:
     def run(self, fault: str, owner, other) -> None:
         try:
             getattr(self, fault)(owner, other)
-        except AssertionError as err:  # what each node said last, for the failure's message
+        except (AssertionError, CQSError) as err:  # what each node said last, for the message
             raise AssertionError(f"{fault} fault, owner {owner.name}: {err} " + json.dumps({
                 n: [{k: v for k, v in e.items() if k not in ("level", "timestamp")}
                     for e in node.lines[-30:]] for n, node in self.nodes.items()},

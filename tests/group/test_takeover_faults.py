@@ -231,9 +231,10 @@ class Loop:
         mount.full(True)
         try:
             owner.kill()
-            other.wait_until(lambda: not other.alive or any(
-                e.get("event") in ("takeover_done", "takeover_failed", "log_write_failed",
-                                   "rejoin_failed")
+            other.wait_until(lambda: not other.alive or any(  # of this pair, not another
+                e.get("event") in ("log_write_failed", "rejoin_failed") or (
+                    e.get("event") in ("takeover_done", "takeover_failed")
+                    and e.get("structure") == STRUCTURE)
                 for e in other.lines[mark:]), "its takeover, or its failure", 30)
             owner_mark = len(owner.lines)
             owner.start()

@@ -37,7 +37,6 @@ import logging
 import multiprocessing
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -47,8 +46,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cqsclient  # noqa: E402
+from benchmarks._group import etcd as etcd_server  # noqa: E402
+from benchmarks._group import group_nodes  # noqa: E402
 from benchmarks._procs import process_cpu_seconds  # noqa: E402
-from tests.group.cluster import Node, shared_data  # noqa: E402
+from tests.group.cluster import Node  # noqa: E402
 from tests.group.etcdserver import EtcdServer  # noqa: E402
 
 NAMES = ("NODE1", "NODE2")
@@ -64,9 +65,8 @@ PAYLOAD = b"x" * 1024
 
 
 def start_nodes(etcd: EtcdServer) -> dict[str, Node]:
-    group, data = "MV" + uuid.uuid4().hex[:6].upper(), shared_data()
-    nodes = {n: Node(n, data, etcd.endpoint, group=group, lease=5, standby="warm",
-                     daemon_keys="resync_grace = 30", structures=STRUCTURES) for n in NAMES}
+    nodes = group_nodes(etcd, NAMES, "MV", STRUCTURES, lease=5, standby="warm",
+                        daemon_keys="resync_grace = 30")
     for node in nodes.values():
         node.start()
     nodes["NODE1"].wait_for("takeover_done", count=2, timeout=60)
@@ -287,9 +287,8 @@ def main() -> None:
                     help="pause: print the nodes' events of each move (seconds after the "
                          "putter's last acknowledgement before its longest gap)")
     args = ap.parse_args()
-    etcd = EtcdServer(Path(tempfile.mkdtemp(prefix="mvetcd"))).start()
     summaries = []
-    try:
+    with etcd_server("mvetcd") as etcd:
         for bench in ("pause", "spread"):
             if args.only not in (None, bench):
                 continue
@@ -299,8 +298,6 @@ def main() -> None:
             finally:
                 for node in nodes.values():
                     node.cleanup()
-    finally:
-        etcd.stop()
     for s in summaries:
         print("# " + json.dumps(s))
 

@@ -38,16 +38,16 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cqsclient  # noqa: E402
-from tests.group.cluster import Node, shared_data  # noqa: E402
+from benchmarks._group import etcd as etcd_server  # noqa: E402
+from benchmarks._group import group_nodes  # noqa: E402
+from tests.group.cluster import Node  # noqa: E402
 from tests.group.etcdserver import EtcdServer  # noqa: E402
 
 STRUCTURES = """
@@ -60,15 +60,9 @@ prefer = ["NODE1", "NODE2"]
 """
 
 
-def node(name: str, data: Path, etcd: str, group: str, lease: int, standby: str,
-         size: str) -> Node:
-    n = Node(name, data, etcd, group=group, lease=lease, standby=standby)
-    n.config.write_text(
-        f'[daemon]\ndata_dir = "{data}"\nsocket = "{n.socket}"\n'
-        f"{STRUCTURES.format(size=size)}\n"
-        f'[group]\nname = "{group}"\nnode = "{name}"\netcd = ["{etcd}"]\n'
-        f'lease = {lease}\nstandby = "{standby}"\nadvertise = "{n.address}"\n')
-    return n
+def nodes_of(etcd: EtcdServer, group: str, lease: int, standby: str, size: str) -> list[Node]:
+    return list(group_nodes(etcd, ("NODE1", "NODE2"), group, STRUCTURES.format(size=size),
+                            lease=lease, standby=standby).values())
 
 
 class Putter(threading.Thread):
@@ -121,11 +115,8 @@ def ready_standby(n: Node, standby: str, after: int) -> None:
 
 
 def run_mode(standby: str, args: argparse.Namespace, etcd: EtcdServer) -> dict:
-    data = shared_data()
-    group = "B" + uuid.uuid4().hex[:6].upper()
     size = f"{max(256, args.messages * 3 // 1024 + 256)}MiB"
-    nodes = [node(f"NODE{i}", data, etcd.endpoint, group, args.lease, standby, size)
-             for i in (1, 2)]
+    nodes = nodes_of(etcd, "B", args.lease, standby, size)
     results: list[dict] = []
     try:
         nodes[0].start()
@@ -220,9 +211,7 @@ def run_throughput(args: argparse.Namespace, etcd: EtcdServer) -> dict:
     cpu_per_put: dict[str, list[float]] = {"single": [], "warm_owner": []}
     single = Daemon(structures=STRUCTURES.format(size=size).replace(
         'prefer = ["NODE1", "NODE2"]', ""))
-    data, group = shared_data(), "T" + uuid.uuid4().hex[:6].upper()
-    nodes = [node(f"NODE{i}", data, etcd.endpoint, group, args.lease, "warm", size)
-             for i in (1, 2)]
+    nodes = nodes_of(etcd, "T", args.lease, "warm", size)
     try:
         single.start()
         nodes[0].start()
@@ -270,14 +259,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    etcd = EtcdServer(Path(tempfile.mkdtemp(prefix="cqetcd"))).start()
-    try:
+    with etcd_server("cqetcd") as etcd:
         if args.throughput:
             summaries = [run_throughput(args, etcd)]
         else:
             summaries = [run_mode(mode, args, etcd) for mode in args.modes.split(",")]
-    finally:
-        etcd.stop()
     for s in summaries:
         print("# " + json.dumps(s))
 

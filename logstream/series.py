@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from . import segment
@@ -43,6 +44,32 @@ def list_series(directory: str | os.PathLike[str]) -> dict[str, list[SegmentFile
 def list_segments(directory: str | os.PathLike[str], writer: str) -> list[SegmentFile]:
     """The segments of one writer, oldest first (empty if it has none)."""
     return list_series(directory).get(segment.check_writer_id(writer), [])
+
+
+def _size(seg: SegmentFile) -> int:
+    return seg.path.stat().st_size
+
+
+def bytes_between(segments: list[SegmentFile], after: int, end: int | None,
+                  size_of: Callable[[SegmentFile], int] = _size) -> int:
+    """Record bytes of one series' ``segments`` after LSN ``after`` and before ``end``
+    (the LSN after its last record; None: to its end): how much log a reader starting
+    there goes through. Exact for whole segments; within the segment holding record
+    ``after + 1`` it is that segment's share pro rata by LSN (the whole of it if
+    ``end`` is not known), off by at most one segment. Reads only sizes."""
+    ends = [*(seg.first_lsn for seg in segments[1:]), end]  # the LSN after each one's last
+    total = 0
+    for seg, after_last in zip(segments, ends, strict=True):
+        if after_last is not None and after_last <= after + 1:
+            continue  # every record in it is at or before ``after``
+        try:
+            held = max(0, size_of(seg) - segment.HEADER_SIZE)
+        except FileNotFoundError:
+            continue  # trimmed meanwhile: not after ``after``
+        if seg.first_lsn <= after and after_last is not None:
+            held = held * (after_last - after - 1) // (after_last - seg.first_lsn)
+        total += held
+    return total
 
 
 def check_header(seg: SegmentFile, data: bytes) -> None:

@@ -57,7 +57,7 @@ from . import durable, record, segment
 from .errors import CorruptLog, Damage, LogstreamError, LogWriteFailed, WriterBusy
 from .repair import Repair, cut_tail
 from .scan import scan_to_end
-from .series import SegmentFile, list_segments, read_header
+from .series import SegmentFile, bytes_between, list_segments, read_header
 from .trim import trim
 
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
@@ -482,27 +482,13 @@ class Writer:
             )
 
     def bytes_after(self, lsn: int) -> int:
-        """Record bytes this series holds after `lsn`: how much log a reader starting
-        there goes through. Exact for whole segments; within the segment holding
-        record `lsn + 1` it is that segment's share pro rata by LSN, which is off by
-        at most one segment. Reads only the directory and the segments' sizes."""
+        """Record bytes this series holds after `lsn` (series.bytes_between). Reads only
+        the directory and the segments' sizes."""
         with self._lock:
             end, active, active_size = self._appended_lsn + 1, self._path, self._size
-        segments = list_segments(self.directory, self.writer_id)
-        ends = [*(seg.first_lsn for seg in segments[1:]), end]  # the LSN after each one's last
-        total = 0
-        for seg, after in zip(segments, ends, strict=True):
-            if after <= lsn + 1:
-                continue  # every record in it is at or before lsn
-            try:
-                size = active_size if seg.path == active else seg.path.stat().st_size
-            except FileNotFoundError:
-                continue  # trimmed meanwhile: not after lsn
-            held = max(0, size - segment.HEADER_SIZE)
-            if seg.first_lsn <= lsn:
-                held = held * (after - lsn - 1) // (after - seg.first_lsn)
-            total += held
-        return total
+        return bytes_between(
+            list_segments(self.directory, self.writer_id), lsn, end,
+            lambda seg: active_size if seg.path == active else seg.path.stat().st_size)
 
     def trim(self, before_lsn: int) -> list[Path]:
         """Delete this series' segments whose every LSN is below `before_lsn`."""

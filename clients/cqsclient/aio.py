@@ -370,10 +370,7 @@ class Client:
             if resync is not None:
                 resync = replace(resync, interests=[*resync.interests, *(restored or [])])
                 self._add_link(link, session, resync)
-            if restored is None:
-                self._routes.redirect(structure, owner)
-            else:
-                self._routes.served(structure, owner)
+            self._routes.followed(structure, owner, restored is not None)
             retired = self._settle()
         await self._retire(retired)
         if resync is not None and self.reconnect is not None:

@@ -377,12 +377,7 @@ class Client:
             if resync is not None:
                 resync = replace(resync, interests=[*resync.interests, *(restored or [])])
                 self._add_link(link, session, resync)
-            # a move's target may not serve the pair yet: its interests then wait for
-            # the pair's first answer there (cqsclient.routes)
-            if restored is None:
-                self._routes.redirect(structure, owner)
-            else:
-                self._routes.served(structure, owner)
+            self._routes.followed(structure, owner, restored is not None)
             retired = self._settle()
         self._retire(retired)
         if resync is not None and self.reconnect is not None:

@@ -79,6 +79,15 @@ class Routes:
         self._unsettled.discard(structure)
         return moved
 
+    def followed(self, structure: str, address: str, registered: bool) -> None:
+        """The client followed a NOT_OWNER of *structure* to *address* and tried to
+        register its interests there: done if that was *registered*, else the target
+        does not serve it yet (a move's target): they wait for its first answer."""
+        if registered:
+            self.served(structure, address)
+        else:
+            self.redirect(structure, address)
+
     def served_by(self, address: str) -> set[str]:
         """The structures known to be served at *address*."""
         return {s for s, a in self._owners.items() if a == address}

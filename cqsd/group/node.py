@@ -603,8 +603,11 @@ class GroupNode:
         cut.pop(self.host.writer, None)  # this node's own series is never cut for its pair
         timestamp = max([e.timestamp for e in ends.values()]
                         + [s.timestamp for s in seals], default=0)
-        await self.etcd.put(key(self.group.name, "seals", name, epoch),
-                            Seal(name, epoch, self.host.writer, cut, timestamp).encode())
+        recorded = Seal(name, epoch, self.host.writer, cut, timestamp)
+        await self.etcd.put(key(self.group.name, "seals", name, epoch), recorded.encode())
+        # in the view at once: a checkpoint of the pair before the next read of etcd
+        # must cover the series just sealed at their cuts (Checkpoints.covered)
+        self.view.seals.setdefault(name, []).append(recorded)
         sealed = now()
         takeover = Takeover(name, epoch, cut, timestamp,
                             {"detect": round(started - detected, 3),

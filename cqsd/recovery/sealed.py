@@ -111,7 +111,7 @@ def _rebuild(structures: list[Structure], images: Path, log_dir: Path, srds: Pat
     for s in structures:
         t0 = time.perf_counter()
         report = Rebuilt(s.name, clean=image.path_for(images, s.name).exists())
-        header, rows = base_rows(s.name, images, srds, report)
+        header, rows = base_rows(s.name, images, srds, report, cut)
         report.image_seconds = time.perf_counter() - t0
         plans[s.name] = (s, report, header.get("lsn", {}), rows, header.get("last_id", 0))
     start: dict[str, int] = {}
@@ -149,14 +149,21 @@ def _rebuild(structures: list[Structure], images: Path, log_dir: Path, srds: Pat
     return reports
 
 
-def base_rows(name: str, images: Path, srds: Path, report: Rebuilt) -> tuple[dict, dict]:
+def base_rows(name: str, images: Path, srds: Path, report: Rebuilt,
+              cut: dict[str, int] | None = None) -> tuple[dict, dict]:
     """The rows a pair's structure starts from and the header saying what they cover
-    (also a warm standby's start, group/standby.py)."""
+    (also a warm standby's start, group/standby.py). A base image that covers a
+    writer of ``cut`` past its cut is not used: it would hold late writes of a
+    deposed owner (an owner saves one only while it serves the pair,
+    server/checkpoints.py, but it may be paused between its check and the write)."""
     clean_path, base_path = image.path_for(images, name), images / f"{name}.base"
     if report.clean:
         report.source = "image"
         return image.read_rows(clean_path, name)
     base = image.read_header(base_path, name) if base_path.exists() else None
+    if base is not None and cut is not None and not _covers(cut, {
+            w: lsn for w, lsn in base["lsn"].items() if w in cut}):
+        base = None
     newest = slots.newest_valid(srds, name)
     if newest is not None and (base is None or _covers(newest.lsn, base["lsn"])):
         return from_slot(newest, report)

@@ -19,7 +19,7 @@ import structlog
 import trio
 
 import logstream
-from logstream.series import list_segments
+from logstream.series import bytes_between, list_segments
 
 from ..engine import Structure
 from ..srds import slots
@@ -83,6 +83,7 @@ class Checkpoints:
         self._running: dict[str, _Run] = {}
         self._one_job = trio.Lock()  # one JVM at a time: the daemon keeps the other core
         self._over = trio.Event()  # set when a structure may owe a checkpoint by volume
+        self._basing = trio.Lock()  # one base image save at a time
         self._next_due = NEVER  # ``logged`` at which the next structure reaches the volume
         for name, why in self._due():
             log.info("checkpoint_due", structure=name, why=why, log_bytes=self.owed(name),
@@ -129,18 +130,63 @@ class Checkpoints:
                 pass  # none, or damaged: the restart refuses it if it needs it
         return covered
 
+    async def taken_over(self, pair: str, cut: dict[str, int]) -> None:
+        """This node took pair ``pair`` over (docs/group.md) at the sealed series' ``cut``:
+        what it owes is counted from the log of every earlier owner, not from this
+        node's series alone. The sealed series after the pair's newest checkpoint are
+        owed a checkpoint by volume as a restart's log would be, and if a cold rebuild
+        would now fold checkpoint_log_volume bytes or more, the pair is saved as its
+        base image at once, as after a crash restart: without that, in a group whose
+        owners come and go faster than the volume fills one series, nothing was ever
+        checkpointed and each cold takeover read the whole history of the pair."""
+        names = [pair, *([self.overflow_of[pair]] if pair in self.overflow_of else [])]
+        try:
+            owed = await trio.to_thread.run_sync(self._owed_by_seals, names, cut)
+        except (OSError, ImageError, ManifestError) as err:
+            log.warning("takeover_log_not_counted", structure=pair, error=str(err))
+            return
+        for name, (since_slot, since_base) in owed.items():
+            self.mark[name] = self.logged - since_slot
+            self._folded[name] = since_base
+        self._over.set()  # the volume trigger counts again
+        await self._save_bases()
+
+    def _owed_by_seals(self, names: list[str], cut: dict[str, int]
+                       ) -> dict[str, tuple[int, int]]:
+        """For each structure, the bytes of the sealed series ``cut`` after its newest
+        checkpoint, and after its base (the newer of that and its base image)."""
+        directory, owed = self.datadir.logstream, {}
+        for name in names:
+            recorded = slots.newest_recorded(self.srds, name)
+            slot = recorded[0] if recorded is not None else {}
+            base_path = self.datadir.images / f"{name}.base"
+            based = image.read_header(base_path, name)["lsn"] if base_path.exists() else {}
+            base = based if any(based.get(w, 0) > slot.get(w, 0) for w in based) else slot
+            since_slot, since_base = (sum(
+                bytes_between(list_segments(directory, writer), start.get(writer, 0), lsn + 1)
+                for writer, lsn in cut.items()) for start in (slot, base))
+            owed[name] = since_slot, since_base
+        return owed
+
     async def _save_bases(self) -> None:
-        """A crash restart that folded checkpoint_log_volume bytes of log or more for a
-        structure saves it at once as its crash-recovery base image: a daemon killed
-        again before a checkpoint job can finish (a JVM takes ten seconds or more)
-        then folds only what was logged after this start."""
+        """A crash restart (or takeover) that folded checkpoint_log_volume bytes of log
+        or more for a structure saves it at once as its crash-recovery base image: a
+        daemon killed again before a checkpoint job can finish (a JVM takes ten
+        seconds or more) then folds only what was logged after this start."""
+        async with self._basing:
+            await self._save_due_bases()
+
+    async def _save_due_bases(self) -> None:
         journal = self.journal
         position = journal.position
-        taken = {name: (image.snapshot(s), s.last_id) for name in self._bases_due()
-                 if (s := self.physical(name)) is not None}
+        structures = {name: s for name in self._bases_due()
+                      if (s := self.physical(name)) is not None}
+        taken = {name: (image.snapshot(s), s.last_id) for name, s in structures.items()}
         if not taken or not await journal.wait_durable(position):
             return
         for name, (rows, last_id) in taken.items():
+            if self.physical(name) is not structures[name]:
+                continue  # no longer served here (released, or this node was fenced)
             started = time.monotonic()
             path = self.datadir.images / f"{name}.base"
             try:
@@ -152,6 +198,7 @@ class Checkpoints:
             log.info("base_image_saved", structure=name, messages=len(rows), lsn=position,
                      folded_bytes=self._folded[name],
                      seconds=round(time.monotonic() - started, 3))
+            self._folded[name] = 0
 
     def _bases_due(self) -> list[str]:
         volume = self.config.daemon.checkpoint_log_volume

@@ -32,6 +32,7 @@ from ..recovery.restart import Rebuilt
 from ..recovery.sealed import rebuild_pair
 from ..storage import image
 from ..storage.datadir import DataDir
+from .checkpoints import Checkpoints
 from .clients import Clients
 from .dedup import Dedup
 from .journal import Fenced, Journal
@@ -53,7 +54,8 @@ class Membership:
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
                  clients: Clients, waiters: ReadWaiters, runtime: Runtime,
-                 datasets: DataSets, dedup: Dedup | None = None) -> None:
+                 datasets: DataSets, checkpoints: Checkpoints,
+                 dedup: Dedup | None = None) -> None:
         assert config.group is not None
         self.config = config
         self.datadir = datadir
@@ -64,6 +66,7 @@ class Membership:
         self.runtime = runtime
         self.dedup = dedup if dedup is not None else Dedup(0)
         self.datasets = datasets
+        self.checkpoints = checkpoints
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         if config.group.standby == "warm":
@@ -181,6 +184,8 @@ class Membership:
             self.clients.schedule_peer_recovery(
                 client, failed=False, grace=MOVE_GRACE if takeover.planned else None)
         self.runtime.settle()
+        self.runtime.spawn(f"checkpoint count of {name}", self.checkpoints.taken_over, name,
+                           takeover.cut)
         if warm is None:
             takeover.phases["load"] = round(loaded - started, 3)
         else:  # the records up to the seal, then the pair installed as it stands

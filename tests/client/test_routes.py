@@ -27,6 +27,17 @@ def test_a_moved_structure_registers_its_interests_at_its_first_answer():
     assert routes.knows("S1", B) and routes.served("S1", B) is False
 
 
+def test_a_followed_structure_is_settled_only_where_its_interests_were_registered():
+    """Following a NOT_OWNER: registered at the target, the structure is settled
+    there; refused there (a move's target not serving it yet), it stays unsettled."""
+    routes = Routes(A)
+    routes.served("S1", A)
+    routes.followed("S1", B, registered=False)
+    assert routes.address("S1") == B and not routes.knows("S1", B)
+    routes.followed("S1", A, registered=True)
+    assert routes.knows("S1", A)
+
+
 def test_a_lost_link_forgets_only_its_structures():
     """The structures of the lost node go home again, and say they moved when
     they answer; the others keep their owner."""

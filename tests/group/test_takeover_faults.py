@@ -29,6 +29,7 @@ The faults, each on the owner of the pair unless said otherwise (`FAULTS`):
 import json
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -63,6 +64,9 @@ LEASE = 3
 PROGRESS = 20  # acknowledged puts between two faults: the clients are really working
 SLACK = 0.5  # seconds a reply sent before a fence may take to reach its client
 SEGMENT = "64KiB"  # small log segments: a full disk is met at the next rotation, soon
+# checkpoints and base images by volume, as in production but sooner: a cold takeover
+# then folds the log since the last of them, not the whole run's (docs/group.md)
+CHECKPOINTS = 'checkpoint_log_volume = "256KiB"'
 STEP = 300  # seconds a clock is stepped
 
 
@@ -179,9 +183,15 @@ class Loop:
 
     def takeover(self, node, mark: int, timeout: float = 30) -> None:
         try:
-            node.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=timeout)
+            done = node.wait_for("takeover_done", after=mark, structure=STRUCTURE,
+                                 timeout=timeout)[0]
         except AssertionError as err:
             raise AssertionError(f"{err} {trouble(self.nodes)}") from None
+        if CYCLES > 1:  # a long run's progress, with -s: where takeovers spend their time
+            rebuilt = [(e["structure"], e["source"], e["records_replayed"])
+                       for e in node.events("structure_rebuilt", after=mark)]
+            print(f"{sum(self.figures.values())} {node.name} {done.get('seconds')} "
+                  f"{done.get('phases')} {rebuilt}", file=sys.stderr, flush=True)
 
     def kill(self, owner, other) -> None:
         mark = len(other.lines)
@@ -290,7 +300,8 @@ class Loop:
 def faulty(etcd_server):
     name = "G" + uuid.uuid4().hex[:6].upper()
     group = FaultyGroup(("NODE1", "NODE2"), etcd_server.endpoint, name, LEASE,
-                        daemon_keys=f'log_segment = "{SEGMENT}"', standby=("warm", "cold"))
+                        daemon_keys=f'log_segment = "{SEGMENT}"\n{CHECKPOINTS}',
+                        standby=("warm", "cold"))
     try:
         for node in group.nodes.values():
             node.start()

@@ -319,7 +319,8 @@ class GroupNode:
                     return
             if self.lease.valid(now()) and not self.leaving:
                 for name in self.orphans():
-                    await self._own(name, self.view.owners[name].epoch, self.view_at)
+                    await self._own(name, self.view.owners[name].epoch, self.view_at,
+                                    how="orphan")
                 for name in to_take(self.group.node, self.pairs, self.view, self._stale()):
                     if self.backoff.get(name, 0.0) > now():
                         continue
@@ -433,6 +434,7 @@ class GroupNode:
             warm = now()
             await self.host.release(name, node.advertise)
             self.owned.pop(name, None)
+            self.let_go.add(epoch)  # from now: a view read meanwhile still shows the key
             try:  # one transaction: the pair is free once the target can find its end
                 await self.etcd.delete_if(key(self.group.name, "owners", name), epoch, put={
                     key(self.group.name, "handed", name):
@@ -443,7 +445,6 @@ class GroupNode:
                 return
             self.moves += 1
             self.released.add(name)
-            self.let_go.add(epoch)
             log.info("owner_lost", structure=name, epoch=epoch, why=f"moved to {target}")
             log.info("structure_released", structure=name, epoch=epoch, to=target,
                      warm_seconds=round(warm - started, 3),
@@ -530,14 +531,18 @@ class GroupNode:
         detected = now()
         value = json.dumps({"node": self.group.node, "advertise": self.group.advertise,
                             "writer": self.host.writer})
+        # while the create is answered, the key may already be in a view: not an orphan
+        self.taking.add(name)
         try:
             won, kv = await self.etcd.create(key(self.group.name, "owners", name), value,
                                              self._bound())
         except EtcdError as err:  # if etcd made the key all the same, orphans() finds it
             self.etcd_error = str(err)
             return
+        finally:
+            self.taking.discard(name)
         if won and kv is not None:
-            await self._own(name, kv.create_revision, detected)
+            await self._own(name, kv.create_revision, detected, how="created")
 
     def orphans(self) -> list[str]:
         """Pairs whose owner key is this incarnation's (so bound to its lease) though
@@ -549,12 +554,14 @@ class GroupNode:
                 and o.epoch not in self.let_go
                 and name in self.pairs and name not in self.owned and name not in self.taking]
 
-    async def _own(self, name: str, epoch: int, detected: float) -> None:
-        """The pair ``name`` is this node's at ``epoch``: take it over, or give it up."""
+    async def _own(self, name: str, epoch: int, detected: float, how: str) -> None:
+        """The pair ``name`` is this node's at ``epoch`` (its owner key ``how``: created
+        now, or an orphan found bound to this node's lease): take it over, or give it
+        up."""
         self.owned[name] = epoch
         self.released.discard(name)
         self.taking.add(name)
-        log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch)
+        log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch, how=how)
         try:
             await self._takeover(name, epoch, detected)
         except EtcdUnavailable as err:

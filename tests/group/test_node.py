@@ -198,3 +198,52 @@ async def test_a_pair_handed_over_is_not_taken_back_from_a_view_read_before(etcd
         nursery.cancel_scope.cancel()
     await etcd.revoke(lease)
     assert host.served == ["P"] and "P" not in node.owned and node.moves == 1
+
+
+class SlowCreateReply(Etcd):
+    """etcd applies a create of an owner key, and its reply comes only after the node
+    read the group's keys again (which show the key, bound to the node's lease)."""
+
+    pending: trio.Event | None = None
+    reads = 0  # of the group's keys, since the create was applied
+
+    async def create(self, key, value, lease=0):
+        made = await super().create(key, value, lease)
+        self.pending = trio.Event()
+        await self.pending.wait()
+        return made
+
+    async def get_prefix(self, prefix):
+        got = await super().get_prefix(prefix)
+        if self.pending is not None:
+            self.reads += 1
+            if self.reads == 2:  # the node's watch acted on the first meanwhile
+                self.pending.set()
+        return got
+
+
+async def test_a_pair_whose_create_is_still_answering_is_not_taken_as_an_orphan(
+        etcd_server, tmp_path):
+    """A planned move's target creates the owner key while the node's watch reads the
+    group: the key, bound to the node's lease, must not look like an orphan (a
+    create whose reply was lost), or the pair is taken over twice at one epoch."""
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    host, etcd = QuickHost(tmp_path), SlowCreateReply(group.etcd)
+    node = GroupNode(group, {"P": ("NODE2",)}, host, etcd)  # never taken by the watch
+    tried = trio.Event()
+
+    async def receive() -> None:  # what the target of a planned move does
+        await node._try("P")
+        tried.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        await node.seen.wait()
+        nursery.start_soon(receive)
+        with trio.fail_after(20):
+            await tried.wait()
+        nursery.cancel_scope.cancel()
+    assert etcd.pending is not None and etcd.pending.is_set()
+    assert host.served == ["P"] and node.takeovers == 1

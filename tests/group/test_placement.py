@@ -170,9 +170,11 @@ def test_a_move_under_load_loses_nothing_and_the_pair_never_has_two_owners(three
     assert not refused, f"a move's refusal reached a client without reconnect: {refused}"
     # the epochs (etcd revisions) order the owners: each released its epoch before the
     # next epoch was created, by the node it was moved to
-    owned = sorted({(e["epoch"], n) for n in NAMES
-                    for e in three[n].events("owner_acquired", structure="A1")})
-    assert [n for _, n in owned] == ["NODE1", *route], owned
+    owned = sorted((e["epoch"], n) for n in NAMES
+                   for e in three[n].events("owner_acquired", structure="A1"))
+    assert [n for _, n in owned] == ["NODE1", *route], (owned, {n: [
+        (e["event"], e.get("epoch"), e.get("how"), e.get("seen")) for e in three[n].lines
+        if e.get("structure") == "A1"] for n in NAMES})
     for (epoch, frm), (_, to) in itertools.pairwise(owned):
         three[frm].wait_for("structure_released", structure="A1", to=to, epoch=epoch)
     for n in route[1:]:

@@ -16,6 +16,7 @@ table keeps the last ``KEEP`` jobs.
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,6 +85,18 @@ def _event(line: str) -> dict | None:
     except ValueError:
         return None
     return event if isinstance(event, dict) else None
+
+
+def _end(proc) -> None:
+    """SIGKILL a job and the JVM it started: its process group, once the job leads one
+    (cqsd/srds/__main__.py, ``--parent``); killed alone, its JVM lived on."""
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return
+    except ProcessLookupError:
+        pass
+    proc.kill()
 
 
 def _niced() -> None:
@@ -195,7 +208,7 @@ class Jobs:
             completed = True
         finally:
             if proc.returncode is None:
-                proc.kill()
+                _end(proc)
                 with trio.CancelScope(shield=True):
                     await proc.wait()
             if not completed:
@@ -223,7 +236,7 @@ class Jobs:
             except subprocess.TimeoutExpired:
                 seconds = time.monotonic() - started
                 if seconds > config.daemon.job_timeout:
-                    proc.kill()
+                    _end(proc)
                     proc.communicate()
                     self.end(job, f"killed after job_timeout {config.daemon.job_timeout}s")
                     raise JobFailed(f"{' '.join(args[:3])}: killed after job_timeout "

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -87,17 +88,25 @@ def _label(args: argparse.Namespace) -> str | None:
 
 
 def _exit_with_parent(parent: int) -> None:
-    """End the job as soon as ``parent``, the process that started it, is no longer
-    its parent (it was gone even before we looked, if it is not). The daemon reads
-    the result from a pipe, so a job that outlives it works for nobody, and holds
-    the structure's lock that the next daemon's checkpoint needs. (Not
-    PR_SET_PDEATHSIG: that fires when the parent's *thread* ends, and trio starts
-    processes from worker threads that end when idle.) The JVM exits with us: it
-    stops when its standard input, a pipe from this process, closes."""
+    """End the job, and the JVM it starts, as soon as ``parent``, the process that
+    started it, is no longer its parent (it was gone even before we looked, if it is
+    not). The daemon reads the result from a pipe, so a job that outlives it works
+    for nobody, and holds the structure's lock that the next daemon's checkpoint
+    needs. (Not PR_SET_PDEATHSIG: that fires when the parent's *thread* ends, and
+    trio starts processes from worker threads that end when idle.) The job leads a
+    process group of its own, which the JVM joins, and ends the whole group: a JVM
+    whose Python driver was gone did not always stop (the fault loop found them
+    running minutes later, with their daemons killed)."""
+    try:
+        os.setpgid(0, 0)
+    except PermissionError:
+        pass  # it leads a session of its own, so a group too
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL)
+        if os.getpgrp() == os.getpid():
+            os.killpg(0, signal.SIGKILL)  # itself and its JVM
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

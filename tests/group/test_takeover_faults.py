@@ -285,8 +285,12 @@ class Loop:
                     if "is not live" not in str(err) or time.monotonic() > deadline:
                         raise
                 time.sleep(0.1)
-        owner.wait_for("structure_released", after=owner_mark, structure=STRUCTURE,
-                       to=other.name)
+        # released; or fenced meanwhile (its lease ran out, a loaded machine), and then
+        # the target took the pair over instead: deposed either way
+        owner.wait_until(lambda: owner.events("structure_released", after=owner_mark,
+                                              structure=STRUCTURE, to=other.name)
+                         or owner.events("fenced", after=owner_mark),
+                         "structure_released or fenced")
         self.deposed.append((owner, time.monotonic() + SLACK))
         self.takeover(other, mark)
 

@@ -112,22 +112,36 @@ def test_spark_submit_runs_the_same_job(tmp_path):
     assert {"session", "plan", "read", "fold", "commit"} <= set(result["stages"])
 
 
-def test_a_job_given_its_parent_ends_when_the_parent_is_killed(tmp_path):
-    """With --parent (as the daemon runs it) a job whose parent is SIGKILLed ends
-    within a second or so, releasing the structure's lock for the next job."""
+def children(pid: int) -> list[int]:
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+def test_a_job_given_its_parent_ends_with_its_jvm_when_the_parent_is_killed(tmp_path):
+    """With --parent (as the daemon runs it) a job whose parent is SIGKILLed once its
+    JVM runs ends within a second or so, and its JVM with it (one lived on for
+    minutes in the fault loop), releasing the structure's lock for the next job."""
     fill(tmp_path, 1, 3)
     parent = subprocess.Popen(
         ["sh", "-c", (f'"{sys.executable}" -m cqsd.srds checkpoint --structure {S} '
                       f"--data-dir {tmp_path} --parent $$ & echo $!; wait")],
         stdout=subprocess.PIPE, text=True, cwd=ROOT)
     job = int(parent.stdout.readline())
-    exited = os.pidfd_open(job)
+    deadline = time.monotonic() + 120
+    while not (jvm := children(job)):  # no event says a child was started: look
+        assert time.monotonic() < deadline, "the job started no JVM"
+        time.sleep(0.1)
+    exited = [os.pidfd_open(pid) for pid in (job, *jvm)]
     try:
         parent.kill()
         parent.wait()
-        assert select.select([exited], [], [], 10)[0], "the job outlived its parent"
+        deadline = time.monotonic() + 10
+        for fd in exited:
+            assert select.select([fd], [], [], max(0, deadline - time.monotonic()))[0], \
+                "the job or its JVM outlived the job's parent"
     finally:
-        os.close(exited)
+        for fd in exited:
+            os.close(fd)
     with slots.locked(tmp_path / "srds", S):
         pass  # free
 

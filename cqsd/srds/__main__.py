@@ -8,13 +8,14 @@ in ``error``; 2: the command line is wrong.
 """
 
 import argparse
+import atexit
 import json
 import math
 import os
+import select
 import signal
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,7 +28,6 @@ from logstream.segment import check_writer_id
 
 log = structlog.get_logger()
 JVM_CAUSE = "Caused by: "  # how a Java stack trace starts the part of an exception's cause
-PARENT_POLL = 0.5  # seconds between checks that the daemon that started the job is alive
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure("info")
     if args.parent is not None:
         _exit_with_parent(args.parent)
+        atexit.register(_end_the_rest_of_the_group)
     try:
         for structure in _structures(args):
             slots.check_structure_name(structure)
@@ -89,27 +90,48 @@ def _label(args: argparse.Namespace) -> str | None:
 
 def _exit_with_parent(parent: int) -> None:
     """End the job, and the JVM it starts, as soon as ``parent``, the process that
-    started it, is no longer its parent (it was gone even before we looked, if it is
-    not). The daemon reads the result from a pipe, so a job that outlives it works
-    for nobody, and holds the structure's lock that the next daemon's checkpoint
+    started it, is gone (or is no longer its parent: gone before we looked). The
+    daemon reads the result from a pipe, so a job that outlives it works for
+    nobody, and holds the structure's lock that the next daemon's checkpoint
     needs. (Not PR_SET_PDEATHSIG: that fires when the parent's *thread* ends, and
     trio starts processes from worker threads that end when idle.) The job leads a
     process group of its own, which the JVM joins, and ends the whole group: a JVM
-    whose Python driver was gone did not always stop (the fault loop found them
-    running minutes later, with their daemons killed)."""
+    whose Python driver was gone did not always stop. The wait is on a pidfd, with
+    no clock: a watch that slept between looks died of a faked clock in the fault
+    loop (libfaketime: ``time.sleep`` raised EINVAL), and left jobs and their JVMs
+    running for good after their daemons were killed."""
     try:
         os.setpgid(0, 0)
     except PermissionError:
         pass  # it leads a session of its own, so a group too
+    try:
+        gone: int | None = os.pidfd_open(parent)
+    except ProcessLookupError:
+        gone = None
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL)
+        if gone is not None and os.getppid() == parent:
+            select.select([gone], [], [])
         if os.getpgrp() == os.getpid():
             os.killpg(0, signal.SIGKILL)  # itself and its JVM
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _end_the_rest_of_the_group() -> None:
+    """At a job's exit, SIGKILL what is left of its process group (its JVM): a JVM
+    still starting when its driver failed never saw the driver go, and lived on."""
+    me = os.getpid()
+    if os.getpgrp() != me:
+        return
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != me:
+            try:
+                if os.getpgid(int(entry.name)) == me:
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone meanwhile
 
 
 def _first_line(err: Exception) -> str:

@@ -146,6 +146,35 @@ def test_a_job_given_its_parent_ends_with_its_jvm_when_the_parent_is_killed(tmp_
         pass  # free
 
 
+def test_a_job_that_fails_while_its_jvm_starts_leaves_no_jvm(tmp_path):
+    """A job whose driver fails before its JVM is up (here libfaketime, as the group's
+    fault loop runs nodes, makes the driver's sleep fail with EINVAL) ends its JVM as
+    it exits: that JVM never learnt of its driver and lived on for good."""
+    clock = tmp_path / "clock"
+    clock.write_text("+0\n")
+    env = {**os.environ, "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+           "FAKETIME_TIMESTAMP_FILE": str(clock), "FAKETIME_NO_CACHE": "1",
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    job = subprocess.Popen([sys.executable, "-m", "cqsd.srds", "checkpoint", "--structure", S,
+                            "--data-dir", str(tmp_path), "--parent", str(os.getpid())],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (jvm := children(job.pid)) and job.poll() is None:
+        assert time.monotonic() < deadline, "the job started no JVM"
+        time.sleep(0.05)
+    assert jvm, "the job failed before it started its JVM"
+    exited = [os.pidfd_open(pid) for pid in jvm]
+    try:
+        assert job.wait(60) == 1, job.stderr.read()[-2000:]
+        assert "srds_job_failed" in job.stderr.read()
+        for fd in exited:
+            assert select.select([fd], [], [], 10)[0], "the JVM outlived its failed job"
+    finally:
+        for fd in exited:
+            os.close(fd)
+
+
 def test_a_jvm_error_is_named_by_its_exception_and_root_cause():
     """A Py4J error's first line only names the failing call: the event gives the Java
     exception under it and the last "Caused by:" of its trace."""

@@ -170,7 +170,7 @@ def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME, *,
     if large:
         return b"".join(encode_frame_parts(obj, max_frame))
     _check_frame(obj, max_frame)
-    body = _packer().pack(obj)
+    body: bytes = _packer().pack(obj)
     if len(body) > max_frame:
         raise _too_large(len(body), max_frame)
     return _HEADER.pack(len(body)) + body

@@ -383,8 +383,7 @@ class Writer:
                     if synced is not None:
                         self._durable_lsn = max(self._durable_lsn, synced)
                         self._group_commits += 1
-                    if self._waiting:  # callers waiting for this fsync (notify_all is Python)
-                        self._sync.notify_all()
+                    self._sync.notify_all()
 
     def _sync_once(self) -> int | None:
         """Fdatasync everything appended so far; the LSN it covers, or None on failure."""

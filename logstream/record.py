@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import threading
 from typing import Any, NamedTuple
 
 import crc32c
@@ -30,6 +31,7 @@ MAX_U64 = 2**64 - 1
 _CRC_FROM = 8  # the CRC covers everything after itself
 Parts = list[bytes | memoryview]  # a record, or its body, as buffers for one vectored write
 _TAIL = struct.Struct("<IQQ")  # the CRC-covered part of the header
+_HEAD = struct.Struct("<4sI")  # the part before it: magic and CRC
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,12 +62,27 @@ class NeedData(NamedTuple):
 def pack_body(body: Any) -> bytes:
     """Pack a body with msgpack; raises TypeError or ValueError if it cannot be."""
     try:
-        packed: bytes = msgpack.packb(body, use_bin_type=True)
+        packed: bytes = _packer().pack(body)
     except OverflowError as error:  # an int beyond 64 bits
         raise ValueError(str(error)) from error
     if len(packed) > MAX_BODY:
         raise ValueError(f"record body of {len(packed)} bytes exceeds {MAX_BODY}")
     return packed
+
+
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's ``msgpack.Packer(use_bin_type=True)``: ``packb`` makes (and
+    allocates a buffer for) one a call, more than half of packing a small record. A
+    Packer resets after each ``pack``, even one that raised, but is not safe to share
+    between threads (records are packed on the daemon's loop and in its workers)."""
+    try:
+        packer: msgpack.Packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def unpack_body(packed: bytes) -> Any:
@@ -76,8 +93,7 @@ def unpack_body(packed: bytes) -> Any:
 def encode_packed(lsn: int, timestamp: int, packed: bytes | memoryview) -> bytes:
     """Frame an already packed body; the writer's hot path."""
     tail = _TAIL.pack(len(packed), lsn, timestamp)
-    crc = crc32c.crc32c(packed, crc32c.crc32c(tail))
-    return MAGIC + crc.to_bytes(4, "little") + tail + packed
+    return b"".join((_HEAD.pack(MAGIC, crc32c.crc32c(packed, crc32c.crc32c(tail))), tail, packed))
 
 
 def encode_parts(lsn: int, timestamp: int, parts: Parts) -> Parts:

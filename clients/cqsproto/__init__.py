@@ -24,6 +24,7 @@ from .codec import (
     ProtocolError,
     encode_frame,
     encode_frame_parts,
+    encode_reply,
     max_frame_for,
 )
 from .names import CLIENT_NAME, CLIENT_NAME_RULE
@@ -47,5 +48,6 @@ __all__ = [
     "Reason",
     "encode_frame",
     "encode_frame_parts",
+    "encode_reply",
     "max_frame_for",
 ]

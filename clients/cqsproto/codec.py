@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import threading
 from typing import Any, Final
 
 import msgpack
@@ -70,6 +71,7 @@ __all__ = [
     "ProtocolError",
     "encode_frame",
     "encode_frame_parts",
+    "encode_reply",
     "max_frame_for",
     "pack_parts",
 ]
@@ -168,10 +170,44 @@ def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME, *,
     if large:
         return b"".join(encode_frame_parts(obj, max_frame))
     _check_frame(obj, max_frame)
-    body: bytes = msgpack.packb(obj, use_bin_type=True)
+    body: bytes = _packer().pack(obj)
     if len(body) > max_frame:
         raise _too_large(len(body), max_frame)
     return _HEADER.pack(len(body)) + body
+
+
+# What every successful reply begins and goes on with: ``{"id": ``, then
+# ``"ok": true, "result": `` (msgpack packs a dict's keys in insertion order).
+_REPLY_HEAD: Final = b"\x83\xa2id"
+_REPLY_OK: Final = b"\xa2ok\xc3\xa6result"
+
+
+def encode_reply(request_id: int, result: dict[str, Any],
+                 max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """``encode_frame({"id": request_id, "ok": True, "result": result}, max_frame)``,
+    the frame of every successful reply, byte for byte: packed around a constant
+    prefix, with no map to build or keys to check (the daemon's hot path: a reply a
+    request). Raises as ``encode_frame`` does."""
+    packer = _packer()
+    body = b"".join((_REPLY_HEAD, packer.pack(request_id), _REPLY_OK, packer.pack(result)))
+    if len(body) > max_frame:
+        raise _too_large(len(body), max_frame)
+    return _HEADER.pack(len(body)) + body
+
+
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's ``msgpack.Packer(use_bin_type=True)``: ``packb`` makes (and
+    allocates a buffer for) a Packer a call, ~0.7 µs of a small frame's ~1 µs; one
+    Packer resets after each ``pack``, even one that raised, but is not safe to share
+    between threads."""
+    try:
+        packer: msgpack.Packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def encode_frame_parts(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> Parts:

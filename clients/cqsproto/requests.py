@@ -138,10 +138,19 @@ def parse(frame: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
         message = f"request id must be an integer, got {quote(request_id)}"
         raise ProtocolError(INVALID_REQUEST, message)
     op = frame.get("op")
-    spec = OPS.get(op) if isinstance(op, str) else None
-    if spec is None or not isinstance(op, str):
+    table = _TABLES.get(op) if isinstance(op, str) else None
+    if table is None or not isinstance(op, str):
         raise ProtocolError(INVALID_REQUEST, f"unknown op {quote(op)}")
-    return request_id, op, fields(op, spec, frame, skip=("id", "op"))
+    known, checks = table
+    if not frame.keys() <= known:
+        _unknown_field(op, known, frame)
+    out = {}
+    for name, types, default in checks:  # fields() without its per-call setup
+        value = frame.get(name, default)
+        if type(value) not in types:
+            _wrong_field(op, name, types, value)
+        out[name] = value
+    return request_id, op, out
 
 
 def fields(where: str, spec: Spec, frame: dict[str, Any],
@@ -153,17 +162,39 @@ def fields(where: str, spec: Spec, frame: dict[str, Any],
     out = {}
     for name, (types, default) in spec.items():
         value = frame.get(name, default)
-        if value is REQUIRED:
-            raise ProtocolError(INVALID_REQUEST, f"{where}: field {name!r} is required")
-        # exact types: bool is an int in Python, but never a number or an id on the wire
         if type(value) not in types:
-            wanted = " or ".join("nil" if t is type(None) else t.__name__ for t in types)
-            raise ProtocolError(
-                INVALID_REQUEST,
-                f"{where}: field {name!r} must be {wanted}, got {type(value).__name__}",
-            )
+            _wrong_field(where, name, types, value)
         out[name] = value
     return out
+
+
+def _unknown_field(where: str, known: Any, frame: dict[str, Any]) -> None:
+    """Refuse the first field of ``frame`` that is not in ``known``."""
+    for name in frame:
+        if name not in known:
+            raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {quote(name)}")
+
+
+def _wrong_field(where: str, name: str, types: tuple[type, ...], value: Any) -> None:
+    """Refuse a field that is missing (REQUIRED, whose type no spec accepts) or of a
+    type the spec does not take."""
+    if value is REQUIRED:
+        raise ProtocolError(INVALID_REQUEST, f"{where}: field {name!r} is required")
+    # exact types: bool is an int in Python, but never a number or an id on the wire
+    wanted = " or ".join("nil" if t is type(None) else t.__name__ for t in types)
+    raise ProtocolError(
+        INVALID_REQUEST,
+        f"{where}: field {name!r} must be {wanted}, got {type(value).__name__}",
+    )
+
+
+# OPS as parse checks it, made once: the fields a request of each op may carry
+# (with id and op), and (name, accepted types, default) of each of its fields.
+_TABLES: dict[str, tuple[frozenset[str], tuple[tuple[str, tuple[type, ...], Any], ...]]] = {
+    op: (frozenset(spec).union(("id", "op")),
+         tuple((name, types, default) for name, (types, default) in spec.items()))
+    for op, spec in OPS.items()
+}
 
 
 def next_read(value: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ each fsync the flusher itself sends the replies it made durable (sessions
 whose fsync is fast, handing it to a worker thread costs more than the fsync
 itself (~100 µs of thread and loop wake-ups measured on a 2-core VM against a
 ~200 µs fsync), so the flusher runs it inline while the moving average stays
-under ``INLINE_FSYNC``, and in a thread when the disk is slow. A record
+under ``INLINE_FSYNC``, and in a thread of its own (syncthread.py) when the disk is slow. A record
 that only locks starts no fsync: nobody waits for it, and the next fsync
 covers it; but it is written before any reply leaves after it, so that a
 daemon killed once its reply is out still finds it. Taken in a round of the
@@ -54,6 +54,8 @@ import trio.lowlevel
 import logstream
 from cqsproto.codec import pack_parts
 from logstream.record import MAX_BODY
+
+from .syncthread import SyncThread
 
 log = structlog.get_logger()
 WRITER = "cqsd"  # a daemon on its own; a node of a group writes its own series (docs/group.md)
@@ -149,6 +151,7 @@ class Journal:
         self.sync_data = self.data.sync  # awaited before held-back records are written
         self.on_failure = on_failure
         self.observe = observe
+        self._thread = SyncThread()  # a slow disk's fsyncs (syncthread.py)
 
     @property
     def fsync_average(self) -> float:
@@ -248,7 +251,8 @@ class Journal:
     async def run(self) -> None:
         """The flusher: one fsync at a time, each covering everything appended before it."""
         while self.failed is None:
-            await self._work.wait()
+            if not self._work.is_set():  # set: each pass ends in a checkpoint already
+                await self._work.wait()
             self._work = trio.Event()
             if self._pending:
                 self._write_pending()
@@ -266,14 +270,14 @@ class Journal:
             before, seconds, durable = self.durable, 0.0, self.durable
             try:
                 if held:
-                    durable, seconds = await trio.to_thread.run_sync(
+                    durable, seconds = await self._thread.run(
                         self._append_and_flush, self._held_back[:held], target, writer)
                 elif self._fsync_average < INLINE_FSYNC:
                     started = time.perf_counter()
                     durable = writer.flush(target)
                     seconds = time.perf_counter() - started
                 else:
-                    durable, seconds = await trio.to_thread.run_sync(
+                    durable, seconds = await self._thread.run(
                         self._append_and_flush, [], target, writer)
             except (logstream.LogstreamError, ValueError) as err:
                 if writer is self.writer:  # else the old series' error: it is left anyway
@@ -415,4 +419,5 @@ class Journal:
 
     def close(self) -> None:
         """Seal the log and release its lock (the writer skips the seal if it failed)."""
+        self._thread.close()
         self.writer.close()

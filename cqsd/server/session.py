@@ -32,7 +32,7 @@ from collections import deque
 import structlog
 import trio
 
-from cqsproto import ProtocolError, encode_frame, encode_frame_parts
+from cqsproto import ProtocolError, encode_frame, encode_frame_parts, encode_reply
 from cqsproto.codec import Parts
 
 from ..engine import Reason
@@ -140,7 +140,15 @@ class Session:
         self.send_bytes(data, lsn, frame.get("id"))
 
     def reply(self, request_id: int, result: dict, lsn: int = 0) -> None:
-        self.send({"id": request_id, "ok": True, "result": result}, lsn, type(result) is Large)
+        if type(result) is Large:
+            self.send({"id": request_id, "ok": True, "result": result}, lsn, True)
+            return
+        try:  # a reply a request: packed around a constant prefix (codec.encode_reply)
+            data = encode_reply(request_id, result, self.max_frame)
+        except ProtocolError:  # too large: send words the error
+            self.send({"id": request_id, "ok": True, "result": result}, lsn)
+            return
+        self.send_bytes(data, lsn, request_id)
 
     def fail(self, request_id: int | None, reason: str, message: str,
              details: dict | None = None) -> None:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from logstream import Writer, read
+from logstream.writer import DROP_BEHIND
 
 from .ondisk import segments
 
@@ -48,6 +49,26 @@ def test_a_flush_drops_the_durable_pages_but_the_one_still_written_into(tmp_path
         w.append(b"y" * 1000)  # the next record goes on in that page
         w.flush()
     assert [r.body[:1] for r in read(tmp_path)] == [b"x", b"y"]
+
+
+def test_small_group_commits_drop_their_pages_together(tmp_path: Path) -> None:
+    """Group commits of a few small records drop nothing until DROP_BEHIND bytes
+    of durable pages are cached, then drop them all in one go (one fadvise for
+    many commits)."""
+    with Writer.open(tmp_path, "alpha", segment_size=4 << 20) as w:
+        [path] = segments(tmp_path, "alpha")
+        record = b"r" * 3000
+        while w.stats().bytes_written + 64 + 2 * len(record) < DROP_BEHIND:
+            w.append(record)
+            w.flush()
+        end = w.stats().bytes_written + 64
+        assert all(cached_pages(path, end)[:end // PAGE])  # still cached
+        while cached_pages(path, PAGE)[0]:
+            w.append(record)
+            w.flush()
+        end = w.stats().bytes_written + 64
+        assert end >= DROP_BEHIND
+        assert cached_pages(path, end) == [False] * (end // PAGE) + [True]  # dropped at once
 
 
 def test_sealing_drops_the_rest_of_the_segment(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import crc32c
 import msgpack
 import pytest
@@ -134,3 +136,29 @@ def test_find_frame_skips_damage_and_lower_lsns() -> None:
     assert record.find_frame(buf, 0, 5) == len(buf) - len(newer)
     assert record.find_frame(buf, 0, 3) == buf.index(older)
     assert record.find_frame(buf, 0, 10) is None
+
+
+def test_a_body_that_cannot_be_packed_leaves_the_next_one_whole() -> None:
+    """The packer kept between calls starts afresh after one that raised halfway."""
+    for bad in ({"a": 1, "b": object()}, {"a": 1, "b": 2**70}):
+        with pytest.raises((TypeError, ValueError)):
+            record.pack_body(bad)
+        assert record.pack_body({"c": 3}) == msgpack.packb({"c": 3}, use_bin_type=True)
+
+
+def test_bodies_packed_on_many_threads_at_once_stay_whole() -> None:
+    """Each thread packs with a packer of its own (the daemon packs on its loop and
+    in its fsync thread)."""
+    bodies = [{"n": i, "d": bytes([i % 256]) * (i % 700)} for i in range(2000)]
+
+    def pack_all(out: list) -> None:
+        out.extend(record.pack_body(b) for b in bodies)
+
+    outs: list[list] = [[] for _ in range(4)]
+    threads = [threading.Thread(target=pack_all, args=(o,)) for o in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want = [msgpack.packb(b, use_bin_type=True) for b in bodies]
+    assert all(o == want for o in outs)

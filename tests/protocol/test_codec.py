@@ -26,6 +26,7 @@ from cqsproto import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    encode_reply,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -162,6 +163,35 @@ def test_encode_frame_refuses_a_body_over_max_frame() -> None:
     assert info.value.reason == MESSAGE_TOO_LARGE
     assert str(info.value) == f"frame of {body_size} bytes exceeds the maximum of {body_size - 1}"
     assert len(encode_frame({"p": b"x" * 100}, max_frame=body_size)) == 4 + body_size
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**64 - 1), frames)
+def test_encode_reply_is_the_frame_of_the_reply_map(request_id: int, result: dict) -> None:
+    """A reply packed around its constant prefix is byte for byte the frame of
+    {"id", "ok": true, "result"}, and decodes to it."""
+    frame = encode_reply(request_id, result)
+    reply = {"id": request_id, "ok": True, "result": result}
+    assert frame == encode_frame(reply)
+    decoder = FrameDecoder()
+    decoder.receive_data(frame)
+    assert_same([decoder.next_frame()], [reply])
+
+
+def test_encode_reply_refuses_a_body_over_max_frame() -> None:
+    """As encode_frame: MESSAGE_TOO_LARGE past max_frame."""
+    size = len(encode_frame({"id": 1, "ok": True, "result": {"p": b"x" * 100}})) - 4
+    with pytest.raises(ProtocolError) as info:
+        encode_reply(1, {"p": b"x" * 100}, max_frame=size - 1)
+    assert info.value.reason == MESSAGE_TOO_LARGE
+    assert len(encode_reply(1, {"p": b"x" * 100}, max_frame=size)) == 4 + size
+
+
+def test_a_frame_that_cannot_be_packed_leaves_the_next_one_whole() -> None:
+    """The packer kept between calls starts afresh after one that raised halfway."""
+    for bad in ({"a": 1, "b": object()}, {"a": 1, "b": 2**70}):
+        with pytest.raises((TypeError, OverflowError)):
+            encode_frame(bad)
+        assert encode_frame({"c": 3}) == raw_frame(msgpack.packb({"c": 3}))
 
 
 def test_encode_frame_refuses_what_the_peer_would_refuse() -> None:

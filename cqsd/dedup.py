@@ -15,6 +15,13 @@ log is kept at least that long for it (checkpoints.py, ``trim``).
 This module is pure: the caller passes the clock (wall-clock ns, the log
 records' stamps) and feeds it what the log says. Memory is one entry per key,
 in arrival order, so forgetting is a pop from the front: O(1) a key.
+
+A window holds a pair's puts of two minutes, hundreds of thousands of keys, for
+as long as the daemon runs: each is kept in objects the garbage collector need
+not walk (a flat tuple of ints, the key's tuple of a string and ints, two deque
+slots), or every collection of the daemon's older objects would walk them all
+again, and the puts that fill the window would set off such collections more
+often (benchmarks/exactlyonce.py).
 """
 
 from __future__ import annotations
@@ -29,18 +36,23 @@ Key = tuple[str, str, int]  # client, incarnation, sequence
 
 __all__ = ["Key", "Remembered", "key_field", "key_of_record"]
 
+_AT, _LSN, _IDS = 0, 1, 2  # a remembered key's outcome: (at, lsn, entry id, ...)
+
 
 class Remembered:
     """The keys one structure pair saw in the last ``window`` seconds, each with the
     entry ids its request produced and the LSN of its record (0: not logged, or
     durable already). A window of 0 remembers nothing."""
 
-    __slots__ = ("_order", "_outcomes", "_last", "window_ns")
+    __slots__ = ("_ats", "_keys", "_outcomes", "_last", "window_ns")
 
     def __init__(self, window: float) -> None:
         self.window_ns = int(window * 1e9)
-        self._outcomes: dict[Key, tuple[list[int], int, int]] = {}  # key -> ids, at, lsn
-        self._order: deque[tuple[int, Key]] = deque()  # (at, key), at never decreasing
+        self._outcomes: dict[Key, tuple[int, ...]] = {}  # key -> (at, lsn, entry id, ...)
+        # arrival order, at never decreasing: two deques, not a deque of pairs, so
+        # that a key costs no tuple the collector tracks (see the note above)
+        self._ats: deque[int] = deque()
+        self._keys: deque[Key] = deque()
         self._last = 0
 
     def __len__(self) -> int:
@@ -50,7 +62,7 @@ class Remembered:
         """(entry ids, LSN) of ``key`` if it was seen within the window before ``now``."""
         self.expire(now)
         got = self._outcomes.get(key)
-        return None if got is None else (got[0], got[2])
+        return None if got is None else (list(got[_IDS:]), got[_LSN])
 
     def remember(self, key: Key, ids: list[int], at: int, lsn: int = 0) -> None:
         """``key``'s request produced ``ids`` at wall-clock ns ``at`` (a clock that
@@ -58,18 +70,20 @@ class Remembered:
         if self.window_ns <= 0:
             return
         at = self._last = max(at, self._last)
-        self._outcomes[key] = (ids, at, lsn)
-        self._order.append((at, key))
+        self._outcomes[key] = (at, lsn, *ids)
+        self._ats.append(at)
+        self._keys.append(key)
         self.expire(at)
 
     def expire(self, now: int) -> None:
         """Forget the keys seen more than the window before ``now``."""
         horizon = now - self.window_ns
-        order, outcomes = self._order, self._outcomes
-        while order and order[0][0] < horizon:
-            at, key = order.popleft()
+        ats, keys, outcomes = self._ats, self._keys, self._outcomes
+        while ats and ats[0] < horizon:
+            at = ats.popleft()
+            key = keys.popleft()
             got = outcomes.get(key)
-            if got is not None and got[1] == at:  # not remembered again since
+            if got is not None and got[_AT] == at:  # not remembered again since
                 del outcomes[key]
 
 

@@ -12,7 +12,6 @@ log (``install``, cqsd/recovery/keys.py) and dropped with the pair.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -45,9 +44,7 @@ class Dedup:
         if found is None or self.window <= 0:
             return None
         assert session.client is not None  # only registered sessions put
-        # one incarnation string for all the keys of a connection, not one decoded
-        # per request: a remembered key is then its tuple and ints (cqsd/dedup.py)
-        return session.client, sys.intern(found[0]), found[1]
+        return session.client, found[0], found[1]
 
     def recall(self, pair: str, key: Key | None) -> tuple[list[int], int] | None:
         """(entry ids, LSN to wait for) of a key ``pair`` remembers, or None."""

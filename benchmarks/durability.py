@@ -42,6 +42,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +55,7 @@ FSYNC_BLOCK = 4096
 PUT_QUEUE = "DURPUT"
 STRUCTURE_SIZE = "4GiB"  # room for 1.1M x 1 KiB (3 data elements each) with space to spare
 MAX_CLIENTS = 64
+SLICE_LEAD_NS = 200_000_000  # slice 0 starts this long after the start signal
 JOIN_TIMEOUT = 15.0  # seconds a client process gets to exit after its work
 TARGET_PUT_OVER_FSYNC = 1.5
 PUT_BLOCKS = 10  # figure 2 alternates this many blocks of puts with blocks of fsyncs
@@ -100,6 +102,35 @@ class Window:
         self.seconds += time.monotonic()
         self.server += _procs.process_cpu_seconds(self.pid)
         self.machine += _procs.machine_busy_seconds()
+
+
+class SliceClock(Window):
+    """Window whose start fixes slice 0 in *grid* (a shared monotonic ns, a little
+    ahead, so every process has the time before it begins) and samples the
+    daemon's CPU at each slice boundary, on a thread: for figures whose clients
+    switch between variants slice after slice (smds.py, exactlyonce.py)."""
+
+    def __init__(self, pid: int, grid, slice_ns: int, slices: int) -> None:
+        super().__init__(pid)
+        self.grid, self.slice_ns, self.slices = grid, slice_ns, slices
+        self.cpu: list[float] = []  # the daemon's CPU seconds at each boundary
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> None:
+        super().start()
+        self.grid.value = time.monotonic_ns() + SLICE_LEAD_NS
+        self._thread.start()
+
+    def stop(self) -> None:
+        super().stop()
+        self._thread.join(5)
+
+    def _sample(self) -> None:
+        for k in range(self.slices + 1):
+            wait = (self.grid.value + k * self.slice_ns - time.monotonic_ns()) / 1e9
+            if wait > 0:
+                time.sleep(wait)  # a sampling moment, not a hand-off between processes
+            self.cpu.append(_procs.process_cpu_seconds(self.pid))
 
 
 def run_processes(target, arg_tuples: list[tuple], timeout: float,

@@ -62,14 +62,13 @@ from pathlib import Path
 import _durability_servers as servers
 import _procs
 import _smds_clients as movers
-from durability import Window, emit, environment, run_processes
+from durability import SliceClock, Window, emit, environment, run_processes
 
 MiB = 1 << 20
 MAX_CLIENTS = 64
 STRUCTURE_SIZE = "64MiB"  # the embedded default's MSGQ01: offloaded entries cost one element
 SMALL_SIZE = "1GiB"  # figure 3: room enough that no 1 KiB payload is offloaded
 SMALL_OFFLOAD = "SMDS01"  # figure 3's structure with offload = "smds" (MSGQ01 has none)
-SLICE_LEAD_NS = 200_000_000  # slice 0 starts this long after the start signal
 CHECKPOINTS_OFF = "checkpoint_interval = 0\ncheckpoint_log_volume = 0\n"
 TARGET_RSS_MIB = 300
 TARGET_SMALL_RATIO = 0.95
@@ -449,34 +448,6 @@ def _sdk(address: str):
 
 
 # --- 3. 1 KiB with and without offload configured --------------------------------
-
-
-class SliceClock(Window):
-    """Window whose start fixes slice 0 of figure 3 (a little ahead, so every
-    process has the time before it begins) and samples the daemon's CPU at
-    each slice boundary, on a thread."""
-
-    def __init__(self, pid: int, grid, slice_ns: int, slices: int) -> None:
-        super().__init__(pid)
-        self.grid, self.slice_ns, self.slices = grid, slice_ns, slices
-        self.cpu: list[float] = []  # the daemon's CPU seconds at each boundary
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def start(self) -> None:
-        super().start()
-        self.grid.value = time.monotonic_ns() + SLICE_LEAD_NS
-        self._thread.start()
-
-    def stop(self) -> None:
-        super().stop()
-        self._thread.join(5)
-
-    def _sample(self) -> None:
-        for k in range(self.slices + 1):
-            wait = (self.grid.value + k * self.slice_ns - time.monotonic_ns()) / 1e9
-            if wait > 0:
-                time.sleep(wait)  # a sampling moment, not a hand-off between processes
-            self.cpu.append(_procs.process_cpu_seconds(self.pid))
 
 
 def small_figure(tmp: Path, args, lines: list[dict]) -> None:

@@ -15,10 +15,19 @@ log is kept at least that long for it (checkpoints.py, ``trim``).
 This module is pure: the caller passes the clock (wall-clock ns, the log
 records' stamps) and feeds it what the log says. Memory is one entry per key,
 in arrival order, so forgetting is a pop from the front: O(1) a key.
+
+A window holds a pair's puts of two minutes, hundreds of thousands of keys, for
+as long as the daemon runs, so a key is kept in objects the garbage collector
+does not track: the key as one string, its outcome as the bytes of its ints.
+Tuples (or lists) of them would be walked again by every collection of the
+daemon's older objects, and the puts that fill the window would set off young
+collections more often; and each would cost memory of its own
+(benchmarks/exactlyonce.py measures both).
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -29,18 +38,37 @@ Key = tuple[str, str, int]  # client, incarnation, sequence
 
 __all__ = ["Key", "Remembered", "key_field", "key_of_record"]
 
+_ONE_ID = struct.Struct("3q")  # a put's outcome: at, lsn, its entry id
+_AT = struct.Struct("q")  # the first int of any outcome
+
+
+def _slot(key: Key) -> str:
+    """``key`` as the memory holds it: one string (one to one: a client name has no
+    NUL, and the sequence, last, is digits)."""
+    return f"{key[0]}\0{key[1]}\0{key[2]}"
+
+
+def _outcome(at: int, lsn: int, ids: list[int]) -> bytes:
+    """(at, lsn, entry id, ...) as the bytes of 64-bit ints."""
+    if len(ids) == 1:
+        return _ONE_ID.pack(at, lsn, ids[0])
+    return struct.pack(f"{2 + len(ids)}q", at, lsn, *ids)
+
 
 class Remembered:
     """The keys one structure pair saw in the last ``window`` seconds, each with the
     entry ids its request produced and the LSN of its record (0: not logged, or
     durable already). A window of 0 remembers nothing."""
 
-    __slots__ = ("_order", "_outcomes", "_last", "window_ns")
+    __slots__ = ("_ats", "_slots", "_outcomes", "_last", "window_ns")
 
     def __init__(self, window: float) -> None:
         self.window_ns = int(window * 1e9)
-        self._outcomes: dict[Key, tuple[list[int], int, int]] = {}  # key -> ids, at, lsn
-        self._order: deque[tuple[int, Key]] = deque()  # (at, key), at never decreasing
+        self._outcomes: dict[str, bytes] = {}  # _slot(key) -> _outcome(at, lsn, ids)
+        # arrival order, at never decreasing: two deques, not one of pairs, so that a
+        # key costs no tuple the collector tracks (see the note above)
+        self._ats: deque[int] = deque()
+        self._slots: deque[str] = deque()
         self._last = 0
 
     def __len__(self) -> int:
@@ -49,8 +77,11 @@ class Remembered:
     def recall(self, key: Key, now: int) -> tuple[list[int], int] | None:
         """(entry ids, LSN) of ``key`` if it was seen within the window before ``now``."""
         self.expire(now)
-        got = self._outcomes.get(key)
-        return None if got is None else (got[0], got[2])
+        got = self._outcomes.get(_slot(key))
+        if got is None:
+            return None
+        ints = memoryview(got).cast("q")
+        return ints[2:].tolist(), ints[1]
 
     def remember(self, key: Key, ids: list[int], at: int, lsn: int = 0) -> None:
         """``key``'s request produced ``ids`` at wall-clock ns ``at`` (a clock that
@@ -58,19 +89,22 @@ class Remembered:
         if self.window_ns <= 0:
             return
         at = self._last = max(at, self._last)
-        self._outcomes[key] = (ids, at, lsn)
-        self._order.append((at, key))
+        slot = _slot(key)
+        self._outcomes[slot] = _outcome(at, lsn, ids)
+        self._ats.append(at)
+        self._slots.append(slot)
         self.expire(at)
 
     def expire(self, now: int) -> None:
         """Forget the keys seen more than the window before ``now``."""
         horizon = now - self.window_ns
-        order, outcomes = self._order, self._outcomes
-        while order and order[0][0] < horizon:
-            at, key = order.popleft()
-            got = outcomes.get(key)
-            if got is not None and got[1] == at:  # not remembered again since
-                del outcomes[key]
+        ats, slots, outcomes = self._ats, self._slots, self._outcomes
+        while ats and ats[0] < horizon:
+            at = ats.popleft()
+            slot = slots.popleft()
+            got = outcomes.get(slot)
+            if got is not None and _AT.unpack_from(got)[0] == at:  # not remembered again since
+                del outcomes[slot]
 
 
 def key_field(client: str, key: tuple[str, int], ids: list[int]) -> list[Any]:

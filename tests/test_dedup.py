@@ -2,6 +2,8 @@
 key ever remembered, with its time, looked up by scanning; and the memory a start
 rebuilds from log records equals the one that saw them live."""
 
+import gc
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -89,3 +91,18 @@ def test_a_start_rebuilds_the_memory_the_log_holds(puts, later):
     for key, _ in puts:
         assert rebuilt["MSGQ01"].recall(key, now) == live.recall(key, now)
     assert key_of_record({"s": "X", "e": []}) is None
+
+
+def test_remembered_keys_are_nothing_the_collector_walks():
+    """A window holds hundreds of thousands of keys for the daemon's life: none of
+    them may be an object every full collection walks again (cqsd/dedup.py)."""
+    memory = Remembered(120)
+    gc.collect()
+    before = len(gc.get_objects())
+    for seq in range(10_000):
+        memory.remember(("PROD1", "".join("0123456789abcdef"), seq), [10**18 + seq],
+                        1_000 * SECOND + seq)
+    gc.collect()
+    assert len(memory) == 10_000
+    assert len(gc.get_objects()) - before < 100
+    assert memory.recall(("PROD1", "0123456789abcdef", 7), 1_001 * SECOND) == ([10**18 + 7], 0)

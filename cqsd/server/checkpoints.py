@@ -272,7 +272,9 @@ class Checkpoints:
                  rows=result.get("rows"), records=result.get("records"),
                  seconds=result.get("seconds"), lsn=result.get("lsn"))
         await self._cover_the_rest()
-        self.trim()
+        # off the loop: listing, unlinking and a directory fsync, on a network or FUSE
+        # file system seconds at times, and a group may checkpoint every few seconds
+        await trio.to_thread.run_sync(self.trim)
         return result
 
     async def _make_slot(self, name: str, cut: int) -> dict:

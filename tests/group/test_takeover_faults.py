@@ -66,7 +66,7 @@ SLACK = 0.5  # seconds a reply sent before a fence may take to reach its client
 SEGMENT = "64KiB"  # small log segments: a full disk is met at the next rotation, soon
 # checkpoints and base images by volume, as in production but sooner: a cold takeover
 # then folds the log since the last of them, not the whole run's (docs/group.md)
-CHECKPOINTS = 'checkpoint_log_volume = "256KiB"'
+CHECKPOINTS = 'checkpoint_log_volume = "1MiB"'
 STEP = 300  # seconds a clock is stepped
 
 
@@ -226,6 +226,10 @@ class Loop:
         self.group.step_clock(owner.name, sign * STEP)
         self.progress()  # the owner stamps records with its stepped clock
         self.group.step_clock(other.name, -sign * STEP)
+        now_owner = wait_owner(self.nodes)
+        if now_owner is not owner:  # fenced meanwhile (a loaded machine): deposed, the
+            self.deposed.append((owner, time.monotonic() + SLACK))  # other owns it now
+            owner, other = now_owner, owner
         self.kill(owner, other)
 
     def power(self, owner, other) -> None:

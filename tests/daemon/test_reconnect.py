@@ -191,7 +191,9 @@ def test_a_client_coming_back_warm_finds_its_interests(make_daemon, stop):
     assert next(b.notifications(timeout=10)).queue == "TRANB"
     assert next(a.notifications(timeout=10)).queue == "TRANX"
     a.close()  # deregisters: a normal end forgets the registration
+    lost = len(d.events("connection_lost", client="IMSB"))
     b.abort()
+    d.wait_for("connection_lost", lost + 1, client="IMSB")  # else IMSB is still active
     with cqsclient.connect(d.address, client="IMSA") as again:
         assert again.resumed_interests == []
     with cqsclient.connect(d.address, client="IMSB", cold=True) as cold:

@@ -173,8 +173,9 @@ class Checkpoints:
         or more for a structure saves it at once as its crash-recovery base image: a
         daemon killed again before a checkpoint job can finish (a JVM takes ten
         seconds or more) then folds only what was logged after this start."""
-        async with self._basing:
-            await self._save_due_bases()
+        if self._bases_due():  # none: not even a schedule point
+            async with self._basing:
+                await self._save_due_bases()
 
     async def _save_due_bases(self) -> None:
         journal = self.journal

@@ -251,8 +251,7 @@ class Journal:
     async def run(self) -> None:
         """The flusher: one fsync at a time, each covering everything appended before it."""
         while self.failed is None:
-            if not self._work.is_set():  # set: each pass ends in a checkpoint already
-                await self._work.wait()
+            await self._work.wait()
             self._work = trio.Event()
             if self._pending:
                 self._write_pending()

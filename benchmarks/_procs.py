@@ -177,13 +177,13 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB",
 
 @contextlib.contextmanager
 def cqsd(tmp: Path, max_clients: int, profile: Path | None = None,
-         daemon_keys: str = "") -> Iterator[Server]:
+         daemon_keys: str = "", structure_size: str = "1GiB") -> Iterator[Server]:
     """A running daemon; yields it (its address is ``unix://...``).
 
     With *profile*, the daemon runs under cProfile and writes its stats there
     when it stops (cProfile dumps on a normal exit, which SIGTERM gives).
     """
-    config = cqsd_config(tmp, max_clients, daemon_keys=daemon_keys)
+    config = cqsd_config(tmp, max_clients, structure_size, daemon_keys=daemon_keys)
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]

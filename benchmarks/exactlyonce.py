@@ -49,6 +49,7 @@ from durability import SliceClock, run_processes
 PRODUCERS = 4
 MODES = ("keys", "no keys")
 WINDOW = 120  # seconds: the default dedup_window
+SIZE = "4GiB"  # nobody consumes: a quiet machine puts ~600,000 messages in 30 pairs
 
 
 def schedule(pairs: int) -> list[str]:
@@ -225,7 +226,8 @@ def main() -> int:
     args = parser.parse_args()
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cqsonce") as tmp, \
-            _procs.cqsd(Path(tmp), PRODUCERS + 2, daemon_keys=f"dedup_window = {WINDOW}\n") as d:
+            _procs.cqsd(Path(tmp), PRODUCERS + 2, daemon_keys=f"dedup_window = {WINDOW}\n",
+                        structure_size=SIZE) as d:
         lines = run(d.address, d.pid, args.pairs, args.seconds)
     for line in lines:
         print(json.dumps(line))

@@ -161,15 +161,28 @@ def base_rows(name: str, images: Path, srds: Path, report: Rebuilt,
         report.source = "image"
         return image.read_rows(clean_path, name)
     base = image.read_header(base_path, name) if base_path.exists() else None
-    if base is not None and cut is not None and not _covers(cut, {
-            w: lsn for w, lsn in base["lsn"].items() if w in cut}):
-        base = None
     newest = slots.newest_valid(srds, name)
-    if newest is not None and (base is None or _covers(newest.lsn, base["lsn"])):
+    start = starting_point(newest.lsn if newest is not None else None,
+                           base["lsn"] if base is not None else None, cut)
+    if start == "slot":
         return from_slot(newest, report)
-    if base is not None:
+    if start == "base":
         return from_base(base_path, name, report)
     return {"lsn": {}, "last_id": 0}, {}
+
+
+def starting_point(slot: dict[str, int] | None, base: dict[str, int] | None,
+                   cut: dict[str, int] | None) -> str | None:
+    """Which of a pair's newest SRDS slot and its base image (their log positions)
+    a rebuild starts from: ``"slot"``, ``"base"`` or None (the empty structure).
+    Also the takeover's estimate of the log it owes (server/checkpoints.py), so the
+    two cannot drift apart."""
+    if base is not None and cut is not None and not _covers(
+            cut, {w: lsn for w, lsn in base.items() if w in cut}):
+        base = None
+    if slot is not None and (base is None or _covers(slot, base)):
+        return "slot"
+    return "base" if base is not None else None
 
 
 def _covers(a: dict[str, int], b: dict[str, int]) -> bool:

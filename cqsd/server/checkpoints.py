@@ -22,6 +22,7 @@ import logstream
 from logstream.series import bytes_between, list_segments
 
 from ..engine import Structure
+from ..recovery.sealed import starting_point
 from ..srds import slots
 from ..srds.manifest import ManifestError
 from ..srds.slots import SlotError
@@ -160,8 +161,9 @@ class Checkpoints:
             recorded = slots.newest_recorded(self.srds, name)
             slot = recorded[0] if recorded is not None else {}
             base_path = self.datadir.images / f"{name}.base"
-            based = image.read_header(base_path, name)["lsn"] if base_path.exists() else {}
-            base = based if any(based.get(w, 0) > slot.get(w, 0) for w in based) else slot
+            based = image.read_header(base_path, name)["lsn"] if base_path.exists() else None
+            start = starting_point(slot if recorded is not None else None, based, cut)
+            base = based if start == "base" else slot
             since_slot, since_base = (sum(
                 bytes_between(list_segments(directory, writer), start.get(writer, 0), lsn + 1)
                 for writer, lsn in cut.items()) for start in (slot, base))

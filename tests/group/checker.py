@@ -33,6 +33,9 @@ QUIET = 5.0  # seconds after a request in doubt before the drain believes an emp
 class History:
     put_ok: dict[bytes, int] = field(default_factory=dict)  # payload -> entry id
     put_unknown: set[bytes] = field(default_factory=set)
+    # why each put in doubt was: most are refusals while a pair has no owner (say,
+    # STRUCTURE_FAILED naming etcd), which the checker still counts as in doubt
+    doubts: Counter = field(default_factory=Counter)
     delivered: Counter = field(default_factory=Counter)  # payload -> deliveries seen
     deleted_ok: set[bytes] = field(default_factory=set)
     deleted_unknown: set[bytes] = field(default_factory=set)
@@ -63,6 +66,9 @@ class History:
                 if p not in there and p not in self.deleted_ok and p not in self.deleted_unknown}
         return {
             "acknowledged": len(self.put_ok), "in_doubt": len(self.put_unknown),
+            "in_doubt_why": dict(self.doubts.most_common()),
+            "in_doubt_stored": sum(1 for p in self.put_unknown
+                                   if p in there or p in self.delivered),
             "lost": sorted(lost),
             "unexpected": sorted((set(self.delivered) | set(there)) - put),
             "resurrected": sorted(p for p in self.deleted_ok if p in there),
@@ -164,6 +170,7 @@ class Producer(threading.Thread):
                     self.last_error = err
                     with self.history.lock:
                         self.history.put_unknown.add(payload)
+                        self.history.doubts[getattr(err, "reason", type(err).__name__)] += 1
                     continue
                 with self.history.lock:
                     self.history.acknowledged(payload, eid)
@@ -197,9 +204,10 @@ class ResendingProducer(threading.Thread):
                     i += 1
                     try:
                         eid = s.put(QUEUE, payload)
-                    except (ConnectionLost, CQSError):
+                    except (ConnectionLost, CQSError) as err:
                         with self.history.lock:
                             self.history.put_unknown.add(payload)
+                            self.history.doubts[getattr(err, "reason", type(err).__name__)] += 1
                         continue
                     with self.history.lock:
                         self.history.acknowledged(payload, eid)

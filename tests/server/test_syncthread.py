@@ -5,6 +5,7 @@ import threading
 
 import pytest
 import trio
+import trio.testing
 
 from cqsd.server.syncthread import SyncThread
 
@@ -54,7 +55,7 @@ async def test_a_cancelled_caller_still_waits_for_its_call():
             nursery.start_soon(caller, scope)
             await trio.to_thread.run_sync(entered.wait, 10)
             scope.cancel()
-            await trio.sleep(0.05)  # the cancellation has been delivered, if it could be
+            await trio.testing.wait_all_tasks_blocked()  # the cancellation delivered, if it could be
             assert not ended.is_set() and not done
             release.set()
             with trio.fail_after(10):

@@ -55,7 +55,7 @@ async def test_a_cancelled_caller_still_waits_for_its_call():
             nursery.start_soon(caller, scope)
             await trio.to_thread.run_sync(entered.wait, 10)
             scope.cancel()
-            await trio.testing.wait_all_tasks_blocked()  # the cancellation delivered, if it could be
+            await trio.testing.wait_all_tasks_blocked()  # cancelled, if it could be
             assert not ended.is_set() and not done
             release.set()
             with trio.fail_after(10):

@@ -83,11 +83,12 @@ def producer(address: str, index: int, modes: list[str], seconds: float, grid: A
     reports.put(("done", index, "put", phases))
 
 
-def run(address: str, pid: int, pairs: int, seconds: float) -> list[dict]:
-    """The phases, one record each."""
+def run(address: str, pid: int, pairs: int, seconds: float, only: str | None = None
+        ) -> list[dict]:
+    """The phases, one record each; all in mode ``only`` if given (to profile one)."""
     import multiprocessing
 
-    modes = schedule(pairs)
+    modes = schedule(pairs) if only is None else [only] * (2 * pairs)
     grid = multiprocessing.get_context("spawn").Value("q", 0)
     clock = SliceClock(pid, grid, int(seconds * 1e9), len(modes))
     done = run_processes(_run, [(address, i, modes, seconds, grid) for i in range(PRODUCERS)],
@@ -223,14 +224,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=30, help="phases of each mode (30)")
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds a phase (2)")
+    parser.add_argument("--only", choices=MODES, help="every phase in this mode, the "
+                        "daemon's pid on stderr: to profile one mode (py-spy record -p PID)")
     args = parser.parse_args()
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cqsonce") as tmp, \
             _procs.cqsd(Path(tmp), PRODUCERS + 2, daemon_keys=f"dedup_window = {WINDOW}\n",
                         structure_size=SIZE) as d:
-        lines = run(d.address, d.pid, args.pairs, args.seconds)
+        if args.only:
+            print(f"daemon pid {d.pid}", file=sys.stderr, flush=True)
+        lines = run(d.address, d.pid, args.pairs, args.seconds, args.only)
     for line in lines:
         print(json.dumps(line))
+    if args.only:
+        return 0
     by_mode = {mode: [x for x in lines if x["mode"] == mode] for mode in MODES}
     for mode, mine in by_mode.items():
         print(f"# {mode}: median {statistics.median(x['puts_per_s'] for x in mine):.0f} puts/s, "

@@ -10,9 +10,11 @@ wall clock stepped; CLOCK_BOOTTIME, the lease's clock, is left alone).
 """
 
 import atexit
+import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -122,6 +124,16 @@ class FaultyGroup:
         self.clocks[name].write_text(f"{seconds:+d}\n")
 
     def close(self) -> None:
+        """Stop everything and remove the files; with CQSD_KEEP_FAILED set (a long
+        run's failure to study), the nodes are killed where they stand and the
+        backing directory is kept, with each node's log lines beside it."""
+        if os.environ.get("CQSD_KEEP_FAILED"):
+            for node in self.nodes.values():
+                if node.alive:
+                    node.kill()
+                (self.root / f"{node.name}.jsonl").write_text(
+                    "".join(json.dumps(e, default=str) + "\n" for e in node.lines))
+            print(f"kept: {self.root}", file=sys.stderr)
         for node in self.nodes.values():
             if node.alive:
                 os.kill(node.proc.pid, signal.SIGCONT)
@@ -130,7 +142,8 @@ class FaultyGroup:
             mount.stop()
         for proxy in self.proxies.values():
             proxy.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not os.environ.get("CQSD_KEEP_FAILED"):
+            shutil.rmtree(self.root, ignore_errors=True)
         for leaked in Path("/dev/shm").glob("*faketime_s[he]m_*"):  # one per process
             if not Path("/proc", leaked.name.rpartition("_")[2]).exists():  # SIGKILLed
                 leaked.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,7 +130,11 @@ class FaultyGroup:
         backing directory is kept, with each node's log lines beside it."""
         if os.environ.get("CQSD_KEEP_FAILED"):
             for node in self.nodes.values():
-                if node.alive:
+                if node.alive:  # where each node stands, threads and all
+                    with open(self.root / f"{node.name}.stacks", "w") as out:
+                        subprocess.run(["py-spy", "dump", "--locals", "--pid",
+                                        str(node.proc.pid)], stdout=out,
+                                       stderr=subprocess.STDOUT, timeout=60, check=False)
                     node.kill()
                 (self.root / f"{node.name}.jsonl").write_text(
                     "".join(json.dumps(e, default=str) + "\n" for e in node.lines))

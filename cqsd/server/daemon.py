@@ -33,6 +33,7 @@ from logstream import LogstreamError
 
 from ..config import Config
 from ..errors import CannotStart, DaemonError
+from ..group import stalls
 from ..group.node import writer_for
 from ..storage import image
 from ..storage.datadir import DataDir
@@ -185,6 +186,7 @@ class Daemon:
                 serving = await nursery.start(self.connections.serve, listeners, nursery)
                 if self.membership is not None:
                     spawn("group", self.membership.node.run)
+                    spawn("loop stall watch", stalls.watch)
                 self.life.ready = True
                 log.info("ready", socket=self.config.daemon.socket, tcp=self.config.daemon.tcp,
                          metrics=self.config.daemon.metrics_listen,

@@ -105,7 +105,7 @@ def wait_owner(nodes, not_node=None, timeout=30):
 def trouble(nodes):
     """What the nodes said of the group and its faults, for a failure's message."""
     names = ("owner_acquired", "takeover_done", "takeover_failed", "fenced", "node_joined",
-             "etcd_unreachable", "task_died", "owner_lost", "log_write_failed")
+             "etcd_unreachable", "task_died", "owner_lost", "log_write_failed", "loop_stalled")
     return {n: [(e.get("event"), e.get("structure"), e.get("why") or e.get("error"))
                 for e in node.lines if e.get("event") in names or e.get("level") == "critical"]
             for n, node in nodes.items()}

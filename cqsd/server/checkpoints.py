@@ -181,20 +181,23 @@ class Checkpoints:
 
     async def _save_due_bases(self) -> None:
         journal = self.journal
-        position = journal.position
+        writer, position = journal.writer_id, journal.position
         structures = {name: s for name in self._bases_due()
                       if (s := self.physical(name)) is not None}
-        taken = {name: (image.snapshot(s), s.last_id) for name, s in structures.items()}
-        if not taken or not await journal.wait_durable(position):
+        # what each covers, as of the snapshot: the node may roll to a new series, or
+        # hear of new seals, before its records are durable
+        taken = {name: (image.snapshot(s), s.last_id, self.covered(name, position))
+                 for name, s in structures.items()}
+        if not taken or not await journal.wait_durable(position, writer):
             return
-        for name, (rows, last_id) in taken.items():
+        for name, (rows, last_id, covered) in taken.items():
             if self.physical(name) is not structures[name]:
                 continue  # no longer served here (released, or this node was fenced)
             started = time.monotonic()
             path = self.datadir.images / f"{name}.base"
             try:
                 await trio.to_thread.run_sync(image.write_rows, path, name, rows, len(rows),
-                                              self.covered(name, position), last_id)
+                                              covered, last_id)
             except (OSError, ImageError) as err:
                 log.error("base_image_failed", structure=name, error=str(err))
                 continue
@@ -279,7 +282,9 @@ class Checkpoints:
         await self._cover_the_rest()
         # off the loop: listing, unlinking and a directory fsync, on a network or FUSE
         # file system seconds at times, and a group may checkpoint every few seconds
-        await trio.to_thread.run_sync(self.trim)
+        # the series and position as they are now: a group node may roll to a new
+        # series meanwhile, and this trim is of the one they name
+        await trio.to_thread.run_sync(self._trim, self.journal.writer, self.journal.position)
         return result
 
     async def _make_slot(self, name: str, cut: int) -> dict:
@@ -288,18 +293,19 @@ class Checkpoints:
         s = self.physical(name)
         if s is not None and not s.stats()["messages"]:
             return await self._empty(name, self.journal.position, s.last_id)
+        covered = self.covered(name, cut)  # before any await: the series may roll
         async with self._one_job:
             return await self.jobs.run(self.config.current,
                                        ["checkpoint", "--structure", name,
-                                        *cut_args(self.covered(name, cut))], background=True)
+                                        *cut_args(covered)], background=True)
 
     async def _empty(self, name: str, position: int, last_id: int) -> dict:
         """An empty slot at ``position``, where ``name`` held no message: exact once
         ``position`` is durable. Recorded in the repository as a job's would be."""
         started = time.time()
-        if not await self.journal.wait_durable(position):
+        writer, lsn = self.journal.writer_id, self.covered(name, position)
+        if not await self.journal.wait_durable(position, writer):
             raise JobFailed("the log failed")
-        lsn = self.covered(name, position)
         try:
             base = slots.newest_recorded(self.srds, name)
             slot = slots.empty_checkpoint(self.srds, name, lsn, last_id)
@@ -334,30 +340,35 @@ class Checkpoints:
         of that window back from the log, cqsd/recovery/keys.py). (A crash restart
         starts from a base image only when it is newer than the slots.) A failure to
         delete one is logged, and the next checkpoint tries again."""
-        keep_from = min((self._needed_from(name) for name in self.names), default=0)
-        keep_from = min(keep_from, self.journal.position + 1)
+        self._trim(self.journal.writer, self.journal.position)
+
+    def _trim(self, writer: logstream.Writer, position: int) -> None:
+        """``trim`` of series ``writer``, appended up to ``position``."""
+        me = writer.writer_id
+        keep_from = min((self._needed_from(name, me) for name in self.names), default=0)
+        keep_from = min(keep_from, position + 1)
         if keep_from <= 1:
             return
         cutoff = time.time() - max(self.config.daemon.log_retention,
                                    window_of(self.config.current))
         try:
-            for seg in list_segments(self.datadir.logstream, self.journal.writer_id):
+            for seg in list_segments(self.datadir.logstream, me):
                 if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
                     keep_from = min(keep_from, seg.first_lsn)
                     break
-            gone = self.journal.writer.trim(keep_from)
+            gone = writer.trim(keep_from)
         except OSError as err:
             log.error("log_trim_failed", before_lsn=keep_from, error=str(err))
             return
         if gone:
             log.info("log_trimmed", before_lsn=keep_from, segments=len(gone))
 
-    def _needed_from(self, name: str) -> int:
-        """The first LSN of this daemon's series a recovery of ``name`` may need: the one
-        after its older valid slot; 1 (the whole log) while it has no checkpoint, or its
-        manifest is unreadable. In a group, a pair another node owns needs none of this
-        series unless its slots name it (docs/group.md)."""
-        me, slots_of = self.journal.writer_id, self._positions(name)
+    def _needed_from(self, name: str, me: str) -> int:
+        """The first LSN of this daemon's series ``me`` a recovery of ``name`` may need:
+        the one after its older valid slot; 1 (the whole log) while it has no checkpoint,
+        or its manifest is unreadable. In a group, a pair another node owns needs none
+        of this series unless its slots name it (docs/group.md)."""
+        slots_of = self._positions(name)
         if slots_of is not None and self.physical(name) is None and self.sealed is not _none:
             slots_of = [lsn for lsn in slots_of if me in lsn]
             if not slots_of:

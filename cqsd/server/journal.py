@@ -237,11 +237,13 @@ class Journal:
         """``session`` has replies waiting for a flush: ``release`` it after each."""
         self._held.add(session)
 
-    async def wait_durable(self, lsn: int) -> bool:
-        """Wait until ``lsn`` is on stable storage and acknowledged; False if it never
-        will be. Starts
-        an fsync if none is due: records that only lock do not start one."""
-        while self.acknowledged < lsn:
+    async def wait_durable(self, lsn: int, writer: str | None = None) -> bool:
+        """Wait until ``lsn`` of series ``writer`` (by default the current one) is on
+        stable storage and acknowledged; False if it never will be. A series rolled
+        away from was acknowledged to its end first (``roll``). Starts an fsync if none
+        is due: records that only lock do not start one."""
+        writer = writer or self.writer_id
+        while self.writer_id == writer and self.acknowledged < lsn:
             if self.ended() is not None:
                 return False
             self._work.set()

@@ -156,3 +156,18 @@ async def test_a_rounds_lock_records_go_in_one_write_before_the_replies_after_th
     assert not session.queue and not other.queue
     journal.append(RECORD, urgent=False)
     assert writes == [2, 1] and journal.writer.appended_lsn == 3
+
+
+async def test_a_wait_for_a_series_rolled_away_from_ends_at_once(journal, nursery):
+    """A wait for an LSN of the series a group node rolled away from (a base image or
+    checkpoint whose snapshot was taken before the roll) ends at once: the roll
+    acknowledged that series to its end. Measured against the new series, it would
+    wait until that one reached the old LSN."""
+    nursery.start_soon(journal.run)
+    old = journal.writer_id
+    for _ in range(5):
+        journal.append(RECORD)
+    await journal.roll("NODE1-2")
+    with trio.fail_after(2):
+        assert await journal.wait_durable(5, old)
+    assert journal.writer_id == "NODE1-2" and journal.acknowledged == 0

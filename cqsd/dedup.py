@@ -60,7 +60,7 @@ class Remembered:
     entry ids its request produced and the LSN of its record (0: not logged, or
     durable already). A window of 0 remembers nothing."""
 
-    __slots__ = ("_ats", "_slots", "_outcomes", "_last", "window_ns")
+    __slots__ = ("_ats", "_slots", "_outcomes", "_last", "_durable_to", "window_ns")
 
     def __init__(self, window: float) -> None:
         self.window_ns = int(window * 1e9)
@@ -70,6 +70,7 @@ class Remembered:
         self._ats: deque[int] = deque()
         self._slots: deque[str] = deque()
         self._last = 0
+        self._durable_to = -1  # keys remembered at or before this are durable, whatever LSN
 
     def __len__(self) -> int:
         return len(self._outcomes)
@@ -81,14 +82,20 @@ class Remembered:
         if got is None:
             return None
         ints = memoryview(got).cast("q")
-        return ints[2:].tolist(), ints[1]
+        return ints[2:].tolist(), 0 if ints[0] <= self._durable_to else ints[1]
+
+    def all_durable(self) -> None:
+        """Every key so far is durable: its LSN is of a series the daemon rolled away
+        from (a group node's, acknowledged to its end first), which a reply cannot wait
+        for in the new one."""
+        self._durable_to = self._last
 
     def remember(self, key: Key, ids: list[int], at: int, lsn: int = 0) -> None:
         """``key``'s request produced ``ids`` at wall-clock ns ``at`` (a clock that
         stepped back counts as not moving: the order stays the expiry order)."""
         if self.window_ns <= 0:
             return
-        at = self._last = max(at, self._last)
+        at = self._last = max(at, self._last, self._durable_to + 1)
         slot = _slot(key)
         self._outcomes[slot] = _outcome(at, lsn, ids)
         self._ats.append(at)

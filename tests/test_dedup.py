@@ -106,3 +106,15 @@ def test_remembered_keys_are_nothing_the_collector_walks():
     assert len(memory) == 10_000
     assert len(gc.get_objects()) - before < 100
     assert memory.recall(("PROD1", "0123456789abcdef", 7), 1_001 * SECOND) == ([10**18 + 7], 0)
+
+
+def test_keys_remembered_before_a_roll_wait_for_no_lsn_and_later_ones_do():
+    """After a group node rolls to a new series, a resend of a key from the old one
+    is answered at once (its LSN names the old series, acknowledged to its end); a
+    key remembered after the roll still waits for its record."""
+    memory = Remembered(120)
+    memory.remember(("A", "i1", 1), [7], 1_000 * SECOND, lsn=5_000)
+    memory.all_durable()
+    memory.remember(("A", "i1", 2), [8], 1_000 * SECOND, lsn=3)
+    assert memory.recall(("A", "i1", 1), 1_001 * SECOND) == ([7], 0)
+    assert memory.recall(("A", "i1", 2), 1_001 * SECOND) == ([8], 3)

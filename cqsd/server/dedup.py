@@ -73,6 +73,11 @@ class Dedup:
             memory = self.memories[pair] = Remembered(self.window)
         memory.remember(noted[0], noted[1], time.time_ns(), lsn)
 
+    def rolled(self) -> None:
+        """The log rolled to a new series: every key remembered so far is durable."""
+        for memory in self.memories.values():
+            memory.all_durable()
+
     def install(self, memories: dict[str, Remembered]) -> None:
         """The memories a start or a takeover read back from the log."""
         self.memories.update(memories)

@@ -265,7 +265,9 @@ class Membership:
 
     async def roll(self) -> tuple[str, int]:
         writer = writer_for(self.config.group.node, self.datadir.logstream)  # type: ignore[union-attr]
-        return await self.journal.roll(writer)
+        rolled = await self.journal.roll(writer)
+        self.dedup.rolled()  # a resend's reply waits for no LSN of the old series
+        return rolled
 
     def end(self) -> tuple[str, int, int]:
         return self.journal.writer_id, self.journal.durable, self.journal.writer.last_timestamp

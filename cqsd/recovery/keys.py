@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import logstream
-from logstream.series import list_segments
+from logstream.series import list_series
 
 from ..dedup import Remembered, rebuild
 
@@ -42,9 +42,9 @@ def remembered(log_dir: Path, cut: Mapping[str, int], pairs: dict[str, str], win
 def _recent(log_dir: Path, writers: Iterable[str], since: int) -> dict[str, int]:
     """For each writer written to since ``since``: the first LSN of its oldest segment
     modified since then."""
-    start = {}
+    start, series = {}, list_series(log_dir)  # one listing: a group has many series
     for writer in writers:
-        for seg in list_segments(log_dir, writer):
+        for seg in series.get(writer, ()):
             try:
                 modified = seg.path.stat().st_mtime_ns
             except FileNotFoundError:  # trimmed meanwhile: older than the window

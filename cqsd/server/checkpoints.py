@@ -19,7 +19,7 @@ import structlog
 import trio
 
 import logstream
-from logstream.series import bytes_between, list_segments
+from logstream.series import bytes_between, list_segments, list_series
 
 from ..engine import Structure
 from ..recovery.sealed import starting_point
@@ -156,7 +156,7 @@ class Checkpoints:
                        ) -> dict[str, tuple[int, int]]:
         """For each structure, the bytes of the sealed series ``cut`` after its newest
         checkpoint, and after its base (the newer of that and its base image)."""
-        directory, owed = self.datadir.logstream, {}
+        owed, series = {}, list_series(self.datadir.logstream)  # one listing of them all
         for name in names:
             recorded = slots.newest_recorded(self.srds, name)
             slot = recorded[0] if recorded is not None else {}
@@ -165,7 +165,7 @@ class Checkpoints:
             start = starting_point(slot if recorded is not None else None, based, cut)
             base = based if start == "base" else slot
             since_slot, since_base = (sum(
-                bytes_between(list_segments(directory, writer), start.get(writer, 0), lsn + 1)
+                bytes_between(series.get(writer, []), start.get(writer, 0), lsn + 1)
                 for writer, lsn in cut.items()) for start in (slot, base))
             owed[name] = since_slot, since_base
         return owed

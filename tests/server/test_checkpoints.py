@@ -324,6 +324,26 @@ async def test_in_a_group_a_slot_covers_the_pairs_sealed_series_too(make):
     assert cut_of(rooms, "MSGQ02") == {"NODE3-2": 5, WRITER: 2}
 
 
+async def test_a_slot_begun_before_the_series_rolls_covers_the_series_it_was_taken_in(make):
+    """A group node may roll to a new series while a checkpoint waits for its records
+    to be durable: the slot still covers the series and position it was taken at
+    (read afterwards, it named the new series at the old position: records it never
+    held)."""
+    rooms = make()
+    await rooms.log(100)
+    cp, journal = rooms.checkpoints(), rooms.journal
+    waited = journal.wait_durable
+
+    async def rolled_meanwhile(lsn, writer=None):
+        await journal.roll("NODE1-2")
+        journal.append({"s": "MSGQ01", "e": []})  # the new series moves on
+        return await waited(lsn, writer)
+
+    journal.wait_durable = rolled_meanwhile
+    await cp.take("MSGQ02", "operator")  # it holds no message: a slot at once
+    assert cut_of(rooms, "MSGQ02") == {WRITER: 1}
+
+
 # -- trimming ----------------------------------------------------------------------------
 
 

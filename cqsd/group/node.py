@@ -200,6 +200,10 @@ class GroupNode:
         cut.pop(self.host.writer, None)
         return cut
 
+    def live_series(self) -> set[str]:
+        """The series the live nodes write now: this node's and every joined node's."""
+        return {self.host.writer, *(n.writer for n in self.view.nodes.values())}
+
     def describe(self) -> list[dict[str, Any]]:
         """``display owners``: each pair's owner, epoch, lease left and standbys."""
         at = now()

@@ -19,6 +19,8 @@ import structlog
 import trio
 
 import logstream
+from logstream.durable import fsync_dir
+from logstream.segment import lock_name
 from logstream.series import bytes_between, list_segments, list_series
 
 from ..engine import Structure
@@ -40,6 +42,9 @@ log = structlog.get_logger()
 TRIGGER_POLL = 5.0  # seconds between checks of the automatic triggers
 RETRY_MAX = 300.0  # seconds: a failing automatic checkpoint is retried after 5, 10, ... 300
 NEVER = 1 << 62  # a byte count the log never reaches
+# seconds a dead series is kept at least after its last write, whatever the windows: a
+# node that has opened a new series and not yet said so in etcd writes it already
+RETIRE_AFTER = 300.0
 
 
 class Checkpoints:
@@ -68,6 +73,8 @@ class Checkpoints:
         self.primary_of = {sc.overflow: sc.name for sc in self.config.structures if sc.overflow}
         # a group's sealed series of a pair, by writer (docs/group.md); none alone
         self.sealed: Callable[[str], dict[str, int]] = _none
+        # a group's series still written: every live node's current one (none alone)
+        self.live_series: Callable[[], set[str]] | None = None
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
@@ -284,7 +291,8 @@ class Checkpoints:
         # file system seconds at times, and a group may checkpoint every few seconds
         # the series and position as they are now: a group node may roll to a new
         # series meanwhile, and this trim is of the one they name
-        await trio.to_thread.run_sync(self._trim, self.journal.writer, self.journal.position)
+        await trio.to_thread.run_sync(self._trim, self.journal.writer, self.journal.position,
+                                      self._live(), time.time())
         return result
 
     async def _make_slot(self, name: str, cut: int) -> dict:
@@ -340,17 +348,24 @@ class Checkpoints:
         of that window back from the log, cqsd/recovery/keys.py). (A crash restart
         starts from a base image only when it is newer than the slots.) A failure to
         delete one is logged, and the next checkpoint tries again."""
-        self._trim(self.journal.writer, self.journal.position)
+        self._trim(self.journal.writer, self.journal.position, self._live(), time.time())
 
-    def _trim(self, writer: logstream.Writer, position: int) -> None:
-        """``trim`` of series ``writer``, appended up to ``position``."""
+    def _live(self) -> set[str] | None:
+        """The series a group's live nodes write, read on the loop; None alone."""
+        return None if self.live_series is None else self.live_series()
+
+    def _trim(self, writer: logstream.Writer, position: int, live: set[str] | None,
+              now: float) -> None:
+        """``trim`` of series ``writer``, appended up to ``position``, at wall-clock time
+        ``now``; in a group, the dead series (not in ``live``) are retired too."""
         me = writer.writer_id
+        cutoff = now - max(self.config.daemon.log_retention, window_of(self.config.current))
+        if live is not None:
+            self._retire(me, live, min(cutoff, now - RETIRE_AFTER))
         keep_from = min((self._needed_from(name, me) for name in self.names), default=0)
         keep_from = min(keep_from, position + 1)
         if keep_from <= 1:
             return
-        cutoff = time.time() - max(self.config.daemon.log_retention,
-                                   window_of(self.config.current))
         try:
             for seg in list_segments(self.datadir.logstream, me):
                 if seg.path.stat().st_mtime > cutoff:  # its last record is too recent to go
@@ -362,6 +377,47 @@ class Checkpoints:
             return
         if gone:
             log.info("log_trimmed", before_lsn=keep_from, segments=len(gone))
+
+    def _retire(self, me: str, live: set[str], cutoff: float) -> None:
+        """In a group: delete the whole of every dead series that no recovery can need
+        any more (docs/group.md, "Dead series"). Every takeover, fence and restart
+        leaves one, and each costs every later takeover a listing and its seal's cut.
+        A series is dead when no live node writes it, and needed no more when every
+        slot, base image and clean image of every structure names it (each was taken
+        after it was sealed for that pair, so covers its records of the pair; what
+        lies past its cut is a deposed owner's and never counts) and its last record
+        is older than ``log_retention``, the ``dedup_window`` and RETIRE_AFTER."""
+        series = list_series(self.datadir.logstream)
+        dead = set(series) - live - {me}
+        if not dead:
+            return
+        for name in self.names:
+            named = self._positions(name)
+            if not named:  # no checkpoint, or a manifest unreadable: every record counts
+                return
+            for path in (self.datadir.images / f"{name}.base",
+                         image.path_for(self.datadir.images, name)):
+                if not path.exists():
+                    continue
+                try:
+                    named.append(image.read_header(path, name)["lsn"])
+                except (OSError, ImageError):
+                    return  # a rebuild reports it
+            for lsn in named:
+                dead &= set(lsn)
+        for writer in sorted(dead):
+            segments = series[writer]
+            try:
+                if segments[-1].path.stat().st_mtime > cutoff:
+                    continue
+                for seg in segments:
+                    seg.path.unlink(missing_ok=True)
+                (self.datadir.logstream / lock_name(writer)).unlink(missing_ok=True)
+                fsync_dir(self.datadir.logstream)
+            except OSError as err:
+                log.error("series_retire_failed", writer=writer, error=str(err))
+                return
+            log.info("series_retired", writer=writer, segments=len(segments))
 
     def _needed_from(self, name: str, me: str) -> int:
         """The first LSN of this daemon's series ``me`` a recovery of ``name`` may need:

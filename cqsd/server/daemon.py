@@ -146,6 +146,7 @@ class Daemon:
                                              self.datasets, self.checkpoints, self.dedup)
                 self.datasets.open_sets.writer = lambda: journal.writer_id
                 self.checkpoints.sealed = self.membership.node.cuts
+                self.checkpoints.live_series = self.membership.node.live_series
             self.rooms = rooms = Rooms(
                 config=self.config, life=self.life, datadir=self.datadir, limits=self.limits,
                 registry=self.registry, clients=self.clients, waiters=self.waiters,

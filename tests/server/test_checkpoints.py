@@ -423,3 +423,74 @@ async def test_a_pair_another_node_owns_needs_this_series_only_where_its_slots_n
     cp.trim()
     assert kept(rooms) == (holding(firsts, 11) if needs_from is None
                            else holding(firsts, needs_from))
+
+
+# -- dead series (a group's) ----------------------------------------------------------
+
+DEAD = "NODE2-1"
+
+
+def dead_series(rooms, age=3600):
+    """A series another node wrote and left (killed, fenced), last written ``age``
+    seconds ago: its segment files."""
+    import os
+
+    import logstream
+
+    w = logstream.Writer.open(rooms.datadir.logstream, DEAD, segment_size=SEGMENT)
+    for _ in range(3):
+        w.append({"s": "MSGQ01", "e": []})
+    w.close()
+    files = list_segments(rooms.datadir.logstream, DEAD)
+    then = time.time() - age
+    for seg in files:
+        os.utime(seg.path, (then, then))
+    return files
+
+
+def slots_naming(rooms, dead=True, skip=()):
+    for name in NAMES:
+        if name not in skip:
+            slots.empty_checkpoint(rooms.datadir.srds, name,
+                                   {WRITER: 1, **({DEAD: 3} if dead else {})}, 0)
+
+
+async def test_a_dead_series_every_checkpoint_covers_is_retired(make):
+    """In a group, a series no live node writes, named by every slot of every
+    structure and older than the windows, is deleted whole: each takeover would
+    otherwise list it and cut it again, for ever."""
+    rooms = make()
+    await rooms.log(100)
+    files = dead_series(rooms)
+    slots_naming(rooms)
+    cp = rooms.checkpoints()
+    cp.live_series = lambda: {WRITER}
+    with structlog.testing.capture_logs() as logs:
+        cp.trim()
+    assert not any(seg.path.exists() for seg in files)
+    assert not (rooms.datadir.logstream / f"{DEAD}.lock").exists()
+    assert [e["writer"] for e in logs if e["event"] == "series_retired"] == [DEAD]
+    assert list_segments(rooms.datadir.logstream, WRITER)  # this node's own stays
+
+
+@pytest.mark.parametrize("why", ["live", "recent", "a slot without it", "a base without it",
+                                 "alone"])
+async def test_a_series_some_recovery_may_still_read_is_kept(make, why):
+    """Kept: a series a live node writes, one written lately, one a slot or a base
+    image of some structure does not name (a rebuild from it reads the series), and
+    any series of a daemon on its own."""
+    rooms = make()
+    await rooms.log(100)
+    files = dead_series(rooms, age=10 if why == "recent" else 3600)
+    slots_naming(rooms, skip=("MSGQ02",) if why == "a slot without it" else ())
+    if why == "a slot without it":
+        slots.empty_checkpoint(rooms.datadir.srds, "MSGQ02", {WRITER: 1}, 0)
+    cp = rooms.checkpoints()
+    if why == "a base without it":
+        from cqsd.storage import image
+        image.write_rows(rooms.datadir.images / "MSGQ01OV.base", "MSGQ01OV", {}, 0,
+                         {WRITER: 1}, 0)
+    if why != "alone":
+        cp.live_series = lambda: {WRITER, DEAD} if why == "live" else {WRITER}
+    cp.trim()
+    assert all(seg.path.exists() for seg in files)

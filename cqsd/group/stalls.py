@@ -6,14 +6,17 @@ long computation that should have run in a thread) starves both, and the node is
 fenced "not renewed" with nothing in its log to say why. So the loop beats
 every BEAT seconds and a thread watches the beat: when it is STALL seconds late
 the thread logs ``loop_stalled`` with the loop thread's stack as it stands, and
-the loop logs ``loop_resumed`` with the stall's length when it runs again. The
-thread only reads; it never touches the daemon's state.
+the loop logs ``loop_resumed`` with the stall's length when it runs again, and
+how much of it the garbage collector took (a full collection holds the GIL, so
+no thread runs). The thread only reads; it never touches the daemon's state.
 """
 
+import gc
 import sys
 import threading
 import time
 import traceback
+from collections import deque
 
 import structlog
 import trio
@@ -21,7 +24,7 @@ import trio
 log = structlog.get_logger()
 
 BEAT = 0.25  # seconds between two beats of the loop
-STALL = 1.0  # seconds a beat may be late before the loop counts as stalled
+STALL = 1.0  # seconds a beat may be late (past BEAT) before the loop counts as stalled
 FRAMES = 15  # innermost frames of the stack reported
 
 
@@ -30,13 +33,21 @@ async def watch(stall: float = STALL) -> None:
     beat = [time.monotonic()]
     loop = threading.get_ident()
     stop = threading.Event()
+    collections: deque[tuple[float, float, int]] = deque(maxlen=32)  # (start, end, generation)
+    started = [0.0]
+
+    def timed(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.monotonic()
+        else:
+            collections.append((started[0], time.monotonic(), info["generation"]))
 
     def watcher() -> None:
         reported = None
         while not stop.wait(BEAT):
             last = beat[0]
             late = time.monotonic() - last
-            if late > stall and reported != last:
+            if late > BEAT + stall and reported != last:
                 reported = last
                 frame = sys._current_frames().get(loop)
                 stack = traceback.format_stack(frame)[-FRAMES:] if frame is not None else []
@@ -45,12 +56,17 @@ async def watch(stall: float = STALL) -> None:
 
     thread = threading.Thread(target=watcher, name="loop stall watch", daemon=True)
     thread.start()
+    gc.callbacks.append(timed)
     try:
         while True:
             await trio.sleep(BEAT)
             now = time.monotonic()
             if now - beat[0] > stall + BEAT:
-                log.warning("loop_resumed", stalled_seconds=round(now - beat[0] - BEAT, 3))
+                during = [(e - s, g) for s, e, g in list(collections) if e > beat[0]]
+                log.warning("loop_resumed", stalled_seconds=round(now - beat[0] - BEAT, 3),
+                            gc_seconds=round(sum(d for d, _ in during), 3),
+                            gc_generations=sorted({g for _, g in during}))
             beat[0] = now
     finally:
+        gc.callbacks.remove(timed)
         stop.set()

@@ -61,6 +61,26 @@ def test_start_and_cut_together_read_a_window(two_writers: Path) -> None:
     ]
 
 
+def test_a_series_the_start_already_covers_to_its_cut_is_not_opened(two_writers: Path) -> None:
+    """A start past a writer's cut (a base covering a group's long dead series) reads
+    nothing of it, and does not even open its files: a takeover in a group with
+    many series reads only those it needs."""
+    opened = []
+    real_open = builtins.open
+
+    def watching(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    builtins.open = watching
+    try:
+        records = list(read(two_writers, start={"alpha": 8, "beta": 3},
+                            cut={"alpha": 7, "beta": 4}))
+    finally:
+        builtins.open = real_open
+    assert [(r.writer, r.lsn) for r in records] == [("beta", 3), ("beta", 4)]
+    assert opened and not any("alpha" in p for p in opened)
+
 def test_a_cut_beyond_the_tail_just_ends_the_series(two_writers: Path) -> None:
     """A cut LSN past the last record yields the whole series."""
     assert len(list(read(two_writers, cut={"alpha": 10**6, "beta": 10**6}))) == 350

@@ -193,6 +193,11 @@ class Etcd:
     async def delete(self, key: str) -> None:
         await self.call("/v3/kv/deleterange", {"key": _b64(key)})
 
+    async def delete_keys(self, keys: list[str]) -> None:
+        """Delete every key of ``keys`` in one transaction."""
+        await self.call("/v3/kv/txn", {"success": [
+            {"request_delete_range": {"key": _b64(k)}} for k in keys]})
+
     async def deleted(self, key: str, after: int) -> bool:
         """Wait for ``key`` to be deleted after revision ``after`` (a watch from the next
         revision, so a delete before the call counts): True once it is, False if the

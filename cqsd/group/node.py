@@ -610,7 +610,10 @@ class GroupNode:
             known = {handed.writer: End(handed.lsn, handed.timestamp)}
         ends = known | await trio.to_thread.run_sync(
             seal, self.host.log_dir, [w for w in writers if w not in known])
-        cut = {**before, **{w: e.lsn for w, e in ends.items()}}
+        # every sealed writer at its highest cut (View.cuts): this seal alone says all
+        # the earlier ones did, which are then deleted (a group with churn would keep
+        # thousands, each read back at every poll)
+        cut = {**before, **{w: max(e.lsn, before.get(w, 0)) for w, e in ends.items()}}
         cut.pop(self.host.writer, None)  # this node's own series is never cut for its pair
         timestamp = max([e.timestamp for e in ends.values()]
                         + [s.timestamp for s in seals], default=0)
@@ -618,7 +621,14 @@ class GroupNode:
         await self.etcd.put(key(self.group.name, "seals", name, epoch), recorded.encode())
         # in the view at once: a checkpoint of the pair before the next read of etcd
         # must cover the series just sealed at their cuts (Checkpoints.covered)
-        self.view.seals.setdefault(name, []).append(recorded)
+        self.view.seals[name] = [recorded]
+        if seals:  # best effort: the next takeover deletes what is left
+            with trio.move_on_after(self.etcd.timeout):
+                try:
+                    await self.etcd.delete_keys([key(self.group.name, "seals", name, s.epoch)
+                                                 for s in seals if s.epoch != epoch])
+                except EtcdError:
+                    pass
         sealed = now()
         takeover = Takeover(name, epoch, cut, timestamp,
                             {"detect": round(started - detected, 3),

@@ -247,3 +247,29 @@ async def test_a_pair_whose_create_is_still_answering_is_not_taken_as_an_orphan(
         nursery.cancel_scope.cancel()
     assert etcd.pending is not None and etcd.pending.is_set()
     assert host.served == ["P"] and node.takeovers == 1
+
+
+async def test_a_takeover_keeps_one_seal_per_pair_saying_all_the_earlier_ones_did(
+        etcd_server, tmp_path):
+    """Each takeover records a seal; the earlier seals of the pair are deleted, the new
+    one holding every sealed writer at its highest cut: a group with churn kept
+    thousands, and every node read them all back at every poll."""
+    import json
+
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    etcd = Etcd(group.etcd)
+    for epoch, cut in ((1, {"OLD-1": 10}), (2, {"OLD-1": 7, "OLD-2": 20})):
+        await etcd.put(key(group.name, "seals", "P", epoch), json.dumps(
+            {"writer": "OLD-2", "cut": cut, "timestamp": epoch}))
+    host = QuickHost(tmp_path)
+    node = GroupNode(group, {"P": None}, host, etcd)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(20):
+            await host.done.wait()
+        nursery.cancel_scope.cancel()
+    kvs, _ = await etcd.get_prefix(key(group.name, "seals", "P") + "/")
+    assert [kv.key.rpartition("/")[2] for kv in kvs] == [str(node.owned["P"])]
+    assert json.loads(kvs[0].value)["cut"] == {"OLD-1": 10, "OLD-2": 20}

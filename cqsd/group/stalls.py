@@ -36,7 +36,7 @@ async def watch(stall: float = STALL) -> None:
     collections: deque[tuple[float, float, int]] = deque(maxlen=32)  # (start, end, generation)
     started = [0.0]
 
-    def timed(phase: str, info: dict) -> None:
+    def timed(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             started[0] = time.monotonic()
         else:

@@ -164,7 +164,7 @@ def base_rows(name: str, images: Path, srds: Path, report: Rebuilt,
     newest = slots.newest_valid(srds, name)
     start = starting_point(newest.lsn if newest is not None else None,
                            base["lsn"] if base is not None else None, cut)
-    if start == "slot":
+    if start == "slot" and newest is not None:
         return from_slot(newest, report)
     if start == "base":
         return from_base(base_path, name, report)

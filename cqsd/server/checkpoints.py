@@ -169,8 +169,8 @@ class Checkpoints:
             slot = recorded[0] if recorded is not None else {}
             base_path = self.datadir.images / f"{name}.base"
             based = image.read_header(base_path, name)["lsn"] if base_path.exists() else None
-            start = starting_point(slot if recorded is not None else None, based, cut)
-            base = based if start == "base" else slot
+            chosen = starting_point(slot if recorded is not None else None, based, cut)
+            base = based if chosen == "base" and based is not None else slot
             since_slot, since_base = (sum(
                 bytes_between(series.get(writer, []), start.get(writer, 0), lsn + 1)
                 for writer, lsn in cut.items()) for start in (slot, base))

@@ -29,6 +29,12 @@ SETTLE = 0.05  # seconds a client waits before trying again while a pair has no 
 QUIET = 5.0  # seconds after a request in doubt before the drain believes an empty queue
 
 
+def why_in_doubt(err: BaseException) -> str:
+    """A put's error as the verdict counts it: its reason code, else its type."""
+    reason = getattr(err, "reason", None)
+    return type(err).__name__ if reason is None else str(getattr(reason, "value", reason))
+
+
 @dataclass
 class History:
     put_ok: dict[bytes, int] = field(default_factory=dict)  # payload -> entry id
@@ -170,7 +176,7 @@ class Producer(threading.Thread):
                     self.last_error = err
                     with self.history.lock:
                         self.history.put_unknown.add(payload)
-                        self.history.doubts[getattr(err, "reason", type(err).__name__)] += 1
+                        self.history.doubts[why_in_doubt(err)] += 1
                     continue
                 with self.history.lock:
                     self.history.acknowledged(payload, eid)
@@ -207,7 +213,7 @@ class ResendingProducer(threading.Thread):
                     except (ConnectionLost, CQSError) as err:
                         with self.history.lock:
                             self.history.put_unknown.add(payload)
-                            self.history.doubts[getattr(err, "reason", type(err).__name__)] += 1
+                            self.history.doubts[why_in_doubt(err)] += 1
                         continue
                     with self.history.lock:
                         self.history.acknowledged(payload, eid)

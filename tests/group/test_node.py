@@ -82,6 +82,16 @@ class QuickHost(SlowHost):
         self.done.set()
 
 
+async def served(node: GroupNode, host: QuickHost) -> GroupNode:
+    """``node`` run until ``host`` has served a pair (20 s at most), then stopped."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(20):
+            await host.done.wait()
+        nursery.cancel_scope.cancel()
+    return node
+
+
 async def test_a_pair_won_by_a_create_whose_reply_was_lost_is_taken_over(etcd_server, tmp_path):
     """The create of the owner key was applied but its reply never came: the node finds
     the key bound to its own lease and takes the pair over (it left the pair with
@@ -90,12 +100,7 @@ async def test_a_pair_won_by_a_create_whose_reply_was_lost_is_taken_over(etcd_se
                         etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
                         standby="cold", dedup_window=120.0)
     host, etcd = QuickHost(tmp_path), LostReply(group.etcd)
-    node = GroupNode(group, {"P": None}, host, etcd)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        with trio.fail_after(20):
-            await host.done.wait()
-        nursery.cancel_scope.cancel()
+    node = await served(GroupNode(group, {"P": None}, host, etcd), host)
     assert etcd.lost and host.served == ["P"] and "P" in node.owned
 
 
@@ -264,12 +269,7 @@ async def test_a_takeover_keeps_one_seal_per_pair_saying_all_the_earlier_ones_di
         await etcd.put(key(group.name, "seals", "P", epoch), json.dumps(
             {"writer": "OLD-2", "cut": cut, "timestamp": epoch}))
     host = QuickHost(tmp_path)
-    node = GroupNode(group, {"P": None}, host, etcd)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        with trio.fail_after(20):
-            await host.done.wait()
-        nursery.cancel_scope.cancel()
+    node = await served(GroupNode(group, {"P": None}, host, etcd), host)
     kvs, _ = await etcd.get_prefix(key(group.name, "seals", "P") + "/")
     assert [kv.key.rpartition("/")[2] for kv in kvs] == [str(node.owned["P"])]
     assert json.loads(kvs[0].value)["cut"] == {"OLD-1": 10, "OLD-2": 20}

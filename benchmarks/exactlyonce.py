@@ -127,7 +127,8 @@ def bytes_per_key(n: int = 100_000) -> float:
     for seq in range(n):
         fresh = "".join(incarnation)  # a new str per request, as msgpack decodes it
         key = dedup.key(session, "put", [fresh, seq + 1_000_000])  # type: ignore[arg-type]
-        dedup.remember("MSGQ01", (key, [seq + 10**18]), seq)  # type: ignore[arg-type]
+        dedup.note("MSGQ01", key, [seq + 10**18])
+        dedup.remember("MSGQ01", dedup.stamp("MSGQ01", None), seq)  # type: ignore[arg-type]
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     assert len(dedup.memories["MSGQ01"]) == n

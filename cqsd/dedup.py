@@ -34,41 +34,43 @@ from typing import Any
 
 from .records import KEY, STRUCTURE
 
-Key = tuple[str, str, int]  # client, incarnation, sequence
+Key = str  # client, incarnation and sequence as one string (``key_of``)
 
-__all__ = ["Key", "Remembered", "key_field", "key_of_record"]
+__all__ = ["Key", "Remembered", "key_field", "key_of", "key_of_record"]
 
 _ONE_ID = struct.Struct("3q")  # a put's outcome: at, lsn, its entry id
 _AT = struct.Struct("q")  # the first int of any outcome
 
 
-def _slot(key: Key) -> str:
-    """``key`` as the memory holds it: one string (one to one: a client name has no
+def key_of(client: str, incarnation: str, sequence: int) -> Key:
+    """A key as the memory holds it: one string (one to one: a client name has no
     NUL, and the sequence, last, is digits)."""
-    return f"{key[0]}\0{key[1]}\0{key[2]}"
+    return f"{client}\0{incarnation}\0{sequence}"
 
 
 def _outcome(at: int, lsn: int, ids: list[int]) -> bytes:
-    """(at, lsn, entry id, ...) as the bytes of 64-bit ints."""
-    if len(ids) == 1:
-        return _ONE_ID.pack(at, lsn, ids[0])
+    """(at, lsn, entry id, ...) as the bytes of 64-bit ints (a put's, of one id, is
+    packed inline by ``remember``)."""
     return struct.pack(f"{2 + len(ids)}q", at, lsn, *ids)
 
 
 class Remembered:
     """The keys one structure pair saw in the last ``window`` seconds, each with the
     entry ids its request produced and the LSN of its record (0: not logged, or
-    durable already). A window of 0 remembers nothing."""
+    durable already). A window of 0 remembers nothing.
 
-    __slots__ = ("_ats", "_slots", "_outcomes", "_last", "_durable_to", "window_ns")
+    ``recall`` and ``remember`` run once each for every keyed put: the expiry is
+    looked at inline, and called only when the oldest key is due."""
+
+    __slots__ = ("_ats", "_keys", "_outcomes", "_last", "_durable_to", "window_ns")
 
     def __init__(self, window: float) -> None:
         self.window_ns = int(window * 1e9)
-        self._outcomes: dict[str, bytes] = {}  # _slot(key) -> _outcome(at, lsn, ids)
+        self._outcomes: dict[Key, bytes] = {}  # key -> _outcome(at, lsn, ids)
         # arrival order, at never decreasing: two deques, not one of pairs, so that a
         # key costs no tuple the collector tracks (see the note above)
         self._ats: deque[int] = deque()
-        self._slots: deque[str] = deque()
+        self._keys: deque[Key] = deque()
         self._last = 0
         self._durable_to = -1  # keys remembered at or before this are durable, whatever LSN
 
@@ -77,8 +79,10 @@ class Remembered:
 
     def recall(self, key: Key, now: int) -> tuple[list[int], int] | None:
         """(entry ids, LSN) of ``key`` if it was seen within the window before ``now``."""
-        self.expire(now)
-        got = self._outcomes.get(_slot(key))
+        ats = self._ats
+        if ats and ats[0] < now - self.window_ns:
+            self.expire(now)
+        got = self._outcomes.get(key)
         if got is None:
             return None
         ints = memoryview(got).cast("q")
@@ -96,22 +100,24 @@ class Remembered:
         if self.window_ns <= 0:
             return
         at = self._last = max(at, self._last, self._durable_to + 1)
-        slot = _slot(key)
-        self._outcomes[slot] = _outcome(at, lsn, ids)
-        self._ats.append(at)
-        self._slots.append(slot)
-        self.expire(at)
+        self._outcomes[key] = (_ONE_ID.pack(at, lsn, ids[0]) if len(ids) == 1
+                               else _outcome(at, lsn, ids))
+        ats = self._ats
+        ats.append(at)
+        self._keys.append(key)
+        if ats[0] < at - self.window_ns:
+            self.expire(at)
 
     def expire(self, now: int) -> None:
         """Forget the keys seen more than the window before ``now``."""
         horizon = now - self.window_ns
-        ats, slots, outcomes = self._ats, self._slots, self._outcomes
+        ats, keys, outcomes = self._ats, self._keys, self._outcomes
         while ats and ats[0] < horizon:
             at = ats.popleft()
-            slot = slots.popleft()
-            got = outcomes.get(slot)
+            key = keys.popleft()
+            got = outcomes.get(key)
             if got is not None and _AT.unpack_from(got)[0] == at:  # not remembered again since
-                del outcomes[slot]
+                del outcomes[key]
 
 
 def key_field(client: str, key: tuple[str, int], ids: list[int]) -> list[Any]:
@@ -125,7 +131,7 @@ def key_of_record(body: dict[str, Any]) -> tuple[Key, list[int]] | None:
     if not field:
         return None
     client, incarnation, sequence, ids = field
-    return (client, incarnation, sequence), list(ids)
+    return key_of(client, incarnation, sequence), list(ids)
 
 
 def rebuild(records: Iterable[tuple[int, dict[str, Any]]], pair_of: dict[str, str],

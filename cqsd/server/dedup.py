@@ -18,11 +18,13 @@ from typing import Any
 from cqsproto import requests
 
 from ..config import Config
-from ..dedup import Key, Remembered, key_field
+from ..dedup import Key, Remembered, key_field, key_of
 from ..records import KEY
 from .session import Session
 
-Noted = tuple[Key, list[int]]
+# A keyed request: its key, and its record's KEY field (``key_field``), both built
+# once; the field's entry ids are filled in when it is applied (``note``).
+Noted = tuple[Key, list[Any]]
 
 
 def window_of(config: Config) -> float:
@@ -32,38 +34,43 @@ def window_of(config: Config) -> float:
 
 
 class Dedup:
+    """Every keyed put passes through ``key``, ``recall``, ``note``, ``stamp`` and
+    ``remember`` once: the key is built once, as the memory's string and as the
+    record's field (benchmarks/exactlyonce.py prices the path)."""
+
     def __init__(self, window: float) -> None:
         self.window = window
         self.memories: dict[str, Remembered] = {}  # pair -> its keys
         self._noted: dict[str, Noted] = {}  # pair -> the key of the request being settled
 
-    def key(self, session: Session, where: str, value: list[Any] | None) -> Key | None:
+    def key(self, session: Session, where: str, value: list[Any] | None) -> Noted | None:
         """The full key of a request's ``key`` field (INVALID_REQUEST if malformed);
         None if it has none or the window is 0 (nothing is remembered then)."""
         found = requests.idempotency_key(where, value)
         if found is None or self.window <= 0:
             return None
-        assert session.client is not None  # only registered sessions put
-        return session.client, found[0], found[1]
+        client = session.client
+        assert client is not None  # only registered sessions put
+        return key_of(client, found[0], found[1]), key_field(client, found, [])
 
-    def recall(self, pair: str, key: Key | None) -> tuple[list[int], int] | None:
+    def recall(self, pair: str, key: Noted | None) -> tuple[list[int], int] | None:
         """(entry ids, LSN to wait for) of a key ``pair`` remembers, or None."""
-        memory = self.memories.get(pair)
-        if key is None or memory is None:
+        if key is None:
             return None
-        return memory.recall(key, time.time_ns())
+        memory = self.memories.get(pair)
+        return None if memory is None else memory.recall(key[0], time.time_ns())
 
-    def note(self, pair: str, key: Key | None, ids: list[int]) -> None:
+    def note(self, pair: str, key: Noted | None, ids: list[int]) -> None:
         """The request with ``key`` was applied to ``pair`` and produced ``ids``."""
         if key is not None:
-            self._noted[pair] = (key, ids)
+            key[1][3] = ids
+            self._noted[pair] = key
 
     def stamp(self, pair: str, record: dict[str, Any] | None) -> Noted | None:
         """The key noted for ``pair``, written into its record (if it made one)."""
         noted = self._noted.pop(pair, None) if self._noted else None
         if noted is not None and record is not None:
-            key, ids = noted
-            record[KEY] = key_field(key[0], (key[1], key[2]), ids)
+            record[KEY] = noted[1]
         return noted
 
     def remember(self, pair: str, noted: Noted, lsn: int) -> None:
@@ -71,7 +78,7 @@ class Dedup:
         memory = self.memories.get(pair)
         if memory is None:
             memory = self.memories[pair] = Remembered(self.window)
-        memory.remember(noted[0], noted[1], time.time_ns(), lsn)
+        memory.remember(noted[0], noted[1][3], time.time_ns(), lsn)
 
     def rolled(self) -> None:
         """The log rolled to a new series: every key remembered so far is durable."""

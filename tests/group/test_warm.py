@@ -9,6 +9,7 @@ import pytest
 
 import cqsclient
 import logstream
+from cqsd.dedup import key_of
 from cqsd.engine import QueueType, Structure, StructurePair
 from cqsd.group.ownership import Owner, Seal, View
 from cqsd.group.standby import END, Follower, Tailer, limits, load
@@ -160,7 +161,7 @@ def test_a_warm_standby_keeps_the_idempotency_keys_of_the_window(tmp_path):
         for rec in follower.read({"A-1": END}):
             warm.apply(rec)
     now = time.time_ns()
-    assert [warm.keys.recall(("C", "i", n), now) for n in range(1, 12)] == [
+    assert [warm.keys.recall(key_of("C", "i", n), now) for n in range(1, 12)] == [
         ([100 + n], 0) for n in range(1, 12)]
     cold, _ = load(new_pair("MSGQ01").structures(), images, srds, log_dir,
                    {"A-1": END})  # no window: no keys

@@ -99,7 +99,11 @@ class Remembered:
         stepped back counts as not moving: the order stays the expiry order)."""
         if self.window_ns <= 0:
             return
-        at = self._last = max(at, self._last, self._durable_to + 1)
+        if at <= self._last:
+            at = self._last
+        if at <= self._durable_to:
+            at = self._durable_to + 1
+        self._last = at
         self._outcomes[key] = (_ONE_ID.pack(at, lsn, ids[0]) if len(ids) == 1
                                else _outcome(at, lsn, ids))
         ats = self._ats

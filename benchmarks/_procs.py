@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -177,14 +177,17 @@ def cqsd_config(tmp: Path, max_clients: int, structure_size: str = "1GiB",
 
 @contextlib.contextmanager
 def cqsd(tmp: Path, max_clients: int, profile: Path | None = None,
-         daemon_keys: str = "", structure_size: str = "1GiB") -> Iterator[Server]:
+         daemon_keys: str = "", structure_size: str = "1GiB",
+         under: Sequence[str] = ()) -> Iterator[Server]:
     """A running daemon; yields it (its address is ``unix://...``).
 
     With *profile*, the daemon runs under cProfile and writes its stats there
-    when it stops (cProfile dumps on a normal exit, which SIGTERM gives).
+    when it stops (cProfile dumps on a normal exit, which SIGTERM gives). *under*
+    is a command the daemon runs under (valgrind's, say: it gets 20 times the
+    start-up time).
     """
     config = cqsd_config(tmp, max_clients, structure_size, daemon_keys=daemon_keys)
-    cmd = [sys.executable]
+    cmd = [*under, sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
     cmd += [*DAEMON_ENTRY, "run", "--config", str(config)]
@@ -192,7 +195,7 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None,
                             stderr=subprocess.PIPE, cwd=tmp)
     try:
         watcher = LineWatcher(proc.stderr, _is_ready_event)
-        if not watcher.wait(STARTUP_TIMEOUT):
+        if not watcher.wait(STARTUP_TIMEOUT * (20 if under else 1)):
             raise ServerFailed(f"cqsd did not become ready (exit {proc.poll()}):\n{watcher.text()}")
         yield Server(f"unix://{tmp / 's'}", proc)
         if proc.poll() is not None:

@@ -25,6 +25,8 @@ window costs that times its put rate times ``dedup_window``.
 
 Run: .venv/bin/python benchmarks/exactlyonce.py [--pairs 30] [--seconds 2]
 One JSON line per phase on stdout, then the medians (lines starting "# ").
+With ``--instructions PUTS``, the daemon's instructions a put in each mode instead,
+counted under callgrind (``instructions``): the load cannot reach them.
 """
 
 from __future__ import annotations
@@ -210,6 +212,52 @@ def sdk_key_us(n: int = 200_000) -> float:
     return (timings[WINDOW] - timings[0]) / n * 1e6
 
 
+def instructions(puts: int, phases: int = 6) -> dict[str, float]:
+    """Instructions the daemon spends a put in each mode, counted by valgrind's
+    callgrind, which the machine's load does not change (the rate's noise on a
+    shared machine is larger than the cost sought): one producer puts ``puts``
+    messages a phase, ABBA, and ``callgrind_control`` zeroes the daemon's counts
+    before a phase and dumps them after it. Per mode, the median of its phases. The
+    data directory is on /dev/shm: a disk's fsyncs vary in time, and with them the
+    journal's choice between an fsync inline and one in its thread, which moves the
+    count by more than keys do."""
+    import subprocess
+
+    import cqsclient
+
+    valgrind = _procs.debian_binary("valgrind", "valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind")
+    counts: dict[str, list[float]] = {mode: [] for mode in MODES}
+    with tempfile.TemporaryDirectory(prefix="cqsonce", dir="/dev/shm") as tmp:
+        out = Path(tmp) / "callgrind"
+        under = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
+        with _procs.cqsd(Path(tmp), 2, daemon_keys=f"dedup_window = {WINDOW}\n",
+                         structure_size=SIZE, under=under) as d, \
+                cqsclient.connect(d.address, client="PROD1") as c:
+            s = c.structure(clients.STRUCTURE)
+            for n in range(300):  # the daemon's first puts warm its caches and code paths
+                s.put("WARM", clients.payload(0, n))
+
+            def control(*args: str) -> None:
+                subprocess.run(["callgrind_control", *args, str(d.pid)], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+            for phase, mode in enumerate(schedule(phases // 2)):
+                c._keys.window = WINDOW if mode == "keys" else 0
+                control("--zero")
+                for n in range(puts):
+                    s.put(f"ONCE{MODES.index(mode)}", clients.payload(0, n))
+                control(f"--dump=phase{phase}")
+                dump = Path(f"{out}.{d.pid}.{phase + 1}").read_text()
+                total = next(int(line.split()[1]) for line in dump.splitlines()
+                             if line.startswith("summary:"))
+                counts[mode].append(total / puts)
+                print(json.dumps({"bench": "exactlyonce", "phase": phase + 1, "mode": mode,
+                                  "instructions_per_put": round(total / puts)}), flush=True)
+    return {mode: statistics.median(values) for mode, values in counts.items()}
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
     return q[0], statistics.median(values), q[2]
@@ -225,9 +273,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=30, help="phases of each mode (30)")
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds a phase (2)")
+    parser.add_argument("--instructions", type=int, metavar="PUTS",
+                        help="count the daemon's instructions a put under callgrind instead, "
+                        "PUTS puts a phase (2000 takes about 2 minutes)")
     parser.add_argument("--only", choices=MODES, help="every phase in this mode, the "
                         "daemon's pid on stderr: to profile one mode (py-spy record -p PID)")
     args = parser.parse_args()
+    if args.instructions:
+        per_put = instructions(args.instructions)
+        cost = 100 * (per_put["keys"] / per_put["no keys"] - 1)
+        print(json.dumps({"bench": "exactlyonce", "instructions_per_put": per_put,
+                          "instructions_cost_pct": round(cost, 1)}))
+        print(f"# the daemon's instructions a put: {per_put['keys']:,.0f} with keys, "
+              f"{per_put['no keys']:,.0f} without: keys cost {cost:.1f}% "
+              f"({per_put['keys'] - per_put['no keys']:,.0f} a put)")
+        return 0
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cqsonce") as tmp, \
             _procs.cqsd(Path(tmp), PRODUCERS + 2, daemon_keys=f"dedup_window = {WINDOW}\n",

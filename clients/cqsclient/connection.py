@@ -98,12 +98,9 @@ class _PlainChannel:
         self._poll.register(wakeup, select.POLLIN)
         self._wakeup = wakeup
 
-    def recv(self, timeout: float | None) -> bytes | None:
-        """Up to CHUNK bytes, b"" at EOF, None if *timeout* passed or poke() woke us."""
-        return self.sock.recv(CHUNK) if self._ready(timeout) else None
-
     def recv_into(self, room: memoryview, timeout: float | None) -> int | None:
-        """``recv`` into *room*: the bytes written there, 0 at EOF, or None."""
+        """Read into *room*: the bytes written there, 0 at EOF, or None if *timeout*
+        passed or poke() woke us."""
         return self.sock.recv_into(room) if self._ready(timeout) else None
 
     def _ready(self, timeout: float | None) -> bool:
@@ -152,9 +149,6 @@ class _TLSChannel:
         sock.setblocking(False)
         self._ssl_lock = threading.Lock()
         self._wakeup = wakeup
-
-    def recv(self, timeout: float | None) -> bytes | None:
-        return self._read(lambda: self.sock.recv(CHUNK), timeout)
 
     def recv_into(self, room: memoryview, timeout: float | None) -> int | None:
         return self._read(lambda: self.sock.recv_into(room), timeout)
@@ -251,6 +245,7 @@ class Connection:
         # The daemon is trusted to frame its replies; a batch read may exceed
         # the request limit, so only the 4-byte prefix bounds what it sends.
         self._decoder = FrameDecoder(MAX_FRAME_LIMIT)
+        self._chunk = memoryview(bytearray(CHUNK))  # what a read that is not a large frame's fills
         self.max_frame = DEFAULT_MAX_FRAME
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
@@ -543,14 +538,19 @@ class Connection:
 
     def _receive(self, timeout: float | None) -> bool:
         """One read into the decoder: straight into its room for the rest of a large
-        frame, one copy fewer; False if *timeout* passed or poke() woke us."""
+        frame, one copy fewer; False if *timeout* passed or poke() woke us.
+
+        Other reads go into the connection's own buffer, kept: a ``recv(CHUNK)``
+        allocated CHUNK bytes for each reply, which glibc served with an mmap, a
+        mremap to the size read and a munmap, three system calls a request more."""
         decoder = self._decoder
         room = decoder.room()
         if room is None:
-            data = self._channel.recv(timeout)
-            if data is None:
+            chunk = self._chunk
+            got = self._channel.recv_into(chunk, timeout)
+            if got is None:
                 return False
-            decoder.receive_data(data)
+            decoder.receive_data(chunk[:got])  # copied there; nothing read: the end
             return True
         with room:
             got = self._channel.recv_into(room, timeout)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 import threading
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import cqsclient
 from cqsclient import errors
+from cqsclient.connection import CHUNK
 from cqsclient.model import HeldLock, Notification
 from cqsproto import PROTOCOL_VERSION
 
@@ -46,6 +48,22 @@ def test_register_then_round_trips(server, address):
     ids = [r["id"] for r in server.requests]
     assert len(set(ids)) == len(ids)
     assert server.ops("deregister")
+
+
+def test_a_small_reply_is_read_without_allocating_a_read_of_chunk_bytes(client):
+    """Replies are read into the connection's own buffer: a ``recv(CHUNK)`` made a
+    256 KiB bytes object for each (with glibc's mmap, mremap and munmap)."""
+    s = client.structure("MSGQ01")
+    s.put("Q", b"warm")
+    tracemalloc.start()
+    try:
+        for n in range(20):
+            s.put("Q", b"m%d" % n)
+            s.delete(s.read("Q").entry_id)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < CHUNK  # the fake server, in this process, takes some 100 KiB
 
 
 def test_delete_and_read_is_one_delete_carrying_the_read(server, client):

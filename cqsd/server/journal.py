@@ -300,7 +300,8 @@ class Journal:
             if self.observe is not None:
                 self.observe(seconds, target - before)
             self._wake()
-            await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
+            if self._work.is_set():  # else the wait above yields: one yield is enough
+                await trio.lowlevel.checkpoint()  # the requests that arrived meanwhile append first
 
     def _append_and_flush(self, held: list[tuple[dict, bool]], target: int,
                           writer: logstream.Writer) -> tuple[int, float]:

@@ -51,6 +51,7 @@ from pathlib import Path
 import msgpack
 import trio
 import trio.lowlevel
+import trio.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 STRUCTURE = "MSGQ01"
@@ -108,8 +109,9 @@ class Client:
 
 
 async def workload(cycles: int, sessions: int, size: int, warm: int = 0,
-                   profile: cProfile.Profile | None = None) -> None:
-    """``warm`` cycles, then ``cycles`` more (under ``profile`` if given)."""
+                   profile: cProfile.Profile | None = None, waiting: bool = False) -> None:
+    """``warm`` cycles, then ``cycles`` more (under ``profile`` if given); ``waiting``:
+    each cycle's reads are sent first, and wait in the daemon for the puts."""
     from cqsd import logs
     from cqsd.config import loads
     from cqsd.server.daemon import Daemon
@@ -144,12 +146,17 @@ async def workload(cycles: int, sessions: int, size: int, warm: int = 0,
             for i in range(warm + cycles):
                 if i == warm and profile is not None:
                     profile.enable()
+                if waiting:  # the reads wait in the daemon, and the puts wake them
+                    for c in consumers:
+                        c.send(read)
+                    await trio.testing.wait_all_tasks_blocked()
                 for p in producers:
                     p.send(put)
                 for p in producers:
                     await p.reply()
-                for c in consumers:
-                    c.send(read)
+                if not waiting:
+                    for c in consumers:
+                        c.send(read)
                 held = [(await c.reply())["messages"][0]["entry_id"] for c in consumers]
                 for c, entry_id in zip(consumers, held, strict=True):
                     c.send(frame({"id": 4, "op": "delete", "structure": STRUCTURE,
@@ -172,7 +179,7 @@ def run_once(args) -> None:
     profile = None
     if args.profile:
         profile = cProfile.Profile(time.thread_time)
-    trio.run(workload, args.cycles, args.sessions, args.size, args.warm, profile)
+    trio.run(workload, args.cycles, args.sessions, args.size, args.warm, profile, args.waiting)
     if args.client_calls:
         args.client_calls.write_text(json.dumps(Client.calls))
     if profile is not None:
@@ -232,7 +239,7 @@ def report_profile(profile: cProfile.Profile, messages: int, top: int) -> None:
 def child(args, cycles: int, prefix: list[str], more: tuple[str, ...] = ()) -> list[str]:
     return [*prefix, sys.executable, __file__, "--run", "--cycles", str(cycles), "--warm",
             str(args.warm), "--sessions", str(args.sessions), "--size", str(args.size),
-            "--fsync", args.fsync, *more]
+            "--fsync", args.fsync, *(["--waiting"] if args.waiting else []), *more]
 
 
 def environment() -> dict[str, str]:
@@ -280,7 +287,7 @@ def count_instructions(args) -> None:
             shutil.copy(base, args.keep / "base.out")
             shutil.copy(more, args.keep / "more.out")
         result = {"bench": "instructions", "sessions": args.sessions, "size": args.size,
-                  "fsync": args.fsync, "cycles": [args.warm + args.warm,
+                  "fsync": args.fsync, "waiting": args.waiting, "cycles": [args.warm + args.warm,
                                                   args.warm + args.measured],
                   "messages": messages,
                   "ir_per_message": sorted(figures)[len(figures) // 2], "runs": figures}
@@ -330,6 +337,8 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=20, help="W: cycles in both runs")
     parser.add_argument("--measured", type=int, default=320, help="M: cycles of the longer run")
     parser.add_argument("--fsync", choices=["inline", "thread"], default="inline")
+    parser.add_argument("--waiting", action="store_true",
+                        help="reads sent first, each woken by a put")
     parser.add_argument("--repeat", type=int, default=1,
                         help="pairs of runs (the median is reported; the periodic tasks a "
                              "run's wall time includes move a figure ~1%%)")

@@ -116,6 +116,10 @@ class Queue:
         self.elements -= n
         self.held -= n if entry.segments is None else n + entry.segments.elements
 
+    def first(self) -> Entry:
+        entry: Entry = self.entries.peekitem(0)[1]
+        return entry
+
     def pop_first(self) -> Entry:
         entry: Entry = self.entries.popitem(0)[1]
         n = entry.elements

@@ -63,6 +63,7 @@ for callers outside the engine.
 import heapq
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -289,10 +290,10 @@ class Structure:
         queue = self._queues.get(key)
         if queue is None or (key[0] == SERIAL and key in self.locks.serial_busy):
             raise CQSError(Reason.NO_MESSAGE, f"no readable message on {show(key)}")
-        if passed is None:
+        if passed is None or not passed(queue.first()):  # the head, as nearly always
             entry = queue.pop_first()
         else:
-            entry = self._deliverable(queue, passed)
+            entry = self._deliverable(queue, passed, after_first=True)
             queue.remove(entry)
         if not queue.entries:
             self._drop_queue(queue)
@@ -719,15 +720,17 @@ class Structure:
             return None
 
     @staticmethod
-    def _deliverable(queue: Queue, passed: Passed) -> Entry:
+    def _deliverable(queue: Queue, passed: Passed, after_first: bool = False) -> Entry:
         """The queue's first message ``passed`` does not pass over (its first, for a
-        SERIAL queue); raises NO_MESSAGE."""
+        SERIAL queue); raises NO_MESSAGE. ``after_first``: the caller has passed over
+        the first already."""
         entry: Entry
-        for entry in queue.entries.values():
-            if not passed(entry):
-                return entry
-            if queue.qtype == SERIAL:
-                break
+        if queue.qtype != SERIAL or not after_first:
+            for entry in islice(queue.entries.values(), int(after_first), None):
+                if not passed(entry):
+                    return entry
+                if queue.qtype == SERIAL:
+                    break
         raise CQSError(Reason.NO_MESSAGE, f"no message of {show((queue.qtype, queue.name))} "
                                           f"can be delivered now")
 

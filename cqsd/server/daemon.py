@@ -136,6 +136,7 @@ class Daemon:
                 observe=self.fsyncs.flushed if self.fsyncs is not None else None)
             self.checkpoints = Checkpoints(self.config, self.datadir, journal,
                                            self.registry.physical, self.runtime)
+            journal.on_written = self.checkpoints.note_logged  # the volume trigger
             self.operations = Operations(self.config, self.datadir, self.registry, self.clients,
                                          journal, self.checkpoints, self.waiters, self.datasets,
                                          self.runtime, self.dedup)

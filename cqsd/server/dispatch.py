@@ -165,9 +165,7 @@ class Dispatcher:
         except RecordTooLarge as err:
             journal.fail(err, "log_record_refused")
             return 0
-        lsn = journal.log(parts, urgent)
-        self.rooms.checkpoints.note_logged()
-        return lsn
+        return journal.log(parts, urgent)
 
 
 def raised_in_engine(err: BaseException) -> bool:

@@ -74,6 +74,10 @@ def _ignore(why: str) -> None:
     pass
 
 
+def _nothing() -> None:
+    pass
+
+
 class DataSync(Protocol):
     """What the journal needs of the files that hold message blocks outside the
     log (the data sets): to know whether blocks were written since the last
@@ -151,6 +155,9 @@ class Journal:
         self.sync_data = self.data.sync  # awaited before held-back records are written
         self.on_failure = on_failure
         self.observe = observe
+        # after records reach the log file: the checkpoints' volume trigger (daemon.py)
+        # looks at the bytes written then, not at every request's append
+        self.on_written: Callable[[], None] = _nothing
         self._thread = SyncThread()  # a slow disk's fsyncs (syncthread.py)
 
     @property
@@ -232,6 +239,8 @@ class Journal:
             self.fail(err)
         except ValueError as err:  # refused unwritten, but memory already holds its effects
             self.fail(err, "log_record_refused")
+        else:
+            self.on_written()
 
     def hold(self, session) -> None:
         """``session`` has replies waiting for a flush: ``release`` it after each."""
@@ -286,6 +295,8 @@ class Journal:
             finally:
                 if writer is self.writer:
                     del self._held_back[:held]
+            if held:
+                self.on_written()
             if writer is not self.writer:
                 continue
             self.durable = durable
@@ -300,7 +311,8 @@ class Journal:
             if self.observe is not None:
                 self.observe(seconds, target - before)
             self._wake()
-            await trio.lowlevel.checkpoint()  # let the requests that arrived meanwhile append first
+            if self._work.is_set():  # else the wait above yields: one yield is enough
+                await trio.lowlevel.checkpoint()  # the requests that arrived meanwhile append first
 
     def _append_and_flush(self, held: list[tuple[dict, bool]], target: int,
                           writer: logstream.Writer) -> tuple[int, float]:

@@ -96,8 +96,8 @@ def read_up_to(structure: Readable, client: str, key: QueueKey, n: int, budget: 
     are."""
     got: list[Entry] = []
     size = 0
-    try:
-        while len(got) < n and size < budget:
+    try:  # an empty queue is seen without the exception (a served waiter's next, say)
+        while len(got) < n and size < budget and structure.has_ready(key):
             entry = structure.read(client, *key, lease, passed)
             got.append(entry)
             size += entry.length

@@ -207,6 +207,15 @@ def cqsd(tmp: Path, max_clients: int, profile: Path | None = None,
             print(f"cqsd exited with {code}", file=sys.stderr)
 
 
+def callgrind_total(out: Path) -> int:
+    """The instructions a callgrind output file counted (its ``summary:`` line, or the
+    ``totals:`` of an older valgrind)."""
+    for line in out.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise SystemExit(f"no totals in {out}")
+
+
 def redis_server_path(install: bool = True) -> str | None:
     """The redis-server binary; installs Debian's package first when root and *install*.
 

@@ -249,9 +249,7 @@ def instructions(puts: int, phases: int = 6) -> dict[str, float]:
                 for n in range(puts):
                     s.put(f"ONCE{MODES.index(mode)}", clients.payload(0, n))
                 control(f"--dump=phase{phase}")
-                dump = Path(f"{out}.{d.pid}.{phase + 1}").read_text()
-                total = next(int(line.split()[1]) for line in dump.splitlines()
-                             if line.startswith("summary:"))
+                total = _procs.callgrind_total(Path(f"{out}.{d.pid}.{phase + 1}"))
                 counts[mode].append(total / puts)
                 print(json.dumps({"bench": "exactlyonce", "phase": phase + 1, "mode": mode,
                                   "instructions_per_put": round(total / puts)}), flush=True)

@@ -52,6 +52,7 @@ import msgpack
 import trio
 import trio.lowlevel
 import trio.testing
+from _procs import callgrind_total
 
 ROOT = Path(__file__).resolve().parent.parent
 STRUCTURE = "MSGQ01"
@@ -253,10 +254,7 @@ def callgrind(args, cycles: int, out: Path) -> int:
     subprocess.run(child(args, cycles, ["valgrind", "--tool=callgrind", "--quiet",
                                         f"--callgrind-out-file={out}"]),
                    check=True, env=environment())
-    for line in out.read_text(errors="replace").splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise SystemExit(f"no totals in {out}")
+    return callgrind_total(out)
 
 
 def functions(out: Path, inclusive: bool) -> dict[str, int]:

@@ -5,8 +5,16 @@ import time
 
 import structlog
 import trio
+import trio.testing
 
 from cqsd.group import stalls
+
+
+async def resumed(logs: list) -> list:
+    """The ``loop_resumed`` events once the watch has run again: its beat fell due
+    during the stall, so it runs (and logs) before every task is blocked once more."""
+    await trio.testing.wait_all_tasks_blocked()
+    return [e for e in logs if e["event"] == "loop_resumed"]
 
 
 def a_call_that_blocks_the_loop() -> None:
@@ -17,15 +25,14 @@ async def test_a_blocked_loop_is_reported_with_its_stack_and_its_length():
     with structlog.testing.capture_logs() as logs:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stalls.watch, 0.3)
-            await trio.sleep(2 * stalls.BEAT)  # a few beats on time first
+            await trio.testing.wait_all_tasks_blocked()  # the watch beats
             a_call_that_blocks_the_loop()
-            await trio.sleep(2 * stalls.BEAT)  # the loop runs again: the beat after it
+            after = await resumed(logs)
             nursery.cancel_scope.cancel()
     stalled = [e for e in logs if e["event"] == "loop_stalled"]
-    resumed = [e for e in logs if e["event"] == "loop_resumed"]
     assert len(stalled) == 1 and "a_call_that_blocks_the_loop" in stalled[0]["stack"]
-    assert len(resumed) == 1 and 0.9 < resumed[0]["stalled_seconds"] < 3
-    assert resumed[0]["gc_seconds"] < 0.3  # a sleep, not the collector
+    assert len(after) == 1 and 0.9 < after[0]["stalled_seconds"] < 3
+    assert after[0]["gc_seconds"] < 0.3  # a sleep, not the collector
 
 
 async def test_a_stall_in_the_garbage_collector_says_so():
@@ -36,17 +43,16 @@ async def test_a_stall_in_the_garbage_collector_says_so():
     with structlog.testing.capture_logs() as logs:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stalls.watch, 0.01)
-            await trio.sleep(2 * stalls.BEAT)
+            await trio.testing.wait_all_tasks_blocked()  # the watch beats
             started = time.monotonic()
             for _ in range(4):  # longer than a beat, wherever in one it starts
                 gc.collect()
             took = time.monotonic() - started
-            await trio.sleep(2 * stalls.BEAT)
+            after = await resumed(logs)
             nursery.cancel_scope.cancel()
     del junk
-    resumed = [e for e in logs if e["event"] == "loop_resumed"]
-    assert len(resumed) == 1, (took, logs)
-    assert resumed[0]["gc_seconds"] >= 0.8 * took and 2 in resumed[0]["gc_generations"]
+    assert len(after) == 1, (took, logs)
+    assert after[0]["gc_seconds"] >= 0.8 * took and 2 in after[0]["gc_generations"]
 
 
 async def test_a_loop_that_keeps_beating_is_not_reported():

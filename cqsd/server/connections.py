@@ -5,14 +5,15 @@ Design note. Every request is handled to completion, synchronously, by the
 task that read it: the poller for plain sockets (poller.py), a reader task
 for each TLS connection. The engine never awaits, so one request's changes
 and the notifications and waiter hand-offs they cause happen with no other
-request in between. Only waiting reads become tasks. Replies go out at once,
+request in between. A waiting read is parked with no task (waiters.py); only
+requests that reply after an await (jobs) become tasks. Replies go out at once,
 or, when they wait for the log, from the flusher after its fsync
 (session.py); each connection's writer task sends only what a non-blocking
 send could not take, batching what has piled up into one send, which is what
 makes pipelining cheap.
 
 A connection's tree: writer, deadlines (liveness.py), the reader (or the
-poller's turn), waiting reads. An exception in any of them costs that
+poller's turn), requests replying later. An exception in any of them costs that
 connection, never the daemon (docs/robustness.md).
 """
 
@@ -39,6 +40,7 @@ from .journal import Journal
 from .liveconfig import LiveConfig
 from .poller import RECEIVE_SIZE, TLS_TURN_FRAMES, TURN_FRAMES, Poller, Turn
 from .session import Session
+from .waiters import ReadWaiters
 
 log = structlog.get_logger()
 DRAIN_TIMEOUT = 10.0  # seconds connections get to flush their replies at shutdown
@@ -63,16 +65,18 @@ class Requests(Protocol):
 
 class Connections:
     def __init__(self, config: LiveConfig, journal: Journal, max_frame: int, max_reply: int,
-                 clients: Clients, requests: Requests, sessions: set[Session]) -> None:
+                 clients: Clients, requests: Requests, sessions: set[Session],
+                 waiters: ReadWaiters) -> None:
         """``requests`` handles each request, and hears of an exception that ended a
         connection; ``sessions`` is where the open connections' sessions are kept
-        (the status counts them)."""
+        (the status counts them); ``waiters`` where their reads wait for messages."""
         self.config = config
         self.journal = journal
         self.max_frame = max_frame
         self.max_reply = max_reply
         self.clients = clients
         self.requests = requests
+        self.waiters = waiters
         self.poller = Poller(self.handle, max_frame, journal) if Poller.available else None
         self.sessions = sessions
         self.closing = False  # no new connections: the daemon is stopping
@@ -190,6 +194,7 @@ class Connections:
                             await self.poller.read(session)
                         else:
                             await self._reader(session, stream)
+                    self.waiters.drop_session(session, answer=self.closing)
                     waits.cancel_scope.cancel()
                 session.finish_sending()
 
@@ -292,6 +297,7 @@ class Connections:
         for session in list(self.sessions):
             if session.reader_scope is not None:
                 session.reader_scope.cancel()
+            self.waiters.drop_session(session, answer=True)
             if session.waits is not None:
                 session.waits.cancel_scope.cancel()
         if self.sessions:

@@ -156,9 +156,10 @@ class Daemon:
                 sessions=set(), runtime=self.runtime, membership=self.membership,
                 dedup=self.dedup)
             self.dispatcher = Dispatcher(rooms, self.moves, self.timers)
+            self.waiters.answer = self.dispatcher.answer
             self.connections = Connections(self.config, journal, self.limits.max_frame,
                                            self.limits.max_reply, self.clients, self.dispatcher,
-                                           rooms.sessions)
+                                           rooms.sessions, self.waiters)
             monitor = Monitor(rooms, self.fsyncs) if self.fsyncs is not None else None
             monitoring = await _monitoring(self.config.daemon.metrics_listen)
             notify.status("recovering the structures", extend=True)
@@ -176,6 +177,7 @@ class Daemon:
                     spawn("poller", self.connections.poller.run)
                 spawn("checkpoint triggers", self.checkpoints.run)
                 spawn("timers", self.timers.run)
+                spawn("read waits", self.waiters.run)
                 self.runtime.settle()  # overflow processing a restart found due
                 self.clients.held_over = held | crashed
                 for client in sorted(held | crashed):

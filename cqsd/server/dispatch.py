@@ -32,13 +32,14 @@ from .. import engine
 from ..engine import Altered, CQSError, QueueWork, Reason
 from ..records import waits_for_log
 from .eventlog import log_event
-from .handlers import DEFERRED, HANDLERS
+from .handlers import DEFERRED, HANDLERS, answer_waiter
 from .limits import RecordTooLarge, split
 from .overflowmoves import OverflowMoves
 from .rooms import Rooms
 from .runagain import RunAgain
 from .session import Session
 from .timers import Timers
+from .waiters import Waiter
 
 log = structlog.get_logger()
 NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged
@@ -90,9 +91,11 @@ class Dispatcher:
                 log.exception("request_internal_error", client=session.client, op=op)
             session.fail(rid, Reason.INVALID_REQUEST, f"{op}: internal error, see the daemon log")
         # even a refused request settles: a refused put may have changed the fullness state
-        lsn = self.settle()
+        lsn = self._settle_or_stop()
         if result is not DEFERRED:
             session.reply(rid, result, lsn)
+        if rooms.waiters.served:  # after the reply, as when each waiting read was a task
+            rooms.waiters.answer_served()
 
     async def _again(self, session: Session, frame: dict, ready: trio.Event) -> None:
         """Dispatch a request again once what it waited for is there (runagain.py)."""
@@ -102,6 +105,17 @@ class Dispatcher:
             if not ready.is_set() and self.rooms.life.stopping:
                 session.fail(frame.get("id"), Reason.SHUTTING_DOWN, "the daemon is stopping")
         self.dispatch(session, frame)
+
+    def answer(self, waiter: Waiter) -> None:
+        """Reply to a read that waited (waiters.py). It has no task of its own, so an
+        exception here would land in whatever ended the wait (a settle, the timer):
+        it costs the reader's connection instead, as it did when the wait was a task."""
+        try:
+            answer_waiter(self.rooms, waiter)
+        except Exception as err:
+            assert waiter.session is not None  # answer_waiter sends nothing without one
+            self.connection_failed(waiter.session, err)
+            waiter.session.cut(f"its waiting read's reply failed: {type(err).__name__}")
 
     def connection_failed(self, session: Session, err: Exception) -> None:
         """A connection's task raised: it is gone; the daemon goes on unless the
@@ -113,9 +127,16 @@ class Dispatcher:
             log.exception("connection_failed", client=session.client, peer=session.peer)
 
     def settle(self) -> int:
-        """Turn what the last request did into notifications, waiter hand-offs and log
-        records; returns the LSN a reply must wait for (0: none; past the log's end
-        if the daemon is stopping on an error, so that nothing more is acknowledged)."""
+        """Turn what the last change did into notifications, waiter hand-offs and log
+        records, and answer the waiters it served; returns the LSN a reply must wait
+        for (0: none; past the log's end if the daemon is stopping on an error, so
+        that nothing more is acknowledged)."""
+        lsn = self._settle_or_stop()
+        if self.rooms.waiters.served:  # their locks are logged: the waiters hear now
+            self.rooms.waiters.answer_served()
+        return lsn
+
+    def _settle_or_stop(self) -> int:
         try:
             return self._settle()
         except Exception as err:  # the request is applied in memory but maybe not logged

@@ -126,34 +126,31 @@ def op_read(rooms: Rooms, session: Session, rid: int, structure: str, queue: str
         raise CQSError(Reason.NO_MESSAGE, f"no readable message on {key[0].name}:{queue}")
     if not 0 < wait <= rooms.config.daemon.max_wait:
         raise _bad(f"read: wait must be 0 to {rooms.config.daemon.max_wait} seconds, got {wait}")
-    # parked now, not when the task starts: a put pipelined behind the read is
-    # handled before then, and must find it waiting
-    waiter = Waiter(_client(session), n, lease)
-    rooms.waiters.add(s, key, waiter)
-    session.defer(_wait_read, rooms, session, rid, s, key, waiter, wait)
+    # parked now, with no task: a put pipelined behind it must find it waiting
+    rooms.waiters.park(s, key, Waiter(session, rid, _client(session), n, lease, wait))
     return DEFERRED
 
 
-async def _wait_read(rooms: Rooms, session: Session, rid: int, s: StructurePair,
-                     key: tuple[QueueType, str], waiter: Waiter, wait: float) -> None:
-    try:
-        with trio.move_on_after(wait):
-            await waiter.event.wait()
-    finally:
-        if waiter.messages is None:
-            rooms.waiters.remove(s, key, waiter)
-            if rooms.life.stopping:
-                session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
-        else:
-            try:
-                session.reply(rid, _messages(rooms, s, waiter.client, waiter.messages))
-            except CQSError as err:
-                session.fail(rid, err.reason, err.message)
-    if waiter.failed:
+def answer_waiter(rooms: Rooms, waiter: Waiter) -> None:
+    """The reply of a read that waited (waiters.py): its messages, or why none came."""
+    session, rid, s, key = waiter.session, waiter.rid, waiter.structure, waiter.key
+    if session is None:
+        return
+    assert isinstance(s, StructurePair) and key is not None  # parked by op_read
+    if waiter.messages is not None:
+        try:
+            session.reply(rid, _messages(rooms, s, waiter.client, waiter.messages))
+        except CQSError as err:
+            session.fail(rid, err.reason, err.message)
+    elif waiter.failed:
         gone = _gone(rooms, s.name)
         session.fail(rid, gone.reason, gone.message, getattr(gone, "details", None))
-    elif waiter.messages is None and not rooms.life.stopping:
-        session.fail(rid, Reason.NO_MESSAGE, f"no message on {key[0].name}:{key[1]} within {wait}s")
+    elif rooms.life.stopping:
+        session.fail(rid, Reason.SHUTTING_DOWN, "the daemon is stopping")
+    else:
+        session.fail(rid, Reason.NO_MESSAGE,
+                     f"no message on {QueueType(key[0]).name}:{key[1]} within {waiter.wait}s")
+    waiter.messages = None  # a served waiter lingers in the timer's heap: not its messages
 
 
 def _passing(rooms: Rooms, passed_over: list[Entry]) -> Callable[[Entry], bool]:

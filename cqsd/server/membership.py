@@ -277,10 +277,10 @@ class Membership:
         self.moving.clear()
         for name in list(self.registry.pairs):
             pair = self.registry.pairs.pop(name)
+            self.registry.standby.add(name)  # first: its waiting reads are told it went
             self.dedup.drop(name)
             self.waiters.fail(pair)
             self.datasets.open_sets.drop([s.name for s in pair.structures()])
-            self.registry.standby.add(name)
             log.warning("owner_lost", structure=name, why=why)
         # failed by an operator, or being recovered: the new owner's takeover recovers
         # it, and a recovery under way here finds it gone (operations.py)

@@ -28,6 +28,7 @@ round (measured in the note of issue 4).
 import itertools
 import socket
 from collections import deque
+from typing import TYPE_CHECKING
 
 import structlog
 import trio
@@ -38,6 +39,9 @@ from cqsproto.codec import Parts
 from ..engine import Reason
 from .access import Rights
 from .wire import Large
+
+if TYPE_CHECKING:
+    from .waiters import Waiter
 
 log = structlog.get_logger()
 _ids = itertools.count(1)
@@ -87,7 +91,8 @@ class Session:
         self.raw: socket.socket | None = None
         self.scope: trio.CancelScope | None = None  # the whole connection
         self.reader_scope: trio.CancelScope | None = None
-        self.waits: trio.Nursery | None = None  # waiting reads of this connection
+        self.waits: trio.Nursery | None = None  # requests replying later (jobs…)
+        self.waiting: set["Waiter"] = set()  # its reads parked for a message (waiters.py)
 
     def send_bytes(self, frame: Frame | Parts, lsn: int = 0,
                    request_id: int | None = None) -> None:
@@ -243,6 +248,20 @@ class Session:
             self.in_order -= in_order
             if self.paused:
                 self._flow()
+
+    def park(self, waiter: "Waiter") -> None:
+        """A read of this connection waits for a message (waiters.py): it counts
+        towards pausing as a deferred request does."""
+        self.waiting.add(waiter)
+        self.deferred += 1
+        if self.deferred >= self.pause_frames:
+            self._flow()
+
+    def unpark(self, waiter: "Waiter") -> None:
+        self.waiting.discard(waiter)
+        self.deferred -= 1
+        if self.paused:
+            self._flow()
 
     def _flow(self) -> None:
         """Pause reading this connection when its queue reaches a pause mark or

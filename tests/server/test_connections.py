@@ -4,6 +4,7 @@ import pytest
 import trio
 
 from cqsd.server.connections import DRAIN_TIMEOUT, Connections
+from cqsd.server.waiters import ReadWaiters
 
 from .conftest import MAX_FRAME, unsocketed
 
@@ -16,7 +17,7 @@ async def test_the_drain_cuts_what_is_left_and_passes_over_a_tls_handshake_not_y
     running, handshaking = unsocketed(journal), unsocketed(journal)
     running.scope = trio.CancelScope()
     connections = Connections(None, journal, MAX_FRAME, MAX_FRAME, None, None,
-                              {running, handshaking})
+                              {running, handshaking}, ReadWaiters(MAX_FRAME))
     try:
         started = trio.current_time()
         await connections.drain()

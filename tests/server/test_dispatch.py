@@ -185,11 +185,11 @@ async def test_a_waiting_read_is_served_by_the_put_that_makes_its_queue_readable
 
 async def test_a_waiting_read_nobody_serves_ends_after_its_wait(daemon, register, autojump_clock):
     """A waiting read on a queue that stays empty replies NO_MESSAGE once its wait
-    is over (on the mock clock)."""
+    is over (on the mock clock), from the daemon's one timer for every wait."""
     reader, got = register("A")
     start = trio.current_time()
-    async with trio.open_nursery() as reader.waits:
-        send(daemon, reader, "read", structure="MSGQ01", queue="Q", wait=30.0)
+    send(daemon, reader, "read", structure="MSGQ01", queue="Q", wait=30.0)
+    await trio.lowlevel.wait_readable(got)
     assert trio.current_time() - start == pytest.approx(30.0)
     [reply] = received(got)
     assert reply["reason"] == str(Reason.NO_MESSAGE)

@@ -121,14 +121,15 @@ async def test_fail_takes_the_pair_out_and_ends_its_waiting_reads(make, nursery)
     restart keeps the drill."""
     rooms = make()
     rooms.fill(3)
-    waiter = Waiter("B", 1)
-    rooms.waiters.add(rooms.pair, KEY, waiter)
+    waiter, answered = Waiter(None, 1, "B", 1, None, 60.0), []
+    rooms.waiters.answer = answered.append
+    rooms.waiters.park(rooms.pair, KEY, waiter)
     with structlog.testing.capture_logs() as logs:
         result = rooms.operations.fail("MSGQ01")
     assert result == {"structure": "MSGQ01", "status": "failed", "messages": 3}
     assert refused(rooms.registry.structure, "MSGQ01")[0] == Reason.STRUCTURE_FAILED
     assert rooms.registry.physical("MSGQ01OV") is None
-    assert waiter.failed and waiter.event.is_set()
+    assert waiter.failed and answered == [waiter]
     assert repository.structures(rooms.datadir.repository)["MSGQ01"]["failed"]
     [event] = [e for e in logs if e["event"] == "structure_failed"]
     assert (event["structure"], event["why"], event["messages"]) == (

@@ -1,5 +1,6 @@
 """Readers waiting for a message are served first come, first served, each
-with at most a reply's worth, and woken unserved when their structure fails."""
+with at most a reply's worth, answered unserved when their structure fails,
+and timed out by one timer for all of them."""
 
 import trio
 import trio.testing
@@ -19,38 +20,45 @@ def put(s, *payloads, key=KEY):
     return [s.put(key[0], key[1], p).entry_id for p in payloads]
 
 
-async def wait_for(waiter, woken):
-    await waiter.event.wait()
-    woken.append(waiter)
+def waiter(client, n=1, wait=60.0):
+    return Waiter(None, 1, client, n, None, wait)
 
 
-async def test_the_oldest_waiter_gets_the_first_message(nursery):
+def answering(budget=BUDGET):
+    """ReadWaiters whose answers are kept, in order."""
+    waiters, answered = ReadWaiters(budget), []
+    waiters.answer = answered.append
+    return waiters, answered
+
+
+async def test_the_oldest_waiter_gets_the_first_message():
     """Two readers wait on one queue: the first put serves the first of them, the
-    second put the second."""
-    s, waiters, woken = structure(), ReadWaiters(BUDGET), []
-    first, second = Waiter("A", 1), Waiter("B", 1)
+    second put the second; each is answered only when the settle asks
+    (answer_served), once its locks are logged."""
+    s, (waiters, answered) = structure(), answering()
+    first, second = waiter("A"), waiter("B")
     for w in (first, second):
-        waiters.add(s, KEY, w)
-        nursery.start_soon(wait_for, w, woken)
+        waiters.park(s, KEY, w)
     [one] = put(s, b"1")
     waiters.serve(s)
-    await trio.testing.wait_all_tasks_blocked()
-    assert woken == [first] and [e.entry_id for e in first.messages] == [one]
+    assert answered == [] and waiters.served == [first]
+    waiters.answer_served()
+    assert answered == [first] and [e.entry_id for e in first.messages] == [one]
     assert first.messages[0].owner == "A" and waiters.count("S", KEY) == 1
     [two] = put(s, b"2")
     waiters.serve(s)
-    await trio.testing.wait_all_tasks_blocked()
-    assert woken == [first, second] and [e.entry_id for e in second.messages] == [two]
+    waiters.answer_served()
+    assert answered == [first, second] and [e.entry_id for e in second.messages] == [two]
     assert waiters.count("S", KEY) == 0 and KEY not in s.watched
 
 
 async def test_a_batch_waiter_takes_what_fits_and_leaves_the_rest_for_the_next():
     """A waiter for ten messages gets them until its reply passes the byte budget
     (one message more at most); the next waiter gets the rest."""
-    s, waiters = structure(), ReadWaiters(BUDGET)
-    big, small = Waiter("A", 10), Waiter("B", 10)
-    waiters.add(s, KEY, big)
-    waiters.add(s, KEY, small)
+    s, (waiters, _) = structure(), answering()
+    big, small = waiter("A", 10), waiter("B", 10)
+    waiters.park(s, KEY, big)
+    waiters.park(s, KEY, small)
     ids = put(s, *[b"x" * 60] * 4)
     waiters.serve(s)
     assert [e.entry_id for e in big.messages] == ids[:2]
@@ -70,39 +78,69 @@ def test_read_up_to_stops_at_n_at_the_budget_or_when_the_queue_is_empty():
 
 async def test_a_put_on_another_queue_serves_nobody():
     """Only the queue a waiter watches can serve it."""
-    s, waiters = structure(), ReadWaiters(BUDGET)
-    waiter = Waiter("A", 1)
-    waiters.add(s, KEY, waiter)
+    s, (waiters, answered) = structure(), answering()
+    w = waiter("A")
+    waiters.park(s, KEY, w)
     put(s, b"elsewhere", key=(QueueType.TRAN, "OTHER"))
     waiters.serve(s)
-    assert waiter.messages is None and not waiter.event.is_set()
+    waiters.answer_served()
+    assert w.messages is None and answered == [] and not w.done
 
 
-async def test_a_waiter_that_gave_up_is_forgotten():
-    """A removed waiter (its wait ran out) is not served, and its queue is no
-    longer watched, so a put there marks nothing readable."""
-    s, waiters = structure(), ReadWaiters(BUDGET)
-    waiter = Waiter("A", 1)
-    waiters.add(s, KEY, waiter)
-    waiters.remove(s, KEY, waiter)
+async def test_a_waiter_whose_wait_runs_out_is_answered_by_the_timer_and_forgotten(
+        nursery, autojump_clock):
+    """One timer task answers each waiter at its deadline, earliest first, even one
+    parked after the timer went to sleep on a later one; a timed-out waiter is not
+    served, and its queue is no longer watched, so a put there marks nothing
+    readable."""
+    s, waiters, answered, both = structure(), ReadWaiters(BUDGET), [], trio.Event()
+
+    def answer(w):
+        answered.append((w, trio.current_time() - started))
+        if len(answered) == 2:
+            both.set()
+
+    waiters.answer = answer
+    nursery.start_soon(waiters.run)
+    late, early = waiter("A", wait=10.0), waiter("B", wait=2.0)
+    started = trio.current_time()
+    waiters.park(s, KEY, late)
+    await trio.testing.wait_all_tasks_blocked()  # the timer sleeps until 10 s
+    waiters.park(s, KEY, early)
+    await both.wait()
+    assert [w for w, _ in answered] == [early, late]
+    assert [round(t) for _, t in answered] == [2, 10]
+    assert early.messages is None and late.messages is None
     put(s, b"1")
     assert not s.readable and KEY not in s.watched
     waiters.serve(s)
-    assert waiter.messages is None
+    assert waiters.served == []
 
 
-async def test_a_failed_structure_wakes_every_waiter_unserved(nursery):
-    """fail() wakes the waiters of every queue of the structure, marked failed,
+async def test_served_waiters_leave_the_timer_nothing_to_do(nursery, autojump_clock):
+    """Waiters served long before their deadline are not answered again when it
+    comes, and the timer's heap keeps only a bounded number of them."""
+    s, (waiters, answered) = structure(), answering()
+    nursery.start_soon(waiters.run)
+    for _ in range(1000):
+        waiters.park(s, KEY, waiter("A"))
+        put(s, b"x")
+        waiters.serve(s)
+        waiters.answer_served()
+    assert len(answered) == 1000 and len(set(map(id, answered))) == 1000
+    assert len(waiters._deadlines) <= 64
+    await trio.sleep(120)
+    assert len(answered) == 1000
+
+
+async def test_a_failed_structure_answers_every_waiter_unserved():
+    """fail() answers the waiters of every queue of the structure, marked failed,
     with no messages, and leaves nothing watched."""
-    s, waiters, woken = structure(), ReadWaiters(BUDGET), []
-    on_q, on_r = Waiter("A", 1), Waiter("B", 1)
-    waiters.add(s, KEY, on_q)
-    waiters.add(s, (QueueType.LTERM, "R"), on_r)
-    for w in (on_q, on_r):
-        nursery.start_soon(wait_for, w, woken)
-    await trio.testing.wait_all_tasks_blocked()
+    s, (waiters, answered) = structure(), answering()
+    on_q, on_r = waiter("A"), waiter("B")
+    waiters.park(s, KEY, on_q)
+    waiters.park(s, (QueueType.LTERM, "R"), on_r)
     waiters.fail(s)
-    await trio.testing.wait_all_tasks_blocked()
-    assert set(woken) == {on_q, on_r}
-    assert all(w.failed and w.messages is None for w in woken)
+    assert set(answered) == {on_q, on_r}
+    assert all(w.failed and w.messages is None for w in answered)
     assert not s.watched and waiters.count("S", KEY) == 0

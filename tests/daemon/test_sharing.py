@@ -9,6 +9,7 @@ import pytest
 
 import cqsclient
 from cqsclient.errors import CQSError
+from cqsproto import encode_frame
 
 from .harness import Raw
 
@@ -411,3 +412,32 @@ def test_clean_stop_answers_waiting_readers(make_daemon):
     assert d.stop() == 0
     t.join()
     assert outcome == {"reason": "SHUTTING_DOWN"}
+
+
+def test_a_reader_that_hangs_up_while_waiting_takes_nothing_with_it(daemon):
+    """A waiting read has no task of its own: when its connection closes, it leaves
+    the line (the queue's waiting count drops to 0), and the next put goes to the
+    reader that waits after it, not to a lock of the reader that is gone."""
+    gone = Raw(daemon.socket)
+    assert gone.register("GONE")["ok"]
+    gone.next_id += 1
+    gone.send(encode_frame({"id": gone.next_id, "op": "read", "structure": "MSGQ01",
+                            "queue": "HUNG", "wait": 60}))
+    with connect(daemon, "OBSERVER") as o:
+        wait_until_waiting(o, "HUNG", 1)
+        gone.close()
+        for _ in range(10_000):
+            if not [r for r in o.query("queues", "MSGQ01")
+                    if r["queue"] == "HUNG" and r["waiting"]]:
+                break
+        else:
+            raise AssertionError("the hung-up reader still waits")
+        outcome = {}
+        with connect(daemon, "LIVE") as live:
+            t = threading.Thread(target=lambda: outcome.update(
+                got=live.structure("MSGQ01").read("HUNG", wait=30)))
+            t.start()
+            wait_until_waiting(o, "HUNG", 1)
+            eid = o.structure("MSGQ01").put("HUNG", b"for the living")
+            t.join()
+        assert outcome["got"].entry_id == eid

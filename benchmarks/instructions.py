@@ -197,7 +197,7 @@ PHASES = [
     ("    handler: put", "cqsd/server/handlers.py", "op_put"),
     ("    handler: read", "cqsd/server/handlers.py", "op_read"),
     ("    handler: delete", "cqsd/server/handlers.py", "op_delete"),
-    ("    settle (notifications, waiters, record)", "cqsd/server/dispatch.py", "settle"),
+    ("    settle (notifications, waiters, record)", "cqsd/server/dispatch.py", "_settle"),
     ("      log append (split, journal)", "cqsd/server/dispatch.py", "_log"),
     ("    reply (encode, send or queue)", "cqsd/server/session.py", "reply"),
     ("  round's lock records written", "cqsd/server/journal.py", "write_deferred"),

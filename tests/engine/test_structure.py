@@ -18,6 +18,7 @@ from cqsd.engine import (
     elements,
 )
 from cqsd.engine.qtypes import LOCK_LH, list_header
+from cqsd.engine.structure import DEFAULT_ENTRY_MAX, IDLE_QUEUES
 
 
 def make(size=1 << 20, **kw):
@@ -449,6 +450,26 @@ def test_empty_to_non_empty_transitions_are_reported_once_each():
     m = s.read("IMS1", "TRAN", "Q")
     s.unlock("IMS1", m.entry_id)
     assert s.take_events() == [QueueWork("MSGQ01", QueueType.TRAN, "Q")]
+
+
+def test_a_queue_emptied_and_put_to_again_counts_only_its_new_messages():
+    """An emptied queue is kept for its name's next message (IDLE_QUEUES of them,
+    the longest idle going first): put to again, it weighs and lists exactly what
+    a queue made anew would, large messages' staging segments included."""
+    s, fresh = make(), make()
+    big = b"x" * (3 * DEFAULT_ENTRY_MAX)
+    for m in s.put("TRAN", "Q", big), s.put("TRAN", "Q", b"y"):
+        s.delete(None, m.entry_id)
+    for data in b"z", big:
+        s.put("TRAN", "Q", data)
+        fresh.put("TRAN", "Q", data)
+    assert s.queue_stats("TRAN", "Q") | {"oldest_put_time": 0} == fresh.queue_stats(
+        "TRAN", "Q") | {"oldest_put_time": 0}
+    assert [r["queue"] for r in s.queues()] == ["Q"]
+    for i in range(IDLE_QUEUES + 50):
+        s.delete(None, s.put("TRAN", f"E{i}", b"1").entry_id)
+    assert len(s._idle) == IDLE_QUEUES
+    assert [r["queue"] for r in s.queues()] == ["Q"]
 
 
 def test_queries_report_usage():

@@ -65,11 +65,14 @@ class Turn(enum.IntEnum):
 
 
 class DeferredWrites(Protocol):
-    """What the poller tells the journal: a round begins, a round has ended."""
+    """What the poller tells the journal: a round begins, a round has ended, the
+    pass of rounds has ended."""
 
     def defer_writes(self) -> None: ...
 
     def write_deferred(self) -> None: ...
+
+    def pass_ended(self) -> None: ...
 
 
 class _NoWrites:
@@ -77,6 +80,9 @@ class _NoWrites:
         pass
 
     def write_deferred(self) -> None:
+        pass
+
+    def pass_ended(self) -> None:
         pass
 
 
@@ -149,6 +155,7 @@ class Poller:
             rounds += 1
             if not self._backlog or rounds >= PASS_ROUNDS:
                 rounds = 0
+                self._writes.pass_ended()
                 if self._backlog or epoll.poll(0, 1):
                     await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
                 else:  # they run while it waits: one trip through the scheduler, not two

@@ -72,6 +72,33 @@ async def test_a_held_reply_goes_out_after_the_flush_that_makes_it_durable(
     assert not session.queue
 
 
+async def test_a_pass_of_the_poller_ends_in_its_own_flush_when_the_fsync_is_fast(
+        journal, connected, nursery):
+    """Records a poller's rounds took for replies are made durable, and the replies
+    sent, by the pass's end itself (pass_ended) while the flusher waits idle: one
+    fsync, no wake-up of the flusher. A slow fsync (over INLINE_FSYNC on average)
+    goes to the flusher instead, and the pass's end only wakes it."""
+    nursery.start_soon(journal.run)
+    await trio.testing.wait_all_tasks_blocked()
+    session, client = connected(journal)
+    before = journal.writer.stats().group_commits
+    journal.defer_writes()
+    lsns = [journal.append(RECORD) for _ in range(2)]
+    journal.write_deferred()
+    session.reply(7, {"entry_id": 42}, lsns[-1])
+    assert received(client) == [] and journal.durable == 0
+    journal.pass_ended()
+    assert journal.durable == 2 and journal.writer.stats().group_commits == before + 1
+    assert received(client) == [{"id": 7, "ok": True, "result": {"entry_id": 42}}]
+    journal._fsync_average = 1.0  # a slow disk
+    journal.defer_writes()
+    lsn = journal.append(RECORD)
+    journal.write_deferred()
+    journal.pass_ended()
+    assert journal.durable == 2
+    assert await journal.wait_durable(lsn)
+
+
 async def test_a_failed_fsync_turns_held_replies_into_errors_and_stays_failed(
         journal, connected, nursery, monkeypatch):
     """After an fsync error every held reply becomes SHUTTING_DOWN "not

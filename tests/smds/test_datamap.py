@@ -4,10 +4,20 @@ and read paths it lays out (docs/smds.md, "The data map")."""
 import msgpack
 import pytest
 from crc32c import crc32c
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cqsd.smds import BadDataMap, BadPrefix, DataMap, DownLevel, OutsideDataSet, Range, SpaceMap
+from cqsd.smds import (
+    BadDataMap,
+    BadPrefix,
+    DataMap,
+    DownLevel,
+    OutsideDataSet,
+    Range,
+    SpaceMap,
+    crcs,
+)
+from cqsd.smds.header import unpack_prefix
 from cqsd.smds.pages import PAGE, PREFIX, room
 
 KiB = 1024
@@ -178,3 +188,21 @@ def test_a_group_nodes_map_names_its_incarnations_data_set_and_round_trips():
     assert (alone.dataset, len(alone.encode())) == ("IMS1", 4)
     assert (grouped.dataset, grouped.encode()[4]) == ("IMS1.NODE1-3", "NODE1-3")
     assert DataMap.decode(msgpack.unpackb(msgpack.packb(grouped.encode()))) == grouped
+
+
+@settings(max_examples=40, deadline=None)
+@given(length=st.integers(0, 5 * BLOCK), before=st.integers(0, 2 * BLOCK))
+def test_the_payload_and_block_crcs_are_taken_in_one_pass_over_the_payload(length, before):
+    """The map's CRC is the payload's and each prefix's is its block's, as if taken
+    apart, yet the payload is read once, and its last block a second time."""
+    payload = bytes(range(256)) * (length // 256) + b"\x5a" * (length % 256)
+    stored(b"\x00" * (3 * BLOCK))  # the matrix of a full block's zeros, built once
+    hashed = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(crcs, "crc32c", lambda data, *crc: hashed.append(len(data))
+                      or crc32c(data, *crc))
+        dmap = stored(payload, before=before)
+    assert dmap.crc == crc32c(payload)
+    for _, prefix, data in dmap.blocks(7, payload):
+        assert unpack_prefix(prefix).crc == crc32c(data)
+    assert sum(hashed) == length + (dmap.pieces()[-1].nbytes if len(dmap.ranges) > 1 else 0)

@@ -23,7 +23,7 @@ from crc32c import crc32c
 from cqsproto.names import CLIENT_NAME
 
 from .bufferpool import Held
-from .crcs import payload_crcs
+from .crcs import joined, payload_crcs
 from .errors import BadDataMap, BadPrefix, DownLevel, OutsideDataSet
 from .header import Prefix, check_block, check_prefix, pack_prefix
 from .pages import PAGE, PREFIX, Piece, Range, pieces
@@ -181,14 +181,14 @@ class DataMap:
                     piece.data.obj is whole for piece in held):
                 return whole
             return b"".join(piece.data for piece in held)
-        payload = b"".join(
-            read.data if isinstance(read, Held) else
+        blocks = [
+            (read.data, crc32c(read.data)) if isinstance(read, Held) else
             check_block(read, entry_id=entry_id, owner=self.owner, length=self.length,
                         offset=offset, nbytes=nbytes)
-            for read, (_, offset, nbytes) in zip(reads, parts, strict=True))
-        if crc32c(payload) != self.crc:
+            for read, (_, offset, nbytes) in zip(reads, parts, strict=True)]
+        if joined(blocks) != self.crc:  # the payload's CRC, from its blocks' (crcs.py)
             raise BadPrefix("bad-crc", f"the payload of entry {entry_id} fails the map's CRC")
-        return payload
+        return b"".join(data for data, _ in blocks)
 
     def check_newest(self, entry_id: int, first: bytes | memoryview) -> None:
         """Restart's down-level check: the first message block of the newest entry

@@ -13,9 +13,10 @@ applies them in the order docs/smds.md gives:
   repository's), else say a rebuild is needed and why; then write the header
   with OPEN set and no checkpoint, fdatasync, and truncate to the extent, so a
   crash can never make a stale map look current.
-- ``write``/``read``: positioned I/O of message blocks (``pwritev`` of prefix and
-  a slice of the payload, ``preadv`` into pool buffers), every block checked
-  by ``DataMap.assemble`` before a byte is returned.
+- ``write``/``read``: positioned I/O of message blocks (``pwritev`` of prefixes and
+  slices of the payload, a run of consecutive blocks at a time; ``preadv`` into
+  pool buffers), every block checked by ``DataMap.assemble`` before a byte is
+  returned.
 - ``expand``: 20% more, up to ``dsmax``; a refusal is ``ExpandFailed`` by name.
   Its I/O (``extend``) may run in a worker thread while the loop goes on
   writing inside the current extent; ``grew`` then makes the new size current.

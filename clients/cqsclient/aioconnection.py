@@ -39,7 +39,9 @@ from cqsproto import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    encode_frame_parts,
 )
+from cqsproto.codec import Parts
 
 from . import ops
 from .connection import CHUNK
@@ -115,8 +117,9 @@ class AsyncConnection:
         rid = next(self._ids)
         request = call.request
         request["id"] = rid
-        try:
-            frame = encode_frame(request, self.max_frame, large=call.large)
+        try:  # a large payload is sent from where it is, not joined into the frame
+            frame: Parts = (encode_frame_parts(request, self.max_frame) if call.large
+                            else [encode_frame(request, self.max_frame)])
         except ProtocolError as error:
             raise MessageTooLarge(f"request refused before sending: {error.message}") from None
         waiter = _Waiter(call)
@@ -147,16 +150,15 @@ class AsyncConnection:
             else:
                 del self._waiters[rid]
 
-    async def _send(self, frame: bytes) -> None:
+    async def _send(self, frame: Parts) -> None:
+        """Send the frame's buffers in order, none of another frame between them."""
         async with self._send_lock:
             if self._lost is not None:
                 raise self.lost_error(applied=False)
             try:
-                if len(frame) <= SHIELDED_SEND:
-                    with anyio.CancelScope(shield=True):
-                        await self._stream.send(frame)
-                else:
-                    await self._stream.send(frame)
+                with anyio.CancelScope(shield=sum(len(part) for part in frame) <= SHIELDED_SEND):
+                    for part in frame:  # anyio's streams take any buffer, if typed bytes
+                        await self._stream.send(part)  # type: ignore[arg-type]
             except BaseException as error:
                 if isinstance(error, anyio.get_cancelled_exc_class()):
                     self._fail("a large send was cancelled part-way")
@@ -218,7 +220,7 @@ class AsyncConnection:
         waiter.abandoned = True
         self._waiters[rid] = waiter
         try:
-            await self._send(encode_frame(call.request))
+            await self._send([encode_frame(call.request)])
         except (CQSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._waiters.pop(rid, None)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
@@ -23,6 +23,7 @@ from crc32c import crc32c
 from cqsproto.names import CLIENT_NAME
 
 from .bufferpool import Held
+from .crcs import joined, payload_crcs
 from .errors import BadDataMap, BadPrefix, DownLevel, OutsideDataSet
 from .header import Prefix, check_block, check_prefix, pack_prefix
 from .pages import PAGE, PREFIX, Piece, Range, pieces
@@ -55,6 +56,12 @@ class DataMap:
     crc: int
     ranges: tuple[Range, ...]
     writer: str | None = None
+    # the ranges' pieces, cut once when the map is checked: a put, its read and its
+    # delete each asked for them again (~15 us a time for a 1 MiB payload)
+    _pieces: tuple[Piece, ...] = field(init=False, repr=False, compare=False)
+    # the CRC of each piece of the payload ``of`` made the map of, taken in the pass
+    # that took the whole payload's (crcs.py), for ``blocks``' prefixes; then None
+    _block_crcs: list[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.owner, str) or not CLIENT_NAME.fullmatch(self.owner):
@@ -65,7 +72,7 @@ class DataMap:
         if not _is_int(self.length, U63) or not _is_int(self.crc, U32):
             raise BadDataMap(f"length {self.length!r} or CRC {self.crc!r} out of range")
         try:
-            pieces(self.length, self.ranges)
+            object.__setattr__(self, "_pieces", tuple(pieces(self.length, self.ranges)))
         except ValueError as error:
             raise BadDataMap(f"ranges {self.ranges} do not hold {self.length} bytes by the "
                              f"allocation rule: {error}") from None
@@ -74,7 +81,12 @@ class DataMap:
     def of(cls, owner: str, payload: bytes | memoryview, ranges: Sequence[Range],
            writer: str | None = None) -> DataMap:
         """The map of ``payload`` stored in ``ranges`` (as SpaceMap.allocate gave them)."""
-        return cls(owner, len(payload), crc32c(payload), tuple(ranges), writer)
+        view = memoryview(payload).cast("B")
+        dmap = cls(owner, len(view), 0, tuple(ranges), writer)  # checked, and cut
+        crcs, whole = payload_crcs(view, dmap._pieces)
+        object.__setattr__(dmap, "crc", whole)
+        object.__setattr__(dmap, "_block_crcs", crcs)
+        return dmap
 
     @property
     def dataset(self) -> str:
@@ -105,9 +117,9 @@ class DataMap:
 
     # -- the layout --------------------------------------------------------------------
 
-    def pieces(self) -> list[Piece]:
+    def pieces(self) -> tuple[Piece, ...]:
         """Each range with the part of the payload its message block carries."""
-        return pieces(self.length, self.ranges)
+        return self._pieces
 
     def check_within(self, pages_per_block: int, blocks: int) -> None:
         """Check the ranges against a data set of ``blocks`` blocks of ``pages_per_block``.
@@ -135,12 +147,14 @@ class DataMap:
         view = memoryview(payload)
         if len(view) != self.length:
             raise ValueError(f"a payload of {len(view)} bytes for a map of {self.length}")
+        crcs = self._block_crcs
+        if crcs is None:
+            crcs = [crc32c(view[offset:offset + nbytes]) for _, offset, nbytes in self._pieces]
+        object.__setattr__(self, "_block_crcs", None)  # one payload's: not kept with the entry
         out = []
-        for (page, _), offset, nbytes in self.pieces():
-            data = view[offset:offset + nbytes]
-            prefix = pack_prefix(Prefix(entry_id, self.owner, self.length, offset, nbytes,
-                                        crc32c(data)))
-            out.append(Block(page * PAGE, prefix, data))
+        for ((page, _), offset, nbytes), crc in zip(self._pieces, crcs, strict=True):
+            prefix = pack_prefix(Prefix(entry_id, self.owner, self.length, offset, nbytes, crc))
+            out.append(Block(page * PAGE, prefix, view[offset:offset + nbytes]))
         return out
 
     def read_sizes(self) -> list[tuple[int, int]]:
@@ -167,14 +181,14 @@ class DataMap:
                     piece.data.obj is whole for piece in held):
                 return whole
             return b"".join(piece.data for piece in held)
-        payload = b"".join(
-            read.data if isinstance(read, Held) else
+        blocks = [
+            (read.data, crc32c(read.data)) if isinstance(read, Held) else
             check_block(read, entry_id=entry_id, owner=self.owner, length=self.length,
                         offset=offset, nbytes=nbytes)
-            for read, (_, offset, nbytes) in zip(reads, parts, strict=True))
-        if crc32c(payload) != self.crc:
+            for read, (_, offset, nbytes) in zip(reads, parts, strict=True)]
+        if joined(blocks) != self.crc:  # the payload's CRC, from its blocks' (crcs.py)
             raise BadPrefix("bad-crc", f"the payload of entry {entry_id} fails the map's CRC")
-        return payload
+        return b"".join(data for data, _ in blocks)
 
     def check_newest(self, entry_id: int, first: bytes | memoryview) -> None:
         """Restart's down-level check: the first message block of the newest entry

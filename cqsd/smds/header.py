@@ -252,11 +252,12 @@ def unpack_prefix(raw: bytes | memoryview) -> Prefix:
 
 
 def check_block(raw: bytes | memoryview, *, entry_id: int, owner: str, length: int,
-                offset: int, nbytes: int) -> memoryview:
-    """The payload of the message block read into ``raw`` (prefix first), once its
-    prefix names this entry, owner, message length, offset and block length, and
-    its data matches the prefix's CRC. (The data map holds only the whole
-    payload's CRC; the caller checks that once every block is in.)
+                offset: int, nbytes: int) -> tuple[memoryview, int]:
+    """The payload of the message block read into ``raw`` (prefix first) and its
+    CRC-32C, once its prefix names this entry, owner, message length, offset and
+    block length, and its data matches the prefix's CRC. (The data map holds only
+    the whole payload's CRC; the caller checks that once every block is in, from
+    the blocks' CRCs: crcs.py.)
 
     Raises BadPrefix with the first field that differs: ``wrong-entry``,
     ``wrong-owner``, ``wrong-length``, ``wrong-offset``, then ``short`` (fewer
@@ -270,7 +271,7 @@ def check_block(raw: bytes | memoryview, *, entry_id: int, owner: str, length: i
     if crc32c(data) != found.crc:
         raise BadPrefix("bad-crc", f"the data of entry {entry_id} at offset {offset} fails "
                                    f"its CRC")
-    return data
+    return data, found.crc
 
 
 def check_prefix(raw: bytes | memoryview, *, entry_id: int, owner: str, length: int,

@@ -269,3 +269,29 @@ def test_explicit_deregister_then_leaving_the_block(backend, server, address):
 
     run(backend, main)
     assert len(server.ops("deregister")) == 1
+
+
+def test_a_large_payload_is_sent_from_where_it_is(backend, server, address):
+    """A large put's payload reaches the stream as itself, around the frame's other
+    bytes, not joined into one frame (a copy of every byte); it arrives whole."""
+    payload = bytes(range(256)) * (4 * 1024)
+
+    async def main():
+        async with cqsclient.aio.connect(address, client="BIG") as c:
+            s = await c.structure("MSGQ01")
+            stream = c._conn._stream
+            sent = []
+            real = stream.send
+
+            async def recorded(item):
+                sent.append(item)
+                await real(item)
+
+            stream.send = recorded
+            eid = await s.put("BIGQ", payload)
+            stream.send = real
+            assert any(memoryview(item).obj is payload for item in sent)
+            m = await s.read("BIGQ")
+            assert (m.entry_id, m.data == payload) == (eid, True)
+
+    run(backend, main)

@@ -28,6 +28,7 @@ from cqsproto import (
     encode_frame,
     encode_reply,
 )
+from cqsproto.codec import SPARE_MAX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -307,6 +308,34 @@ def test_the_room_is_the_rest_of_a_large_frame_only() -> None:
     assert tight.room() is None
     with pytest.raises(ProtocolError):
         tight.next_frame()
+
+
+def receive_whole(decoder: FrameDecoder, frame: bytes) -> tuple[dict[str, Any], object]:
+    """*frame* through the decoder's room after its first 10 bytes: the frame decoded,
+    and the buffer the room was a view of."""
+    decoder.receive_data(frame[:10])
+    room = decoder.room()
+    assert room is not None
+    with room:
+        buffer = room.obj
+        room[:] = frame[10:]
+    decoder.received(len(frame) - 10)
+    return decoder.next_frame(), buffer  # type: ignore[return-value]
+
+
+def test_a_large_frames_buffer_serves_the_next_one_up_to_spare_max() -> None:
+    """The buffer a 1 MiB frame was received into receives the next large frame (no
+    fresh, zeroed MiB a put), whole and right even when the next one is shorter;
+    a frame over SPARE_MAX takes its buffer with it."""
+    decoder = FrameDecoder()
+    first, buffer = receive_whole(decoder, encode_frame({"id": 1, "data": b"a" * MiB}))
+    second, again = receive_whole(decoder, encode_frame({"id": 2, "data": b"b" * (MiB // 2)}))
+    assert (first, second) == ({"id": 1, "data": b"a" * MiB}, {"id": 2, "data": b"b" * (MiB // 2)})
+    assert again is buffer and decoder.buffered == 0
+    huge, big = receive_whole(decoder, encode_frame({"id": 3, "data": b"c" * SPARE_MAX}))
+    assert huge == {"id": 3, "data": b"c" * SPARE_MAX} and big is not buffer
+    _, after = receive_whole(decoder, encode_frame({"id": 4, "data": b"d" * MiB}))
+    assert after is not big
 
 
 def test_receive_data_accepts_bytearray_and_memoryview() -> None:

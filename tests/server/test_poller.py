@@ -30,11 +30,13 @@ class Handler:
     def __init__(self) -> None:
         self.frames: list[tuple[Session, dict]] = []
         self.data: list[bytes | None] = []  # what each call was given
+        self.kinds: list[type] = []  # and its type
         self.on_frame = lambda session, frame: None
         self._waits: list[tuple[int, trio.Event]] = []
 
     def __call__(self, session: Session, decoder: FrameDecoder, data: bytes | None) -> Turn:
         self.data.append(None if data is None else bytes(data))
+        self.kinds.append(type(data))
         if data is not None:
             decoder.receive_data(data)
         for _ in range(TURN_FRAMES):
@@ -112,6 +114,24 @@ async def test_several_frames_in_one_read_reach_the_handler_whole_and_in_order(
     await handler.until(5)
     assert handler.seqs() == [0, 1, 2, 3, 4]
     assert all(s is session for s, _ in handler.frames)
+
+
+async def test_small_reads_are_received_into_the_pollers_one_buffer(
+        polling, connected, journal):
+    """A read that is not a large frame's is received into a buffer the poller keeps and
+    handed on as a copy of what it got (a bytearray), not as a fresh 256 KiB bytes a
+    read; the next read, into the same buffer, leaves the frames before it whole."""
+    handler = polling.handler
+    session, client = connected(journal)
+    polling.start(session)
+    client.sendall(frame(1, pad=300))
+    await handler.until(1)
+    client.sendall(frame(2, pad=200) + frame(3)[:5])
+    await handler.until(2)
+    client.sendall(frame(3)[5:])
+    await handler.until(3)
+    assert handler.seqs() == [1, 2, 3] and handler.frames[0][1]["pad"] == b"x" * 300
+    assert handler.kinds == [bytearray] * 3
 
 
 async def test_a_frame_split_across_reads_reaches_the_handler_once_whole(

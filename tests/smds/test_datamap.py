@@ -1,13 +1,27 @@
 """The data map: its encoded form, the allocation rule it holds ranges to, and the write
 and read paths it lays out (docs/smds.md, "The data map")."""
 
+import contextlib
+
 import msgpack
 import pytest
 from crc32c import crc32c
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cqsd.smds import BadDataMap, BadPrefix, DataMap, DownLevel, OutsideDataSet, Range, SpaceMap
+from cqsd.smds import (
+    BadDataMap,
+    BadPrefix,
+    DataMap,
+    DownLevel,
+    OutsideDataSet,
+    Range,
+    SpaceMap,
+    crcs,
+    datamap,
+    header,
+)
+from cqsd.smds.header import unpack_prefix
 from cqsd.smds.pages import PAGE, PREFIX, room
 
 KiB = 1024
@@ -178,3 +192,35 @@ def test_a_group_nodes_map_names_its_incarnations_data_set_and_round_trips():
     assert (alone.dataset, len(alone.encode())) == ("IMS1", 4)
     assert (grouped.dataset, grouped.encode()[4]) == ("IMS1.NODE1-3", "NODE1-3")
     assert DataMap.decode(msgpack.unpackb(msgpack.packb(grouped.encode()))) == grouped
+
+
+@settings(max_examples=40, deadline=None)
+@given(length=st.integers(0, 5 * BLOCK), before=st.integers(0, 2 * BLOCK))
+def test_the_payload_and_block_crcs_are_taken_in_one_pass_over_the_payload(length, before):
+    """The map's CRC is the payload's and each prefix's is its block's, as if taken
+    apart, yet the payload is read once, and its last block a second time; a read
+    from the disk checks both in as many bytes."""
+    payload = bytes(range(256)) * (length // 256) + b"\x5a" * (length % 256)
+    stored(b"\x00" * (3 * BLOCK))  # the matrix of a full block's zeros, built once
+    with counted_crcs(datamap) as hashed:
+        dmap = stored(payload, before=before)
+    assert dmap.crc == crc32c(payload)
+    image = disk(dmap, 7, payload)
+    for _, prefix, data in dmap.blocks(7, payload):
+        assert unpack_prefix(prefix).crc == crc32c(data)
+    once = length + (dmap.pieces()[-1].nbytes if len(dmap.ranges) > 1 else 0)
+    assert sum(hashed) == once
+    with counted_crcs(header, datamap) as checked:
+        assert dmap.assemble(7, read(image, dmap)) == payload
+    assert sum(checked) == once + 60 * len(dmap.ranges)  # and each prefix's own 60 bytes
+
+
+@contextlib.contextmanager
+def counted_crcs(*more):
+    """The bytes each CRC-32C taken meanwhile by crcs.py (and modules *more*) covered."""
+    hashed = []
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (crcs, *more):
+            patch.setattr(module, "crc32c", lambda data, *crc: hashed.append(len(data))
+                          or crc32c(data, *crc))
+        yield hashed

@@ -23,7 +23,7 @@ from cqsd.smds import (
     Unformatted,
     WriteFailed,
 )
-from cqsd.smds.dataset import DataSet, path_of
+from cqsd.smds.dataset import RUN_PARTS, DataSet, path_of
 from cqsd.smds.header import read_header
 from cqsd.smds.pages import PAGE
 
@@ -492,3 +492,30 @@ def test_another_incarnations_data_set_is_read_and_never_written(tmp_path):
         heir.write_message(dm, 8, b"inherited" * 500)
     heir.abandon()
     assert path.read_bytes() == before
+
+
+def test_blocks_that_follow_each_other_go_in_one_positioned_write_of_bounded_buffers(
+        tmp_path, monkeypatch):
+    """A message whose blocks follow each other on disk is written with one pwritev, a
+    long one in writes of at most RUN_PARTS buffers (the kernel's IOV_MAX refuses
+    more); both read back byte for byte from the disk after a close and open."""
+    writes: list[int] = []
+    real = os.pwritev
+
+    def counted(fd, buffers, offset):
+        writes.append(len(buffers))
+        return real(fd, buffers, offset)
+
+    ds = create(tmp_path, dssize=400 * DSBLOCK)
+    monkeypatch.setattr(os, "pwritev", counted)
+    short = os.urandom(4 * DSBLOCK)
+    dm_short = put(ds, 1, short)
+    assert len(dm_short.ranges) == 5 and writes == [10]
+    long = os.urandom(300 * (DSBLOCK - 64))
+    dm_long = put(ds, 2, long)
+    assert writes[1:] == [RUN_PARTS, 2 * len(dm_long.ranges) - RUN_PARTS]
+    monkeypatch.undo()
+    stamp = ds.close()
+    again = DataSet.open(tmp_path, "S1", "C1", map_time=stamp)
+    assert again.read(dm_short, 1) == short and again.read(dm_long, 2) == long
+    again.abandon()

@@ -209,7 +209,9 @@ def test_any_prefix_round_trips(p):
 
 def check(raw, **changes):
     expected = dict(entry_id=P.entry_id, owner="IMS1", length=10, offset=0, nbytes=10)
-    return check_block(raw, **{**expected, **changes})
+    data, crc = check_block(raw, **{**expected, **changes})
+    assert crc == crc32c(data)
+    return data
 
 
 def test_a_block_that_matches_gives_its_data():

@@ -468,12 +468,12 @@ def _decode_body(body: bytes | bytearray | memoryview) -> dict[str, Any]:
             raise _ext_refused(None) from error
         message = f"frame body is not valid msgpack: {detail}"
         raise ProtocolError(INVALID_REQUEST, message) from error
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise ProtocolError(
             INVALID_REQUEST, f"frame body is not a msgpack map (got {type(obj).__name__})"
         )
     for key in obj:
-        if not isinstance(key, str):
+        if type(key) is not str:  # msgpack makes no subclass of str
             raise ProtocolError(INVALID_REQUEST, f"frame map key {quote(key)} is not a string")
     return obj
 

@@ -293,7 +293,7 @@ class Writer:
         record, so that the segment rotates between two of them. Raises as
         `append` does; a body that cannot be packed raises before anything is
         written."""
-        packed = [record.pack_body(body) for body in bodies]
+        packed = record.pack_bodies(bodies)
         with self._lock:
             if self._failure is not None:
                 raise self._failed()
@@ -303,20 +303,21 @@ class Writer:
                 return self._appended_lsn
             timestamp = max(time.time_ns(), self._last_timestamp)
             first = self._appended_lsn + 1
-            data = b"".join([record.encode_packed(first + i, timestamp, body)
-                             for i, body in enumerate(packed)])
-            if self._size + len(data) <= self.segment_size:
+            data = record.encode_batch(first, timestamp, packed)
+            size = len(data)
+            if self._size + size <= self.segment_size:
                 try:
                     written = os.pwrite(self._fd, data, self._size)
-                    if written != len(data):  # a full disk, as in append
-                        raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+                    if written != size:  # a full disk, as in append
+                        raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
                 except OSError as error:
                     raise self._fail(self._path, error) from error
-                self._size += len(data)
-                self._appended_lsn = first + len(packed) - 1
+                count = len(packed)
+                self._size += size
+                self._appended_lsn = first + count - 1
                 self._last_timestamp = timestamp
-                self._records += len(packed)
-                self._bytes += len(data)
+                self._records += count
+                self._bytes += size
                 return self._appended_lsn
         lsn = self._appended_lsn
         for body in bodies:

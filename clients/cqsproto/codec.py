@@ -30,7 +30,8 @@ reads: once its header is in, the decoder offers the rest of the frame as
 room to receive into (:meth:`FrameDecoder.room`, for ``recv_into``), so the
 bytes are copied once, by the kernel; reads fed with ``receive_data`` are
 appended to one ``bytearray`` (amortised O(1) a byte). The frame is decoded
-once, through a ``memoryview``, when its last byte is in. On the way out, a
+once, through a ``memoryview``, when its last byte is in (a body of at
+most 4 KiB from a copy, which costs less than the views). On the way out, a
 frame carrying large binaries is packed around them (``pack_parts``), for one
 copy or a vectored send of none. A pipelining client sends thousands of 100-byte frames in one
 read: they are decoded in place by advancing a read offset, and the consumed
@@ -293,6 +294,12 @@ def _walk(obj: Any, packer: msgpack.Packer, parts: Parts) -> None:
         packer.pack(obj)
 
 
+# A body up to this size is decoded from a copy, which costs less than the two views
+# below up to about 4 KiB (callgrind: 10,200 instructions rather than 15,400 for a
+# body of 1 KiB; 18,600 rather than 15,900 for one of 8 KiB).
+_COPIED: Final = 4 * 1024
+
+
 class FrameDecoder:
     """Turns the bytes of one connection back into frames.
 
@@ -393,33 +400,36 @@ class FrameDecoder:
             # A fresh instance with the same reason and message, so the
             # tracebacks of the first and later raises do not pile up.
             raise ProtocolError(self._error.reason, self._error.message) from self._error
+        start = self._start
+        available = self._end - start
         try:
-            return self._next_frame()
+            if available < HEADER_SIZE:
+                if not self._eof:
+                    return NEED_DATA  # where each read's frames end: no call
+                return self._starved(available, HEADER_SIZE, "header")
+            (size,) = _HEADER.unpack_from(self._buf, start)
+            if size > self.max_frame:
+                raise _too_large(size, self.max_frame)
+            if size == 0:
+                raise ProtocolError(
+                    INVALID_REQUEST, "frame of 0 bytes: a frame body must be a msgpack map"
+                )
+            if available - HEADER_SIZE < size:
+                return self._starved(available - HEADER_SIZE, size, "body")
+            body_start = start + HEADER_SIZE
+            body_end = body_start + size
+            if size <= _COPIED:
+                frame = _decode_body(self._buf[body_start:body_end])
+            else:
+                # The views are released on the way out: a bytearray with a live
+                # export refuses to grow, and the next receive_data must append.
+                with memoryview(self._buf) as view, view[body_start:body_end] as body:
+                    frame = _decode_body(body)
         except ProtocolError as error:
             self._error = error
             self._buf = bytearray()
             self._start = self._end = 0
             raise
-
-    def _next_frame(self) -> dict[str, Any] | _Signal:
-        available = self._end - self._start
-        if available < HEADER_SIZE:
-            return self._starved(available, HEADER_SIZE, "header")
-        (size,) = _HEADER.unpack_from(self._buf, self._start)
-        if size > self.max_frame:
-            raise _too_large(size, self.max_frame)
-        if size == 0:
-            raise ProtocolError(
-                INVALID_REQUEST, "frame of 0 bytes: a frame body must be a msgpack map"
-            )
-        if available - HEADER_SIZE < size:
-            return self._starved(available - HEADER_SIZE, size, "body")
-        body_start = self._start + HEADER_SIZE
-        body_end = body_start + size
-        # The views are released on the way out: a bytearray with a live
-        # export refuses to grow, and the next receive_data must append.
-        with memoryview(self._buf) as view, view[body_start:body_end] as body:
-            frame = _decode_body(body)
         if body_end == self._end:
             # Fully drained: let go of the storage now, so the memory of a
             # 100 MiB frame does not outlive the frame.
@@ -450,7 +460,7 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise _ExtTypeRefused(code)
 
 
-def _decode_body(body: memoryview) -> dict[str, Any]:
+def _decode_body(body: bytes | bytearray | memoryview) -> dict[str, Any]:
     """Unpack one frame body and check it is a map with str keys."""
     try:
         # strict_map_key=False lets any hashable key through so that the key
@@ -478,12 +488,12 @@ def _decode_body(body: memoryview) -> dict[str, Any]:
             raise _ext_refused(None) from error
         message = f"frame body is not valid msgpack: {detail}"
         raise ProtocolError(INVALID_REQUEST, message) from error
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise ProtocolError(
             INVALID_REQUEST, f"frame body is not a msgpack map (got {type(obj).__name__})"
         )
     for key in obj:
-        if not isinstance(key, str):
+        if type(key) is not str:  # msgpack makes no subclass of str
             raise ProtocolError(INVALID_REQUEST, f"frame map key {quote(key)} is not a string")
     return obj
 

@@ -7,7 +7,7 @@ message arriving and the waiter getting it.
 
 Design note. A waiting read is no task of its own: it is a ``Waiter`` parked
 here, answered by whatever ends its wait. Served, its reply goes out once the
-request that served it has settled (``answer_served``), so that the lock
+request that served it has settled and replied (``answer_served``): the lock
 records come first; failed, dropped or stopping, at once; timed out, from one
 timer task (``run``) for every waiter, sleeping until the earliest deadline.
 A task a wait (spawned, with its own cancel scope and event, woken, ended) cost
@@ -60,7 +60,7 @@ class ReadWaiters:
     def __init__(self, budget: int, passed: Passed | None = None) -> None:
         self.budget = budget  # payload bytes one reply may carry (read_up_to)
         self.passed = passed  # messages a read passes over (their data set unavailable)
-        # answers a waiter out of line (handlers.answer_waiter); set by the daemon
+        # answers a waiter out of line (Dispatcher.answer); set by the daemon
         self.answer: Callable[[Waiter], None] = lambda waiter: None
         self.served: list[Waiter] = []  # answered once the request serving them settles
         self._queues: dict[tuple[str, QueueKey], deque[Waiter]] = {}

@@ -28,7 +28,6 @@ round (measured in the note of issue 4).
 import itertools
 import socket
 from collections import deque
-from typing import TYPE_CHECKING
 
 import structlog
 import trio
@@ -39,9 +38,6 @@ from cqsproto.codec import Parts
 from ..engine import Reason
 from .access import Rights
 from .wire import Large
-
-if TYPE_CHECKING:
-    from .waiters import Waiter
 
 log = structlog.get_logger()
 _ids = itertools.count(1)
@@ -92,7 +88,8 @@ class Session:
         self.scope: trio.CancelScope | None = None  # the whole connection
         self.reader_scope: trio.CancelScope | None = None
         self.waits: trio.Nursery | None = None  # requests replying later (jobs…)
-        self.waiting: set["Waiter"] = set()  # its reads parked for a message (waiters.py)
+        # its reads parked for a message (waiters.py, which imports this module)
+        self.waiting: set[object] = set()
 
     def send_bytes(self, frame: Frame | Parts, lsn: int = 0,
                    request_id: int | None = None) -> None:
@@ -249,7 +246,7 @@ class Session:
             if self.paused:
                 self._flow()
 
-    def park(self, waiter: "Waiter") -> None:
+    def park(self, waiter: object) -> None:
         """A read of this connection waits for a message (waiters.py): it counts
         towards pausing as a deferred request does."""
         self.waiting.add(waiter)
@@ -257,7 +254,7 @@ class Session:
         if self.deferred >= self.pause_frames:
             self._flow()
 
-    def unpark(self, waiter: "Waiter") -> None:
+    def unpark(self, waiter: object) -> None:
         self.waiting.discard(waiter)
         self.deferred -= 1
         if self.paused:

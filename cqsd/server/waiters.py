@@ -131,7 +131,7 @@ class ReadWaiters:
     def drop_session(self, session: "Session", answer: bool) -> None:
         """Take the waiters of a connection that is ending out of line; ``answer``
         them too (the daemon is stopping: they hear so before the connection ends)."""
-        for waiter in list(session.waiting):
+        for waiter in [w for w in session.waiting if isinstance(w, Waiter)]:
             self._remove(waiter)
             if answer:
                 self.answer(waiter)

@@ -12,7 +12,9 @@ each fsync the flusher itself sends the replies it made durable (sessions
 whose fsync is fast, handing it to a worker thread costs more than the fsync
 itself (~100 µs of thread and loop wake-ups measured on a 2-core VM against a
 ~200 µs fsync), so the flusher runs it inline while the moving average stays
-under ``INLINE_FSYNC``, and in a thread of its own (syncthread.py) when the disk is slow. A record
+under ``INLINE_FSYNC``, and in a thread of its own (syncthread.py) when the disk is slow;
+while the flusher is idle and the fsync fast, the poller's pass that took the records
+makes that fsync itself at its end (``pass_ended``), sparing the flusher's wake-up. A record
 that only locks starts no fsync: nobody waits for it, and the next fsync
 covers it; but it is written before any reply leaves after it, so that a
 daemon killed once its reply is out still finds it. Taken in a round of the

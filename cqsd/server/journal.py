@@ -227,8 +227,9 @@ class Journal:
     def pass_ended(self) -> None:
         """The poller's pass has ended and it is about to yield: flush what its
         rounds took for replies, inline if the fsync is fast and the flusher idle
-        (a durable request then costs the flusher task no wake-up: ~3% of a
-        message's instructions with one client), else by waking the flusher."""
+        (a durable request then costs the flusher task no wake-up: 8% of a
+        message's instructions with one producer and one consumer, 3% with four
+        of each), else by waking the flusher."""
         if not self._due:
             return
         self._due = False

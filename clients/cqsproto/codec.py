@@ -127,7 +127,8 @@ class _Signal(enum.Enum):
     def __repr__(self) -> str:
         return self.value
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        return self.value
 
 
 NEED_DATA: Final = _Signal.NEED_DATA

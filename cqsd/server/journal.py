@@ -162,7 +162,7 @@ class Journal:
         # after records reach the log file: the checkpoints' volume trigger (daemon.py)
         # looks at the bytes written then, not at every request's append
         self.on_written: Callable[[], None] = _nothing
-        self._thread = SyncThread()  # a slow disk's fsyncs (syncthread.py)
+        self._syncs = SyncThread()  # a slow disk's fsyncs (syncthread.py)
 
     @property
     def fsync_average(self) -> float:
@@ -318,14 +318,14 @@ class Journal:
             before, seconds, durable = self.durable, 0.0, self.durable
             try:
                 if held:
-                    durable, seconds = await self._thread.run(
+                    durable, seconds = await self._syncs.run(
                         self._append_and_flush, self._held_back[:held], target, writer)
                 elif self._fsync_average < INLINE_FSYNC:
                     started = time.perf_counter()
                     durable = writer.flush(target)
                     seconds = time.perf_counter() - started
                 else:
-                    durable, seconds = await self._thread.run(
+                    durable, seconds = await self._syncs.run(
                         self._append_and_flush, [], target, writer)
             except (logstream.LogstreamError, ValueError) as err:
                 if writer is self.writer:  # else the old series' error: it is left anyway
@@ -475,5 +475,5 @@ class Journal:
 
     def close(self) -> None:
         """Seal the log and release its lock (the writer skips the seal if it failed)."""
-        self._thread.close()
+        self._syncs.close()
         self.writer.close()

@@ -30,7 +30,7 @@ import enum
 import os
 import select
 from collections.abc import Callable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import trio
 
@@ -99,7 +99,7 @@ class _Connection:
 
 
 class Poller:
-    available = hasattr(select, "epoll")
+    available: ClassVar[bool] = hasattr(select, "epoll")
 
     def __init__(self, handle: Callable[[Session, FrameDecoder, bytes | bytearray | None], Turn],
                  max_frame: int, writes: DeferredWrites | None = None) -> None:

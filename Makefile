@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-tools lint bench java java-package promtool clean
+.PHONY: run test test-tools lint bench java java-package promtool compiler native clean
 
 # Debian packages the tests need, by the command each provides: etcd for the
 # group tests, faketime for the clock steps, fuse3 (fusermount3) for lazyfs,
@@ -78,7 +78,7 @@ promtool:
 	  fi; \
 	fi
 
-run: $(STAMP) java
+run: native java
 	$(BIN)/cqsd run $(if $(CONFIG),--config $(CONFIG))
 
 # The whole suite, with branch coverage of our packages reported at the end, of
@@ -88,15 +88,44 @@ run: $(STAMP) java
 # COVERAGE_MIN percent, the run fails (CI runs this target): 91.9 % measured on
 # 2026-11-26 with every Python child traced, 79 % before the daemons were.
 #
+# It runs against both builds of the request path (docs/native.md): first the
+# tests that drive its modules in process (SOURCE_TESTS) on the Python source,
+# the reference, then the whole suite on the compiled build, which is what `make
+# run` starts. CQSD_BUILD makes each refuse the other build (and a stale one).
+# Coverage cannot see into compiled code, so the first run's data is kept and
+# the second appends to it.
+#
 # Two pytest-xdist workers, each given whole files (their module fixtures, a Spark
 # cluster or an etcd, stay in one process): the suite mostly waits on fsyncs,
 # JVM starts and leases, so on two cores one worker ran 22 minutes at a third
 # of the CPU. The 25 slowest tests are listed at the end.
 COVERAGE_MIN := 90
 TEST_WORKERS := 2
-test: test-tools $(STAMP) java promtool
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 \
-	    --cov --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_MIN)
+SOURCE_TESTS := tests/engine tests/protocol tests/logstream tests/server tests/client \
+                tests/test_native.py
+test: test-tools native java promtool
+	CQSD_BUILD=source $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	    --cov --cov-report= $(SOURCE_TESTS)
+	CQSD_BUILD=native $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+	    --cov --cov-append --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_MIN)
+
+# The request path compiled by mypyc beside its sources (tools/native.py,
+# docs/native.md); it rebuilds only what changed since its last build.
+native: compiler $(STAMP)
+	$(BIN)/python tools/native.py build
+
+# A C compiler and the Python headers for `native`, installed when missing and
+# we are root (as `java` is).
+compiler:
+	@if ! command -v cc >/dev/null 2>&1 || ! $(PYTHON) -c 'import os, sys, sysconfig; \
+	    sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing a C compiler and the Python headers for the compiled build"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev; \
+	  else \
+	    echo "the compiled build needs a C compiler and the Python headers: install gcc and python3-dev" >&2; exit 1; \
+	  fi; \
+	fi
 
 # ruff (with the bugbear, import-order and async rules) over everything, and
 # mypy over all of cqsd, logstream, clients and the examples: --strict on the
@@ -105,7 +134,7 @@ test: test-tools $(STAMP) java promtool
 # pyproject.toml).
 # CI runs it first.
 lint: $(STAMP)
-	$(BIN)/ruff check cqsd logstream clients tests benchmarks examples
+	$(BIN)/ruff check cqsd logstream clients tests benchmarks examples tools
 	$(BIN)/mypy
 
 bench: $(STAMP)
@@ -115,4 +144,5 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/peers.py
 
 clean:
+	test ! -x $(BIN)/python || $(BIN)/python tools/native.py clean
 	rm -rf $(VENV) build *.egg-info

@@ -10,6 +10,14 @@ __version__ = "0.1.0"
 
 import os
 
+from cqsproto import native
+
+# The compiled build or the source (cqsproto/native.py), for this package and for
+# logstream, before any of their modules loads: logstream itself imports nothing
+# of ours.
+native.choose(__name__, __path__)
+native.choose("logstream")
+
 # pyarrow (the SRDS slots a restart reads) imports numpy, whose OpenBLAS starts a
 # thread per CPU that now and then spins though cqsd does no linear algebra:
 # 2-3% of the daemon's CPU moving 1 MiB messages (perf). With one, it starts none.

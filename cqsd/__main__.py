@@ -8,6 +8,8 @@ import sys
 import structlog
 import trio
 
+from cqsproto import native
+
 from . import __version__, logs
 from .config import ConfigError, check_host, load
 from .errors import DaemonError
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     structlog.get_logger().info(
         "starting", version=__version__, pid=os.getpid(),
         config=os.path.abspath(args.config) if args.config else "(the embedded default)",
-        data_dir=os.path.abspath(config.daemon.data_dir), user=_user())
+        data_dir=os.path.abspath(config.daemon.data_dir), user=_user(),
+        build=native.chosen)  # compiled or source, by package (docs/native.md)
     try:
         trio.run(Daemon(config, sink, args.config).run)
     except DaemonError as err:  # cqsd/errors.py: each says its exit code and line

@@ -9,7 +9,11 @@ blocking client uses it on plain sockets (tests/protocol and
 tests/test_imports.py check).
 """
 
-from .codec import (
+from . import native
+
+native.choose(__name__, __path__)  # compiled or source, before any module loads
+
+from .codec import (  # noqa: E402
     CLOSED,
     DEFAULT_MAX_FRAME,
     FRAME_HEADROOM,
@@ -27,8 +31,8 @@ from .codec import (
     encode_reply,
     max_frame_for,
 )
-from .names import CLIENT_NAME, CLIENT_NAME_RULE
-from .reasons import Reason
+from .names import CLIENT_NAME, CLIENT_NAME_RULE  # noqa: E402
+from .reasons import Reason  # noqa: E402
 
 __all__ = [
     "CLIENT_NAME",

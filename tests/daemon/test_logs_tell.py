@@ -1,5 +1,5 @@
 """What the log and cqsctl tell an operator: the start event names the version, the
-config file and the data directory; cqsctl's comings and goings are debug, not info;
+config file, the data directory and the build; cqsctl's comings and goings are debug, not info;
 a structure never checkpointed says so."""
 
 import json
@@ -21,6 +21,10 @@ def test_the_start_event_says_what_runs_where(make_daemon):
     assert started["version"] == __version__ and started["pid"] == d.proc.pid
     assert started["config"] == str(d.config)
     assert started["data_dir"] == os.path.abspath(d.data)
+    # the build of each package, the one the test run asked for (docs/native.md)
+    asked = os.environ.get("CQSD_BUILD")
+    assert set(started["build"]) == {"cqsproto", "cqsd", "logstream"}
+    assert asked in (None, "") or set(started["build"].values()) == {asked}
     events = [e["event"] for e in d.lines]
     assert events.index("starting") < events.index("ready")
 

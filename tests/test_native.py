@@ -1,0 +1,120 @@
+"""The compiled build of the request path (docs/native.md): a test runs the build
+it asked for, and never a compiled module older than its source."""
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cqsproto import native
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("tools_native", ROOT / "tools" / "native.py")
+tools_native = importlib.util.module_from_spec(_spec)  # the build (tools/native.py)
+_spec.loader.exec_module(tools_native)
+
+
+def test_the_suite_runs_the_build_it_asked_for():
+    """`make test` runs once with CQSD_BUILD=source and once with native: each
+    package's compiled modules load from where that build says."""
+    asked = os.environ.get(native.ENV)
+    for package, (_, modules) in tools_native.PACKAGES.items():
+        importlib.import_module(package)
+        chose = native.chosen[package]
+        assert asked in (None, "", chose), (package, asked, chose)
+        for source in modules:
+            module = importlib.import_module(tools_native.module_name(package, source))
+            compiled = not module.__file__.endswith(".py")
+            assert compiled == (chose == "native"), (module.__name__, module.__file__)
+
+
+TOY = '''\
+def answer() -> int:
+    return {value}
+'''
+
+
+def python(tmp_path: Path, code: str, build: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != native.ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT / "clients")])
+    if build:
+        env[native.ENV] = build
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+
+
+ASK = ("import toy.m, cqsproto.native as n; "
+       "print(toy.m.__file__.endswith('.py'), toy.m.answer(), n.chosen['toy'])")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Path:
+    """A package of one module compiled by the build's own code, its sources as an
+    editable install leaves them: live, beside the extension."""
+    where = tmp_path_factory.mktemp("native")
+    package = where / "toy"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from cqsproto import native\nnative.choose(__name__, __path__)\n")
+    (package / "m.py").write_text(TOY.format(value=1))
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys, pathlib; sys.path.insert(0, sys.argv[1]); "
+         "import native; p = pathlib.Path(sys.argv[2]); "
+         "native.build('toy', p / 'toy', ['m.py'], p / 'build', multi_file=False)",
+         str(ROOT / "tools"), str(where)],
+        cwd=where, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return where
+
+
+def test_a_fresh_build_loads_compiled_and_a_stale_one_never(toy):
+    fresh = python(toy, ASK)
+    assert fresh.stdout.split() == ["False", "1", "native"], fresh.stderr
+    assert python(toy, ASK, "source").stdout.split() == ["True", "1", "source"]
+
+    m = toy / "toy" / "m.py"
+    m.write_text(TOY.format(value=2))  # edited after the build, not rebuilt
+    try:
+        stale = python(toy, ASK)
+        assert stale.stdout.split() == ["True", "2", "source"], stale.stderr
+        assert "toy: running the Python source" in stale.stderr and "toy.m" in stale.stderr
+        refused = python(toy, ASK, "native")
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert "CQSD_BUILD=native, but toy has no fresh build (toy.m)" in refused.stderr
+    finally:
+        m.write_text(TOY.format(value=1))
+    assert python(toy, ASK).stdout.split() == ["False", "1", "native"]
+
+
+def test_extensions_without_a_manifest_are_never_loaded(toy):
+    """A build that stopped before writing its manifest leaves extensions nobody
+    vouches for."""
+    manifest = toy / "toy" / native.MANIFEST
+    kept = manifest.read_text()
+    manifest.unlink()
+    try:
+        run = python(toy, ASK)
+        assert run.stdout.split() == ["True", "1", "source"], run.stderr
+        assert "toy.m" in run.stderr
+    finally:
+        manifest.write_text(kept)
+
+
+def test_a_damaged_manifest_or_a_wrong_build_name_says_so(toy):
+    manifest = toy / "toy" / native.MANIFEST
+    kept = manifest.read_text()
+    manifest.write_text("{")
+    try:
+        run = python(toy, ASK)
+        assert run.returncode != 0 and f"{manifest} is unreadable" in run.stderr
+    finally:
+        manifest.write_text(kept)
+    assert json.loads(manifest.read_text())["modules"]["toy.m"]["source"] == "m.py"
+    run = python(toy, ASK, "fast")
+    assert run.returncode != 0
+    assert "CQSD_BUILD='fast': it must be 'native' or 'source'" in run.stderr

@@ -1,0 +1,130 @@
+"""The compiled build of the request path: mypyc over the modules every request
+runs through, the Python source kept as the reference (docs/native.md).
+
+    python tools/native.py build   # compile what changed since the last build
+    python tools/native.py clean   # remove every extension and manifest
+
+mypyc compiles each package's modules into one group (a shared library inside
+the package, ``<package>/_native__mypyc*.so``, and a small extension per
+module), which this script builds under ``build/native`` and copies beside the
+sources, then writes the package's manifest (``cqsproto/native.py`` reads it at
+import to refuse a stale build). A build whose manifests still match the
+sources, this script and the mypyc version does nothing, so ``make test`` and
+``make run`` can always ask for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "clients"))
+
+from cqsproto.native import MANIFEST, digest, stale  # noqa: E402
+
+# package -> (its directory, the modules compiled, relative to it). The request
+# path: frames and requests (cqsproto), the engine, the server's per-request
+# modules, the log's records and writer. Not errors.py: its exceptions are
+# subclassed by interpreted code.
+PACKAGES: dict[str, tuple[Path, list[str]]] = {
+    "cqsproto": (ROOT / "clients" / "cqsproto",
+                 ["codec.py", "requests.py", "names.py", "reasons.py", "sizes.py"]),
+    "logstream": (ROOT / "logstream", ["record.py", "writer.py"]),
+    "cqsd": (ROOT / "cqsd", [
+        *(f"engine/{name}" for name in (
+            "api.py", "browse.py", "capacity.py", "cleanup.py", "commit.py",
+            "counts.py", "entry.py", "events.py", "ids.py", "locks.py", "overflow.py",
+            "pair.py", "qtypes.py", "reports.py", "structure.py", "timed.py")),
+        *(f"server/{name}" for name in (
+            "connections.py", "dispatch.py", "handlers.py", "journal.py", "limits.py",
+            "poller.py", "session.py", "waiters.py")),
+    ]),
+}
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+BUILD = ROOT / "build" / "native"
+
+
+def module_name(package: str, relative: str) -> str:
+    return ".".join((package, *Path(relative).with_suffix("").parts)).removesuffix(".__init__")
+
+
+def recipe() -> str:
+    """What a build depends on besides the sources: this script and mypyc."""
+    import mypy.version
+
+    return hashlib.sha256(Path(__file__).read_bytes()
+                          + mypy.version.__version__.encode()).hexdigest()
+
+
+def fresh(package: str) -> bool:
+    directory, _ = PACKAGES[package]
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return manifest.get("recipe") == recipe() and set(manifest.get("modules", ())) == {
+        module_name(package, m) for m in PACKAGES[package][1]} and not stale(
+            directory, manifest["modules"])
+
+
+def clean(directory: Path) -> None:
+    """The manifest first, so that a build stopped half way leaves none
+    (cqsproto.native then takes the extensions left for stale)."""
+    (directory / MANIFEST).unlink(missing_ok=True)
+    for extension in directory.rglob("*" + SUFFIX):
+        extension.unlink()
+
+
+def build(package: str, directory: Path, modules: list[str], out: Path,
+          multi_file: bool = True) -> None:
+    """Compile ``modules`` (relative to ``directory``, the package's) into one group
+    under ``out``, copy the extensions beside their sources, write the manifest."""
+    from mypyc.build import mypycify
+    from setuptools import Distribution  # type: ignore[import-untyped]
+
+    clean(directory)
+    hashes = {module_name(package, m): {"source": m, "sha256": digest(directory / m)}
+              for m in modules}
+    shutil.rmtree(out, ignore_errors=True)
+    # mypy reads its options ([tool.mypy], mypy_path) from the pyproject.toml here.
+    sources = [str(directory / m) for m in modules]
+    extensions = mypycify(sources, separate=[(sources, f"{package}._native")],
+                          multi_file=multi_file, target_dir=str(out / "c"))
+    for extension in extensions:  # the group's headers are in a directory of their own
+        extension.include_dirs.append(str(out / "c" / package))
+    dist = Distribution({"name": f"{package}-native", "ext_modules": extensions})
+    command = dist.get_command_obj("build_ext")
+    command.build_lib, command.build_temp, command.parallel = str(out / "lib"), str(out / "o"), 2
+    dist.run_command("build_ext")
+    for extension in extensions:
+        parts = extension.name.split(".")
+        built = out / "lib" / Path(*parts[:-1]) / (parts[-1] + SUFFIX)
+        shutil.copy2(built, directory / Path(*parts[1:-1]) / built.name)
+    (directory / MANIFEST).write_text(json.dumps(
+        {"recipe": recipe(), "modules": hashes}, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["clean"]:
+        for package in PACKAGES:
+            clean(PACKAGES[package][0])
+        return 0
+    if argv[1:] != ["build"]:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for package in PACKAGES:
+        if fresh(package):
+            print(f"native: {package} is up to date")
+        else:
+            print(f"native: compiling {package} ({len(PACKAGES[package][1])} modules)")
+            build(package, *PACKAGES[package], BUILD / package)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

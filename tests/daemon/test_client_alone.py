@@ -55,8 +55,10 @@ def venv(tmp_path_factory) -> Path:
 
 
 def run(command: list[str], cwd: Path, timeout: float = 120) -> str:
-    # Without our PYTHONPATH, so nothing of the source tree can leak into the venv.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # Without our PYTHONPATH, so nothing of the source tree can leak into the venv, nor
+    # CQSD_BUILD: the wheel installs the source build (docs/native.md).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "CQSD_BUILD")}
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
     assert done.returncode == 0, f"{command}:\n{done.stdout}\n{done.stderr}"

@@ -223,7 +223,9 @@ def encode_frame_parts(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) 
     return [_HEADER.pack(size) + parts[0], *parts[1:]]
 
 
-def _check_frame(obj: dict[str, Any], max_frame: int) -> None:
+def _check_frame(obj: object, max_frame: int) -> None:
+    # *obj* is an object, not the dict[str, Any] it should be: compiled, the keys of
+    # a dict[str, Any] are checked as they are taken, with mypyc's message, not ours.
     _check_max_frame(max_frame)
     if not isinstance(obj, dict):
         raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
@@ -476,8 +478,10 @@ def _decode_body(body: bytes | bytearray | memoryview) -> dict[str, Any]:
             max_ext_len=0,
             ext_hook=_refuse_ext,
         )
-    except _ExtTypeRefused as error:
-        raise _ext_refused(error.code) from None
+    except _ExtTypeRefused as refused:
+        # A name of its own: compiled (mypyc), one name bound in two clauses is one
+        # variable of the first clause's type, which the second's error fails.
+        raise _ext_refused(refused.code) from None
     except (ValueError, TypeError) as error:
         # msgpack's UnpackException, ExtraData, FormatError and StackError are
         # ValueErrors, as is UnicodeDecodeError from a bad str; an array or map

@@ -154,9 +154,14 @@ def parse(frame: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     return request_id, op, out
 
 
-def fields(where: str, spec: Spec, frame: dict[str, Any],
+def fields(where: str, spec: Spec, frame: dict[Any, Any],
            skip: tuple[str, ...] = ("op",)) -> dict[str, Any]:
-    """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen."""
+    """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen.
+
+    ``frame`` is a map nested in a request (a commit's op, a delete's ``next``), whose
+    keys the codec does not check: any msgpack type, so typed Any, not str (compiled,
+    a str key type is checked as the keys are taken, and a bytes key would raise
+    mypyc's TypeError rather than our INVALID_REQUEST)."""
     for name in frame:
         if name not in spec and name not in skip:
             raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {quote(name)}")
@@ -198,7 +203,7 @@ _TABLES: dict[str, tuple[int, dict[str, Any], tuple[tuple[str, tuple[type, ...]]
 }
 
 
-def next_read(value: dict[str, Any]) -> dict[str, Any]:
+def next_read(value: dict[Any, Any]) -> dict[str, Any]:
     """A delete's ``next`` map with its defaults filled in; INVALID_REQUEST names
     the field at fault. Checked before the delete is applied, so a bad one leaves
     the message where it was."""
@@ -262,7 +267,7 @@ def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:
 _PUT_KEYS = frozenset(("op", "queue", "qtype", "data", "recoverable"))
 
 
-def _plain_put(op: dict[str, Any]) -> bool:
+def _plain_put(op: dict[Any, Any]) -> bool:
     return (
         op.keys() <= _PUT_KEYS
         and type(op.get("queue")) is str

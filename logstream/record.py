@@ -44,6 +44,11 @@ class Record:
     timestamp: int
     body: Any
 
+    def __reduce__(self) -> tuple[type[Record], tuple[str, int, int, Any]]:
+        # Pickled (and copied) through __init__: compiled (mypyc), a frozen
+        # dataclass's own way sets its fields one by one, which frozen refuses.
+        return (Record, (self.writer, self.lsn, self.timestamp, self.body))
+
 
 class Frame(NamedTuple):
     """A decoded record with its body still packed, and where the next one starts."""
@@ -93,7 +98,7 @@ def _packer() -> msgpack.Packer:
     return packer
 
 
-def unpack_body(packed: bytes) -> Any:
+def unpack_body(packed: bytes | bytearray | memoryview) -> Any:
     """Unpack a body; raises ValueError (or a msgpack error) if it is not one object."""
     return msgpack.unpackb(packed, raw=False, strict_map_key=False)
 
@@ -133,8 +138,9 @@ def encode(lsn: int, timestamp: int, body: Any) -> bytes:
     return encode_packed(lsn, timestamp, pack_body(body))
 
 
-def decode(buf: bytes, offset: int = 0) -> Frame | NeedData | Damage:
-    """Decode the record starting at `offset` of `buf` (see module docstring)."""
+def decode(buf: bytes | bytearray | memoryview, offset: int = 0) -> Frame | NeedData | Damage:
+    """Decode the record starting at `offset` of `buf` (see module docstring). Any
+    buffer, by its type too: compiled (mypyc), a `bytes` refuses a bytearray."""
     available = len(buf) - offset
     if available < HEADER_SIZE:
         # Judge what is there: a wrong first byte is damage however short the rest.
@@ -158,7 +164,7 @@ def decode(buf: bytes, offset: int = 0) -> Frame | NeedData | Damage:
     return Frame(lsn, timestamp, bytes(buf[offset + HEADER_SIZE : end]), end)
 
 
-def find_frame(buf: bytes, start: int, min_lsn: int) -> int | None:
+def find_frame(buf: bytes | bytearray, start: int, min_lsn: int) -> int | None:
     """Offset of the first good frame at or after `start` with LSN >= `min_lsn`.
 
     This is how damage is told from a torn tail: a crash can only leave bad

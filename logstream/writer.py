@@ -84,6 +84,10 @@ class WriterStats:
     segments_created: int
     failed: bool
 
+    def __reduce__(self) -> tuple[type[WriterStats], tuple[Any, ...]]:
+        # Pickled (and copied) through __init__, as record.Record is, for the same reason.
+        return (WriterStats, tuple(getattr(self, field.name) for field in dataclasses.fields(self)))
+
 
 class Writer:
     """Appends records to one writer's series. Create with `Writer.open`."""

@@ -29,9 +29,9 @@ import random
 import struct
 import sys
 import tempfile
-import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import atheris
@@ -50,7 +50,7 @@ class SourceOnly(importlib.abc.MetaPathFinder):
     """
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.partition(".")[0] != "cqsproto":
             return None
         source = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
@@ -419,8 +419,9 @@ def write_seeds(corpus: Path) -> None:
 
 def main(argv: list[str]) -> None:
     """Fuzz (libFuzzer's flags and corpus directories in *argv*), or replay the files named."""
-    compiled = [module.__file__ for name, module in sys.modules.items()
-                if name.partition(".")[0] == "cqsproto" and not str(module.__file__).endswith(".py")]
+    compiled = [str(module.__file__) for name, module in sys.modules.items()
+                if name.partition(".")[0] == "cqsproto"]
+    compiled = [path for path in compiled if not path.endswith(".py")]
     assert not compiled, f"fuzzing compiled modules, which atheris cannot see into: {compiled}"
     paths = [arg for arg in argv[1:] if not arg.startswith("-")]
     if not paths:

@@ -13,26 +13,26 @@ import dataclasses
 import struct
 import threading
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import crc32c
 import msgpack
 
 from .errors import Damage
 
-MAGIC = b"\xc1LOG"
+MAGIC: Final = b"\xc1LOG"
 # magic, crc, body length, lsn, timestamp
-HEADER = struct.Struct("<4sIIQQ")
-HEADER_SIZE = HEADER.size  # 28
+HEADER: Final = struct.Struct("<4sIIQQ")
+HEADER_SIZE: Final = HEADER.size  # 28
 # Lengths above this are damage, not data: it bounds what a damaged length
 # field can make us allocate, and is far above any record cqsd writes.
-MAX_BODY = 16 * 1024 * 1024
-MAX_U64 = 2**64 - 1
+MAX_BODY: Final = 16 * 1024 * 1024
+MAX_U64: Final = 2**64 - 1
 
-_CRC_FROM = 8  # the CRC covers everything after itself
+_CRC_FROM: Final = 8  # the CRC covers everything after itself
 Parts = list[bytes | memoryview]  # a record, or its body, as buffers for one vectored write
-_TAIL = struct.Struct("<IQQ")  # the CRC-covered part of the header
-_HEAD = struct.Struct("<4sI")  # the part before it: magic and CRC
+_TAIL: Final = struct.Struct("<IQQ")  # the CRC-covered part of the header
+_HEAD: Final = struct.Struct("<4sI")  # the part before it: magic and CRC
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ def pack_bodies(bodies: Iterable[Any]) -> list[bytes]:
     return packed
 
 
-_local = threading.local()
+_local: Final = threading.local()
 
 
 def _packer() -> msgpack.Packer:
@@ -123,9 +123,11 @@ def encode_batch(first_lsn: int, timestamp: int, packed: list[bytes]) -> bytes:
     """The records of bodies already packed, with LSNs from ``first_lsn`` on and one
     timestamp, as one buffer: `encode_packed` of each, joined, with one join."""
     parts: list[bytes] = []
-    for lsn, body in enumerate(packed, first_lsn):
+    lsn = first_lsn  # counted, not enumerate(packed, first_lsn), which mypyc compiles generically
+    for body in packed:
         tail = _TAIL.pack(len(body), lsn, timestamp)
         parts += (_HEAD.pack(MAGIC, crc32c.crc32c(body, crc32c.crc32c(tail))), tail, body)
+        lsn += 1
     return b"".join(parts)
 
 

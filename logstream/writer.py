@@ -53,7 +53,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from . import durable, record, segment
 from .errors import CorruptLog, Damage, LogstreamError, LogWriteFailed, WriterBusy
@@ -62,11 +62,11 @@ from .scan import scan_to_end
 from .series import SegmentFile, bytes_between, list_segments, read_header
 from .trim import trim
 
-DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
-PAGE = 4096  # drop-behind leaves the page an append may still write into
-DROP_BEHIND = 16 * PAGE  # durable bytes cached before a flush drops them (see the note)
+DEFAULT_SEGMENT_SIZE: Final = 64 * 1024 * 1024
+PAGE: Final = 4096  # drop-behind leaves the page an append may still write into
+DROP_BEHIND: Final = 16 * PAGE  # durable bytes cached before a flush drops them (see the note)
 # Below this a configuration typo (64 meaning MiB) would make a file per record.
-MIN_SEGMENT_SIZE = 4096
+MIN_SEGMENT_SIZE: Final = 4096
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

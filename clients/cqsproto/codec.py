@@ -197,7 +197,7 @@ def encode_reply(request_id: int, result: dict[str, Any],
     return _HEADER.pack(len(body)) + body
 
 
-_local = threading.local()
+_local: Final = threading.local()
 
 
 def _packer() -> msgpack.Packer:
@@ -243,8 +243,8 @@ LARGE: Final = 64 * 1024
 # room for a 1 MiB message and its request, 2 MiB a connection at most; larger
 # frames' buffers go with their frames, as the 100 MiB of a MAXMSGL one must.
 SPARE_MAX: Final = 2 * _MiB
-_BIN32 = struct.Struct(">BI")
-_BINARY = (bytes, bytearray, memoryview)
+_BIN32: Final = struct.Struct(">BI")
+_BINARY: Final = (bytes, bytearray, memoryview)
 Parts = list[bytes | memoryview]
 
 

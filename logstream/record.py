@@ -13,26 +13,26 @@ import dataclasses
 import struct
 import threading
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import crc32c
 import msgpack
 
 from .errors import Damage
 
-MAGIC = b"\xc1LOG"
+MAGIC: Final = b"\xc1LOG"
 # magic, crc, body length, lsn, timestamp
-HEADER = struct.Struct("<4sIIQQ")
-HEADER_SIZE = HEADER.size  # 28
+HEADER: Final = struct.Struct("<4sIIQQ")
+HEADER_SIZE: Final = HEADER.size  # 28
 # Lengths above this are damage, not data: it bounds what a damaged length
 # field can make us allocate, and is far above any record cqsd writes.
-MAX_BODY = 16 * 1024 * 1024
-MAX_U64 = 2**64 - 1
+MAX_BODY: Final = 16 * 1024 * 1024
+MAX_U64: Final = 2**64 - 1
 
-_CRC_FROM = 8  # the CRC covers everything after itself
+_CRC_FROM: Final = 8  # the CRC covers everything after itself
 Parts = list[bytes | memoryview]  # a record, or its body, as buffers for one vectored write
-_TAIL = struct.Struct("<IQQ")  # the CRC-covered part of the header
-_HEAD = struct.Struct("<4sI")  # the part before it: magic and CRC
+_TAIL: Final = struct.Struct("<IQQ")  # the CRC-covered part of the header
+_HEAD: Final = struct.Struct("<4sI")  # the part before it: magic and CRC
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,6 +43,11 @@ class Record:
     lsn: int
     timestamp: int
     body: Any
+
+    def __reduce__(self) -> tuple[type[Record], tuple[str, int, int, Any]]:
+        # Pickled (and copied) through __init__: compiled (mypyc), a frozen
+        # dataclass's own way sets its fields one by one, which frozen refuses.
+        return (Record, (self.writer, self.lsn, self.timestamp, self.body))
 
 
 class Frame(NamedTuple):
@@ -78,7 +83,7 @@ def pack_bodies(bodies: Iterable[Any]) -> list[bytes]:
     return packed
 
 
-_local = threading.local()
+_local: Final = threading.local()
 
 
 def _packer() -> msgpack.Packer:
@@ -93,7 +98,7 @@ def _packer() -> msgpack.Packer:
     return packer
 
 
-def unpack_body(packed: bytes) -> Any:
+def unpack_body(packed: bytes | bytearray | memoryview) -> Any:
     """Unpack a body; raises ValueError (or a msgpack error) if it is not one object."""
     return msgpack.unpackb(packed, raw=False, strict_map_key=False)
 
@@ -118,9 +123,11 @@ def encode_batch(first_lsn: int, timestamp: int, packed: list[bytes]) -> bytes:
     """The records of bodies already packed, with LSNs from ``first_lsn`` on and one
     timestamp, as one buffer: `encode_packed` of each, joined, with one join."""
     parts: list[bytes] = []
-    for lsn, body in enumerate(packed, first_lsn):
+    lsn = first_lsn  # counted, not enumerate(packed, first_lsn), which mypyc compiles generically
+    for body in packed:
         tail = _TAIL.pack(len(body), lsn, timestamp)
         parts += (_HEAD.pack(MAGIC, crc32c.crc32c(body, crc32c.crc32c(tail))), tail, body)
+        lsn += 1
     return b"".join(parts)
 
 
@@ -133,8 +140,9 @@ def encode(lsn: int, timestamp: int, body: Any) -> bytes:
     return encode_packed(lsn, timestamp, pack_body(body))
 
 
-def decode(buf: bytes, offset: int = 0) -> Frame | NeedData | Damage:
-    """Decode the record starting at `offset` of `buf` (see module docstring)."""
+def decode(buf: bytes | bytearray | memoryview, offset: int = 0) -> Frame | NeedData | Damage:
+    """Decode the record starting at `offset` of `buf` (see module docstring). Any
+    buffer, by its type too: compiled (mypyc), a `bytes` refuses a bytearray."""
     available = len(buf) - offset
     if available < HEADER_SIZE:
         # Judge what is there: a wrong first byte is damage however short the rest.
@@ -158,7 +166,7 @@ def decode(buf: bytes, offset: int = 0) -> Frame | NeedData | Damage:
     return Frame(lsn, timestamp, bytes(buf[offset + HEADER_SIZE : end]), end)
 
 
-def find_frame(buf: bytes, start: int, min_lsn: int) -> int | None:
+def find_frame(buf: bytes | bytearray, start: int, min_lsn: int) -> int | None:
     """Offset of the first good frame at or after `start` with LSN >= `min_lsn`.
 
     This is how damage is told from a torn tail: a crash can only leave bad

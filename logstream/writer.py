@@ -53,7 +53,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from . import durable, record, segment
 from .errors import CorruptLog, Damage, LogstreamError, LogWriteFailed, WriterBusy
@@ -62,11 +62,11 @@ from .scan import scan_to_end
 from .series import SegmentFile, bytes_between, list_segments, read_header
 from .trim import trim
 
-DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
-PAGE = 4096  # drop-behind leaves the page an append may still write into
-DROP_BEHIND = 16 * PAGE  # durable bytes cached before a flush drops them (see the note)
+DEFAULT_SEGMENT_SIZE: Final = 64 * 1024 * 1024
+PAGE: Final = 4096  # drop-behind leaves the page an append may still write into
+DROP_BEHIND: Final = 16 * PAGE  # durable bytes cached before a flush drops them (see the note)
 # Below this a configuration typo (64 meaning MiB) would make a file per record.
-MIN_SEGMENT_SIZE = 4096
+MIN_SEGMENT_SIZE: Final = 4096
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +83,10 @@ class WriterStats:
     flush_waiting: int  # flush callers waiting for someone else's fsync right now
     segments_created: int
     failed: bool
+
+    def __reduce__(self) -> tuple[type[WriterStats], tuple[Any, ...]]:
+        # Pickled (and copied) through __init__, as record.Record is, for the same reason.
+        return (WriterStats, tuple(getattr(self, field.name) for field in dataclasses.fields(self)))
 
 
 class Writer:
@@ -218,16 +222,18 @@ class Writer:
 
     # -- appending --------------------------------------------------------
 
-    def append(self, body: Any, timestamp: int | None = None) -> int:
+    def append(self, body: Any, timestamp: object = None) -> int:
         """Write one record (not yet durable) and return its LSN.
 
-        `timestamp` defaults to now; it must not be below the previous one.
+        `timestamp` (an int; typed object so that, compiled as well, anything else is
+        our ValueError, not mypyc's TypeError) defaults to now; it must not be below
+        the previous one.
         Raises TypeError/ValueError for a bad body or timestamp (nothing is
         written), LogWriteFailed if the writer has failed or fails now.
         """
         return self.append_packed([record.pack_body(body)], timestamp)
 
-    def append_packed(self, parts: record.Parts, timestamp: int | None = None) -> int:
+    def append_packed(self, parts: record.Parts, timestamp: object = None) -> int:
         """`append` of a body the caller packed with msgpack, as buffers that joined
         are the packed body: one written from where its parts are (a block of
         message data and the bytes around it, with one `pwritev`) rather than
@@ -235,24 +241,20 @@ class Writer:
         body = sum(len(part) for part in parts)
         if body > record.MAX_BODY:
             raise ValueError(f"record body of {body} bytes exceeds {record.MAX_BODY}")
-        if timestamp is not None and (
-            type(timestamp) is not int or not 0 <= timestamp <= record.MAX_U64
-        ):
-            raise ValueError(f"timestamp {timestamp!r} is not an int in 0..2**64-1")
+        explicit = _checked_timestamp(timestamp)
         with self._lock:
             if self._failure is not None:
                 raise self._failed()
             if self._closed:
                 raise LogstreamError(f"writer {self.writer_id!r} is closed")
-            if timestamp is None:
-                timestamp = max(time.time_ns(), self._last_timestamp)
-            elif timestamp < self._last_timestamp:
-                raise ValueError(f"timestamp {timestamp} is below {self._last_timestamp}")
+            stamp = max(time.time_ns(), self._last_timestamp) if explicit is None else explicit
+            if stamp < self._last_timestamp:
+                raise ValueError(f"timestamp {stamp} is below {self._last_timestamp}")
             lsn = self._appended_lsn + 1
             if len(parts) == 1:
-                frames: record.Parts = [record.encode_packed(lsn, timestamp, parts[0])]
+                frames: record.Parts = [record.encode_packed(lsn, stamp, parts[0])]
             else:
-                frames = record.encode_parts(lsn, timestamp, parts)
+                frames = record.encode_parts(lsn, stamp, parts)
             size = sum(len(part) for part in frames)
             if self._size + size > self.segment_size and self._size > segment.HEADER_SIZE:
                 self._rotate(lsn)
@@ -269,7 +271,7 @@ class Writer:
                 raise self._fail(self._path, error) from error
             self._size += size
             self._appended_lsn = lsn
-            self._last_timestamp = timestamp
+            self._last_timestamp = stamp
             self._records += 1
             self._bytes += size
         return lsn
@@ -540,6 +542,14 @@ class Writer:
             f"<Writer {self.writer_id!r} in {self.directory} appended={self._appended_lsn}"
             f" durable={self._durable_lsn}{' FAILED' if self._failure else ''}>"
         )
+
+
+def _checked_timestamp(timestamp: object) -> int | None:
+    """An explicit timestamp of `append`, or None for now; ValueError unless an int in range
+    (exactly: True is an int in Python, never a timestamp)."""
+    if timestamp is None or (type(timestamp) is int and 0 <= timestamp <= record.MAX_U64):
+        return timestamp
+    raise ValueError(f"timestamp {timestamp!r} is not an int in 0..2**64-1")
 
 
 def _drop_cache(fd: int, offset: int, length: int) -> None:

@@ -197,7 +197,7 @@ def encode_reply(request_id: int, result: dict[str, Any],
     return _HEADER.pack(len(body)) + body
 
 
-_local = threading.local()
+_local: Final = threading.local()
 
 
 def _packer() -> msgpack.Packer:
@@ -223,7 +223,9 @@ def encode_frame_parts(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) 
     return [_HEADER.pack(size) + parts[0], *parts[1:]]
 
 
-def _check_frame(obj: dict[str, Any], max_frame: int) -> None:
+def _check_frame(obj: object, max_frame: int) -> None:
+    # *obj* is an object, not the dict[str, Any] it should be: compiled, the keys of
+    # a dict[str, Any] are checked as they are taken, with mypyc's message, not ours.
     _check_max_frame(max_frame)
     if not isinstance(obj, dict):
         raise TypeError(f"a frame must be a dict, not {type(obj).__name__}")
@@ -241,8 +243,8 @@ LARGE: Final = 64 * 1024
 # room for a 1 MiB message and its request, 2 MiB a connection at most; larger
 # frames' buffers go with their frames, as the 100 MiB of a MAXMSGL one must.
 SPARE_MAX: Final = 2 * _MiB
-_BIN32 = struct.Struct(">BI")
-_BINARY = (bytes, bytearray, memoryview)
+_BIN32: Final = struct.Struct(">BI")
+_BINARY: Final = (bytes, bytearray, memoryview)
 Parts = list[bytes | memoryview]
 
 
@@ -255,8 +257,9 @@ def pack_parts(obj: Any, limit: int) -> Parts:
     of eight puts packs in 0.2 ms rather than 7.6.
 
     Walks dicts, lists and tuples in Python, so it is for bodies of a few large
-    binaries, not of many small objects. Raises ValueError above ``limit`` bytes
-    or for an int beyond 64 bits, TypeError for what msgpack cannot pack.
+    binaries, not of many small objects. Raises ValueError above ``limit`` bytes,
+    for an int beyond 64 bits or for containers nested deeper than msgpack nests,
+    TypeError for what msgpack cannot pack.
     """
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     parts: Parts = []
@@ -271,28 +274,37 @@ def pack_parts(obj: Any, limit: int) -> Parts:
     return parts
 
 
+# How deep msgpack nests (its DEFAULT_RECURSE_LIMIT): packb refuses deeper containers.
+_NEST_LIMIT: Final = 1024
+
+
 def _walk(obj: Any, packer: msgpack.Packer, parts: Parts) -> None:
-    """`pack_parts`' walk. A function of its own, not a closure: a recursive closure
-    is a reference cycle, which would keep the parts, and the payloads they view,
-    alive until the garbage collector's next pass (2 GiB after 1,024 reads of 1 MiB)."""
-    if isinstance(obj, dict):  # subclasses too (a reply's result), as msgpack packs them
-        packer.pack_map_header(len(obj))
-        for key, value in obj.items():
-            _walk(key, packer, parts)
-            _walk(value, packer, parts)
-    elif isinstance(obj, (list, tuple)):
-        packer.pack_array_header(len(obj))
-        for item in obj:
-            _walk(item, packer, parts)
-    elif type(obj) in _BINARY and len(obj) >= LARGE and memoryview(obj).c_contiguous:
-        view = memoryview(obj).cast("B")
-        if view.nbytes >= 2**32:
-            raise ValueError(f"a binary of {view.nbytes} bytes cannot be packed")
-        parts.append(packer.bytes() + _BIN32.pack(0xC6, view.nbytes))
-        packer.reset()
-        parts.append(view)
-    else:
-        packer.pack(obj)
+    """`pack_parts`' walk, on a stack of its own: recursion would stop at the interpreter's
+    limit, before packb's, or, compiled (mypyc), overflow the C stack and crash; this
+    refuses what packb refuses, as packb does, in both builds. (Nor is it a closure: a
+    recursive closure is a reference cycle, which would keep the parts, and the payloads
+    they view, alive until the garbage collector's next pass.)"""
+    todo: list[tuple[Any, int]] = [(obj, _NEST_LIMIT)]
+    while todo:
+        obj, limit = todo.pop()
+        if limit < 0:
+            raise ValueError("recursion limit exceeded")
+        if isinstance(obj, dict):  # subclasses too (a reply's result), as msgpack packs them
+            packer.pack_map_header(len(obj))
+            for key, value in reversed(obj.items()):
+                todo += ((value, limit - 1), (key, limit - 1))
+        elif isinstance(obj, (list, tuple)):
+            packer.pack_array_header(len(obj))
+            todo += [(item, limit - 1) for item in reversed(obj)]
+        elif type(obj) in _BINARY and len(obj) >= LARGE and memoryview(obj).c_contiguous:
+            view = memoryview(obj).cast("B")
+            if view.nbytes >= 2**32:
+                raise ValueError(f"a binary of {view.nbytes} bytes cannot be packed")
+            parts.append(packer.bytes() + _BIN32.pack(0xC6, view.nbytes))
+            packer.reset()
+            parts.append(view)
+        else:
+            packer.pack(obj)
 
 
 # A body up to this size is decoded from a copy, which costs less than the two views
@@ -476,8 +488,10 @@ def _decode_body(body: bytes | bytearray | memoryview) -> dict[str, Any]:
             max_ext_len=0,
             ext_hook=_refuse_ext,
         )
-    except _ExtTypeRefused as error:
-        raise _ext_refused(error.code) from None
+    except _ExtTypeRefused as refused:
+        # A name of its own: compiled (mypyc), one name bound in two clauses is one
+        # variable of the first clause's type, which the second's error fails.
+        raise _ext_refused(refused.code) from None
     except (ValueError, TypeError) as error:
         # msgpack's UnpackException, ExtraData, FormatError and StackError are
         # ValueErrors, as is UnicodeDecodeError from a bad str; an array or map

@@ -6,16 +6,16 @@ the field instead of a traceback. Semantics (does the queue type exist, is the
 name valid) belong to the engine; this module only knows wire types.
 """
 
-from typing import Any
+from typing import Any, Final
 
 from .codec import INVALID_REQUEST, ProtocolError
 from .quote import quote
 
-REQUIRED = object()
+REQUIRED: Final = object()
 # The largest frame a client may send before its register reply: a register request
 # is a name, a secret and a version, well under 1 KiB. Without it an unregistered
 # peer could make the daemon buffer a frame of max_message bytes.
-MAX_REGISTER_FRAME = 64 * 1024
+MAX_REGISTER_FRAME: Final = 64 * 1024
 _NUMBER = (int, float)
 _SECONDS = ((*_NUMBER, type(None)), None)  # checked further by timing.py
 
@@ -27,7 +27,7 @@ _ENTRY = ((int,), REQUIRED)
 # "Exactly-once puts"); optional, so a client that sends none is served as before.
 _KEY = ((list, type(None)), None)
 Spec = dict[str, tuple[tuple[type, ...], Any]]  # field -> (accepted types, default)
-OPS: dict[str, Spec] = {
+OPS: Final[dict[str, Spec]] = {
     "register": {
         "client": ((str,), REQUIRED),
         "secret": ((str, type(None)), None),
@@ -115,7 +115,7 @@ OPS: dict[str, Spec] = {
 }
 
 # The operations a commit may carry, and their fields (the "op" key aside).
-COMMIT_OPS: dict[str, Spec] = {
+COMMIT_OPS: Final[dict[str, Spec]] = {
     "put": {k: v for k, v in OPS["put"].items() if k not in ("structure", "key")},
     "delete": {"entry_id": _ENTRY},
     "move": {k: v for k, v in OPS["move"].items() if k != "structure"},
@@ -123,9 +123,10 @@ COMMIT_OPS: dict[str, Spec] = {
 }
 # A delete's ``next``: the read that follows it in the same request (no ``wait``:
 # a waiting read's reply could not be sent before the delete's log record is durable).
-NEXT_READ: Spec = {"queue": ((str,), REQUIRED), "qtype": _QTYPE, "n": ((int,), 1),
-                   "lease": _SECONDS}
-MAX_COMMIT_OPS = 100_000  # a bound on one atomic batch, so one request cannot stall the daemon
+NEXT_READ: Final[Spec] = {"queue": ((str,), REQUIRED), "qtype": _QTYPE, "n": ((int,), 1),
+                          "lease": _SECONDS}
+# a bound on one atomic batch, so one request cannot stall the daemon
+MAX_COMMIT_OPS: Final = 100_000
 
 
 def parse(frame: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
@@ -154,9 +155,14 @@ def parse(frame: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     return request_id, op, out
 
 
-def fields(where: str, spec: Spec, frame: dict[str, Any],
+def fields(where: str, spec: Spec, frame: dict[Any, Any],
            skip: tuple[str, ...] = ("op",)) -> dict[str, Any]:
-    """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen."""
+    """Check ``frame`` against ``spec``; unknown fields are refused, so typos are seen.
+
+    ``frame`` is a map nested in a request (a commit's op, a delete's ``next``), whose
+    keys the codec does not check: any msgpack type, so typed Any, not str (compiled,
+    a str key type is checked as the keys are taken, and a bytes key would raise
+    mypyc's TypeError rather than our INVALID_REQUEST)."""
     for name in frame:
         if name not in spec and name not in skip:
             raise ProtocolError(INVALID_REQUEST, f"{where}: unknown field {quote(name)}")
@@ -191,14 +197,15 @@ def _wrong_field(where: str, name: str, types: tuple[type, ...], value: Any) -> 
 
 # OPS as parse checks it, made once: the size of a request of each op with every
 # field (with id and op), each field's default, and (name, accepted types) of each.
-_TABLES: dict[str, tuple[int, dict[str, Any], tuple[tuple[str, tuple[type, ...]], ...]]] = {
+_Table = tuple[int, dict[str, Any], tuple[tuple[str, tuple[type, ...]], ...]]
+_TABLES: Final[dict[str, _Table]] = {
     op: (len(spec) + 2, {name: default for name, (_types, default) in spec.items()},
          tuple((name, types) for name, (types, _default) in spec.items()))
     for op, spec in OPS.items()
 }
 
 
-def next_read(value: dict[str, Any]) -> dict[str, Any]:
+def next_read(value: dict[Any, Any]) -> dict[str, Any]:
     """A delete's ``next`` map with its defaults filled in; INVALID_REQUEST names
     the field at fault. Checked before the delete is applied, so a bad one leaves
     the message where it was."""
@@ -207,8 +214,8 @@ def next_read(value: dict[str, Any]) -> dict[str, Any]:
 
 # An incarnation is drawn by the client at each connect: 16 hex digits in the SDK;
 # the bound keeps a remembered key small (docs/group.md prices the window by it).
-MAX_INCARNATION = 32
-MAX_SEQUENCE = 2**63 - 1
+MAX_INCARNATION: Final = 32
+MAX_SEQUENCE: Final = 2**63 - 1
 
 
 def idempotency_key(where: str, value: list[Any] | None) -> tuple[str, int] | None:
@@ -259,10 +266,10 @@ def commit_ops(ops: list[Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 # a delayed put takes the full path (the plain one leaves out delay and not_before)
-_PUT_KEYS = frozenset(("op", "queue", "qtype", "data", "recoverable"))
+_PUT_KEYS: Final = frozenset(("op", "queue", "qtype", "data", "recoverable"))
 
 
-def _plain_put(op: dict[str, Any]) -> bool:
+def _plain_put(op: dict[Any, Any]) -> bool:
     return (
         op.keys() <= _PUT_KEYS
         and type(op.get("queue")) is str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import threading
 
 import crc32c
@@ -77,6 +79,24 @@ def test_records_decode_back_to_back_from_offsets() -> None:
         seen.append(frame.lsn)
         offset = frame.end
     assert seen == [1, 2, 3, 4, 5]
+
+
+def test_any_buffer_decodes_as_its_bytes_do() -> None:
+    """A bytearray or a memoryview of records decodes and is searched as bytes are."""
+    buf = record.encode(1, 10, "a") + record.encode(2, 20, "b")
+    first = record.decode(buf)
+    assert isinstance(first, Frame)
+    for other in (bytearray(buf), memoryview(buf)):
+        assert record.decode(other, first.end) == record.decode(buf, first.end)
+        assert record.unpack_body(memoryview(other)[HEADER_SIZE:first.end]) == "a"
+    assert record.find_frame(bytearray(buf), 1, 2) == first.end
+
+
+def test_a_record_survives_pickle_and_copy() -> None:
+    """Readers' records may be pickled (to a worker) or copied like any value."""
+    rec = record.Record("alpha", 3, 30, {"put": [b"x", 1]})
+    for again in (pickle.loads(pickle.dumps(rec)), copy.copy(rec), copy.deepcopy(rec)):
+        assert again == rec and type(again) is record.Record
 
 
 def test_no_single_bit_flip_decodes_as_a_record() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import shutil
 import time
 from pathlib import Path
@@ -317,3 +319,12 @@ def test_bytes_after_counts_the_records_a_reader_from_there_goes_through(tmp_pat
         shutil.copytree(tmp_path / "live", tmp_path / "crashed")
     with Writer.open(tmp_path / "crashed", "alpha", segment_size=4096) as again:
         assert again.bytes_after(firsts[-1] - 1) == total - sizes[firsts[-1] - 1]
+
+
+def test_stats_survive_pickle_and_copy(tmp_path: Path) -> None:
+    """A snapshot of the counters is a value: pickled or copied, it stays equal."""
+    with Writer.open(tmp_path, "alpha") as w:
+        w.append(1)
+        stats = w.stats()
+    for again in (pickle.loads(pickle.dumps(stats)), copy.copy(stats), copy.deepcopy(stats)):
+        assert again == stats and again.records == 1

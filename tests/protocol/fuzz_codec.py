@@ -23,17 +23,47 @@ crash. Each input is a small header, then the byte stream (see :func:`unpack_inp
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import random
 import struct
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import atheris
 import msgpack
 
+
+class SourceOnly(importlib.abc.MetaPathFinder):
+    """Finds cqsproto's modules as their Python source, even where a compiled build
+    (mypyc, ``*.so``) lies beside it and would be imported first.
+
+    atheris learns coverage from Python bytecode, so it cannot instrument a compiled
+    module (it imports it as is, and the fuzzer would be blind to the codec). The
+    source is the reference the compiled build is held to: the fuzzer drives it here,
+    and the codec's Hypothesis tests (test_codec.py) run against whichever build is
+    imported, so the compiled one is checked there.
+    """
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.partition(".")[0] != "cqsproto":
+            return None
+        source = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
+        for entry in sys.path if path is None else path:
+            spec = importlib.machinery.FileFinder(entry or ".", source).find_spec(fullname)
+            if spec is not None:
+                return spec
+        return None
+
+
+# atheris's finder puts itself first and instruments what the finders after it find;
+# this one comes right after it.
+sys.meta_path.insert(0, SourceOnly())
 with atheris.instrument_imports(include=["cqsproto"]):
     from cqsproto import (
         CLOSED,
@@ -389,6 +419,10 @@ def write_seeds(corpus: Path) -> None:
 
 def main(argv: list[str]) -> None:
     """Fuzz (libFuzzer's flags and corpus directories in *argv*), or replay the files named."""
+    compiled = [str(module.__file__) for name, module in sys.modules.items()
+                if name.partition(".")[0] == "cqsproto"]
+    compiled = [path for path in compiled if not path.endswith(".py")]
+    assert not compiled, f"fuzzing compiled modules, which atheris cannot see into: {compiled}"
     paths = [arg for arg in argv[1:] if not arg.startswith("-")]
     if not paths:
         paths = [tempfile.mkdtemp(prefix="cqsd-fuzz-codec-")]

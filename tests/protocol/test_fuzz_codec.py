@@ -1,4 +1,12 @@
-"""The atheris fuzz target of the codec (fuzz_codec.py) runs clean on a bounded budget."""
+"""The atheris fuzz target of the codec (fuzz_codec.py) runs clean on a bounded budget.
+
+It fuzzes cqsproto's Python source even where a compiled build (mypyc) is installed
+beside it: atheris takes its coverage from bytecode, which a compiled module has none
+of, so coverage-guided fuzzing can only steer through the source. The source is the
+reference the compiled build must match, and test_codec.py's Hypothesis tests (whole,
+byte by byte, damaged, garbage) run against the build that is imported, compiled or
+not, so both builds are held to the same checks.
+"""
 
 from __future__ import annotations
 
@@ -44,3 +52,5 @@ def test_the_codec_survives_coverage_guided_fuzzing(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-6000:]
     assert f"Done {RUNS} in" in result.stderr, result.stderr[-2000:]
+    for module in ("cqsproto.codec", "cqsproto.requests"):  # the source, fuzzed with coverage
+        assert f"INFO: Instrumenting {module}\n" in result.stderr, result.stderr[:2000]

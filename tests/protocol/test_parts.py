@@ -67,3 +67,19 @@ def test_packing_in_parts_refuses_too_much_and_what_msgpack_refuses() -> None:
         pack_parts({"n": 2**64}, MAX)
     with pytest.raises(TypeError):
         pack_parts([object()], MAX)
+
+
+@pytest.mark.parametrize("depth", [1000, 1024, 1025, 100_000])
+def test_packing_in_parts_nests_as_deep_as_msgpack_and_no_deeper(depth: int) -> None:
+    """Nests packb packs come out the same; deeper ones are packb's ValueError, never a
+    RecursionError or, compiled, a crash of the C stack."""
+    body: object = b"x" * LARGE
+    for _ in range(depth):
+        body = [body]
+    try:
+        packed = msgpack.packb(body, use_bin_type=True)
+    except ValueError:
+        with pytest.raises(ValueError, match="recursion limit exceeded"):
+            pack_parts(body, MAX)
+    else:
+        assert b"".join(pack_parts(body, MAX)) == packed

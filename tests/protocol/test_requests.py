@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cqsproto import INVALID_REQUEST, ProtocolError
-from cqsproto.requests import commit_ops, parse
+from cqsproto.requests import commit_ops, next_read, parse
 
 from .test_quote import nested
 
@@ -59,3 +59,10 @@ def test_an_unknown_key_of_a_commit_op_is_quoted_briefly() -> None:
     message = refusal(commit_ops, ops)
     assert message.startswith("commit ops[0] (delete): unknown field b'kkk")
     assert len(message) < SHORT
+
+
+@pytest.mark.parametrize("key", [b"queue", 7, 2.5, None, True])
+def test_a_non_string_key_of_a_deletes_next_is_refused_by_name(key: object) -> None:
+    """A delete's next read is a map of the peer's, whose keys may be any msgpack type."""
+    message = refusal(next_read, {"queue": "Q", key: 1})
+    assert message.startswith("delete next: unknown field ")

@@ -43,7 +43,10 @@ from .waiters import Waiter
 
 log = structlog.get_logger()
 NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged
-ENGINE_FILES = os.path.dirname(engine.__file__) + os.sep
+# where the engine's code is, as its frames name it: its source files, or, compiled
+# (mypyc), those files named relative to the tree the build ran in
+ENGINE_FILES = (os.path.dirname(engine.__file__) + os.sep,
+                os.path.join(*engine.__name__.split("."), ""))
 
 
 class Dispatcher:

@@ -105,6 +105,6 @@ def check(client: str, ops: Iterable[Op], space: Capacity,
         grow_to = space.check_fits(
             need_elements - freed_elements,
             need_entries - freed_entries,
-            f"commit of {len(puts)} puts",
+            lambda: f"commit of {len(puts)} puts",
         )
     return Checked(ops, puts, grow_to)

@@ -248,8 +248,9 @@ class Structure:
         the map, and ``data`` only goes to the log (``B`` effects)."""
         queue_type, queue = parse_qtype(qtype), check_name(name)
         space = self.space
-        space.reserve(*space.cost_of(len(data), dmap),
-                      f"put of {len(data)} bytes to {queue_type.name}:{queue}")
+        need_elements, need_entries = space.cost_of(len(data), dmap)
+        space.reserve(need_elements, need_entries,
+                      lambda: f"put of {len(data)} bytes to {queue_type.name}:{queue}")
         return self._put_effect(self._insert(queue_type, queue, data, recoverable, dmap=dmap,
                                              not_before=not_before), data)
 
@@ -685,7 +686,7 @@ class Structure:
 
     def _admit(self, e: Entry) -> None:
         self.space.reserve(e.total_elements, e.total_entries,
-                           f"overflow move of entry {e.entry_id}")
+                           lambda: f"overflow move of entry {e.entry_id}")
         self._entries[e.entry_id] = e
         if e.segments is not None:
             self._headers[e.segments.lh][e.segments.name] = e.segments
@@ -900,7 +901,8 @@ class Structure:
     def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool,
                          dmap: DataMap | None, not_before: int | None) -> Entry:
         space = self.space
-        space.reserve(*space.cost_of(len(data), dmap), "commit")
+        need_elements, need_entries = space.cost_of(len(data), dmap)
+        space.reserve(need_elements, need_entries, lambda: "commit")
         return self._put_effect(
             self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
 

@@ -54,29 +54,33 @@ class Browse:
         self.timed = timed  # the delayed puts
 
     def page(
-        self, qtype: int | str | None, name: str | None, after: CursorIn | None, limit: int,
+        self, qtype: object, name: object, after: object, limit: object,
     ) -> tuple[list[Entry], Cursor | None]:
         """Up to ``limit`` entries of one queue (``qtype`` and ``name``), one queue
         type (``qtype``) or everything (neither), after the cursor ``after``; and
-        the cursor for the next page, or None when there is no more."""
+        the cursor for the next page, or None when there is no more. Each argument
+        as a request gave it: checked here (typed ``object``, Structure.browse)."""
         if name is not None and qtype is None:
             raise CQSError(Reason.INVALID_REQUEST, "browse of a queue name needs its queue type")
         if type(limit) is not int or limit < 1:
             raise CQSError(Reason.INVALID_REQUEST,
                            f"browse limit must be a positive integer, got {limit!r}")
+        only = None
         if qtype is None:
             lhs: Iterable[int] = BROWSE_ALL_LHS
+        elif name is None:
+            lhs = headers_of(parse_qtype(qtype))
         else:
-            qtype = parse_qtype(qtype)
-            lhs = [list_header(qtype, check_name(name))] if name is not None else headers_of(qtype)
-        walk = self.walk(lhs, name, after)
+            queue_type, only = parse_qtype(qtype), check_name(name)
+            lhs = [list_header(queue_type, only)]
+        walk = self.walk(lhs, only, after)
         found = [entry for _, entry in zip(range(limit), walk, strict=False)]
         last = found[-1] if len(found) == limit else None
         if last is None or next(walk, None) is None:
             return found, None
         return found, position(last)
 
-    def walk(self, lhs: Iterable[int], only: str | None, after: CursorIn | None) -> Iterator[Entry]:
+    def walk(self, lhs: Iterable[int], only: str | None, after: object) -> Iterator[Entry]:
         """Entries strictly after the cursor, in (list header, name, entry id) order."""
         a_lh, a_name, a_id = check_cursor(after)
         for lh in lhs:

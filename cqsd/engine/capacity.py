@@ -16,6 +16,8 @@ Pure bookkeeping: the structure reserves before it inserts (``reserve``) and
 gives back when a message goes for good (``discard``).
 """
 
+from collections.abc import Callable
+
 import msgpack
 
 from ..smds.datamap import DataMap
@@ -70,11 +72,13 @@ class Capacity:
         return offloads(nbytes, 100 * self.elements_used / max(1, self.elements_total),
                         self.entry_max, rules)
 
-    def check_fits(self, need_elements: int, need_entries: int, what: str) -> int | None:
+    def check_fits(self, need_elements: int, need_entries: int,
+                   what: Callable[[], str]) -> int | None:
         """None if a request needing this much space fits now; the size it must alter
         to first if it fits only once grown toward ``size`` (seed 004, "Structure
         Alter": the step overflow processing takes, for the use it needs). Raises
-        STRUCTURE_FULL if even ``size`` cannot hold it."""
+        STRUCTURE_FULL if even ``size`` cannot hold it, naming the request ``what()``
+        says (made only then: a put's name costs more than its check)."""
         used = self.elements_used + need_elements
         entries_fit = self.entries_used + need_entries <= self.entries_total
         if used <= self.elements_total and entries_fit:
@@ -88,11 +92,11 @@ class Capacity:
                 f"size" if entries_fit else f"{self.entries_total - self.entries_used} entries")
         raise CQSError(
             Reason.STRUCTURE_FULL,
-            f"structure {self.name} is full: {what} needs {need_elements} data elements "
+            f"structure {self.name} is full: {what()} needs {need_elements} data elements "
             f"and {need_entries} list entries; {room} are free",
         )
 
-    def reserve(self, need_elements: int, need_entries: int, what: str) -> None:
+    def reserve(self, need_elements: int, need_entries: int, what: Callable[[], str]) -> None:
         """Take the space a request needs, growing first if it must (``check_fits``)."""
         grow_to = self.check_fits(need_elements, need_entries, what)
         if grow_to is not None:

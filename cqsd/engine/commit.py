@@ -10,7 +10,7 @@ structure (``pair.py``) can check both before applying to either.
 """
 
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..smds.datamap import DataMap
 from .capacity import Capacity
@@ -19,10 +19,14 @@ from .errors import CQSError, Reason
 from .locks import check_deletable, check_held, check_movable
 from .qtypes import QueueType, check_name, parse_qtype, retarget
 
+# An operation's queue type, name and entry id are as the request gave them (typed
+# ``Any``; ``object`` would do, but a compiled NamedTuple cannot name it): ``check``
+# checks them, as Structure's requests do.
+
 
 class Put(NamedTuple):
-    qtype: int | str
-    name: str
+    qtype: Any
+    name: Any
     data: bytes
     recoverable: bool = True
     dmap: DataMap | None = None  # the payload is offloaded there (the daemon wrote it)
@@ -30,20 +34,20 @@ class Put(NamedTuple):
 
 
 class Delete(NamedTuple):
-    entry_id: int
+    entry_id: Any
 
 
 class Move(NamedTuple):
-    entry_id: int
-    qtype: int | str
-    name: str
+    entry_id: Any
+    qtype: Any
+    name: Any
 
 
 class Unlock(NamedTuple):
-    entry_id: int
+    entry_id: Any
     failed: bool = False
-    qtype: int | str | None = None
-    name: str | None = None
+    qtype: Any = None
+    name: Any = None
 
 
 Op = Put | Delete | Move | Unlock
@@ -60,23 +64,22 @@ class Checked(NamedTuple):
 
 
 def check(client: str, ops: Iterable[Op], space: Capacity,
-          find: Callable[[int], Entry]) -> Checked:
+          find: Callable[[object], Entry]) -> Checked:
     """Everything a commit of ``client`` checks in the structure whose capacity is
     ``space`` and whose entries ``find`` looks up (raising ENTRY_NOT_FOUND),
     changing nothing."""
     ops = list(ops)
-    seen: set[int] = set()
+    seen: set[object] = set()
     need_elements = need_entries = 0
     freed_elements = freed_entries = 0
     puts: list[ParsedPut] = []
     for op in ops:
         if type(op) is Put:
-            qtype = parse_qtype(op.qtype)
-            check_name(op.name)
+            qtype, name = parse_qtype(op.qtype), check_name(op.name)
             elements_, entries = space.cost_of(len(op.data), op.dmap)
             need_elements += elements_
             need_entries += entries
-            puts.append((qtype, op.name, op.data, bool(op.recoverable), op.dmap, op.not_before))
+            puts.append((qtype, name, op.data, bool(op.recoverable), op.dmap, op.not_before))
             continue
         assert not isinstance(op, Put)  # for mypy: the type() test above is faster
         if op.entry_id in seen:
@@ -102,6 +105,6 @@ def check(client: str, ops: Iterable[Op], space: Capacity,
         grow_to = space.check_fits(
             need_elements - freed_elements,
             need_entries - freed_entries,
-            f"commit of {len(puts)} puts",
+            lambda: f"commit of {len(puts)} puts",
         )
     return Checked(ops, puts, grow_to)

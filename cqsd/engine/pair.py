@@ -32,10 +32,10 @@ message in the overflow structure leaves it there, under its new name.
 
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from ..smds.datamap import DataMap
-from .browse import Cursor, CursorIn, position
+from .browse import Cursor, position
 from .commit import Delete, Move, Op, Put, Unlock
 from .entry import Entry, Passed
 from .errors import CQSError, Reason
@@ -116,7 +116,7 @@ class StructurePair:
 
     # -- requests ------------------------------------------------------------
 
-    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
+    def put(self, qtype: object, name: object, data: bytes, recoverable: bool = True,
             dmap: DataMap | None = None, not_before: int | None = None) -> Entry:
         """Put a message; a queue in overflow status gets it in the overflow structure.
         Raises STRUCTURE_FULL, or OVERFLOW_REJECTED for a queue in overflow status
@@ -133,7 +133,7 @@ class StructurePair:
             self._press()
         return entry
 
-    def target(self, qtype: int | str, name: str) -> Structure:
+    def target(self, qtype: object, name: object) -> Structure:
         """The structure a put to this queue goes to now (``put`` routes the same
         way while nothing changes in between). With no name in overflow status it is
         the primary, found without parsing the key: ``put`` parses it anyway."""
@@ -142,7 +142,7 @@ class StructurePair:
         key = (parse_qtype(qtype), check_name(name))
         return self.overflow if key in self._status else self.primary
 
-    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None,
+    def read(self, client: str, qtype: object, name: str, lease: float | None = None,
              passed: Passed | None = None) -> Entry:
         """Lock the first message of a queue (that ``passed`` does not pass over), by
         id across both structures."""
@@ -155,7 +155,7 @@ class StructurePair:
         self._recheck(key)
         return entry
 
-    def renew(self, client: str, entry_id: int, lease: float) -> Entry:
+    def renew(self, client: str, entry_id: object, lease: float) -> Entry:
         """``Structure.renew``, in whichever structure holds the message."""
         return self._holder(entry_id).renew(client, entry_id, lease)
 
@@ -199,7 +199,7 @@ class StructurePair:
             overflow.timed.armed, armed = False, True
         return armed
 
-    def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
+    def delete(self, client: str | None, entry_id: object, operator: bool = False) -> Entry:
         """``Structure.delete``, in whichever structure holds the message."""
         overflow = self.overflow
         if overflow is None or not overflow.holds(entry_id):  # the common path, inlined
@@ -211,7 +211,7 @@ class StructurePair:
         self._recheck(entry.key)
         return entry
 
-    def move(self, client: str | None, entry_id: int, qtype: int | str, name: str) -> Entry:
+    def move(self, client: str | None, entry_id: object, qtype: object, name: object) -> Entry:
         """``Structure.move``, within whichever structure holds the message."""
         s = self._holder(entry_id)
         if not self._status and s is self.primary:
@@ -225,11 +225,11 @@ class StructurePair:
     def unlock(
         self,
         client: str,
-        entry_id: int,
+        entry_id: object,
         *,
         failed: bool = False,
-        qtype: int | str | None = None,
-        name: str | None = None,
+        qtype: object = None,
+        name: object = None,
     ) -> Entry:
         """``Structure.unlock``, within whichever structure holds the message."""
         s = self._holder(entry_id)
@@ -267,11 +267,11 @@ class StructurePair:
 
     def browse(
         self,
-        qtype: int | str | None = None,
-        name: str | None = None,
+        qtype: object = None,
+        name: object = None,
         *,
-        after: CursorIn | None = None,
-        limit: int = 100,
+        after: object = None,
+        limit: object = 100,
     ) -> tuple[list[Entry], Cursor | None]:
         """Browse both structures as one, in (list header, name, id) order, with the
         cursors ``Structure.browse`` gives."""
@@ -282,14 +282,15 @@ class StructurePair:
         if not theirs:
             return found, more
         merged = list(heapq.merge(found, theirs, key=position))
-        page = merged[:limit]
-        if len(merged) > limit or more is not None or more_there is not None:
+        n = cast(int, limit)  # the primary's browse refused anything else
+        page = merged[:n]
+        if len(merged) > n or more is not None or more_there is not None:
             return page, position(page[-1])
         return page, None
 
     # -- operator requests -----------------------------------------------------
 
-    def requeue(self, entry_id: int) -> Entry:
+    def requeue(self, entry_id: object) -> Entry:
         """``Structure.requeue``, within whichever structure holds the message."""
         s = self._holder(entry_id)
         was = s.entry(entry_id).key
@@ -299,7 +300,7 @@ class StructurePair:
             self._recheck(entry.key)
         return entry
 
-    def dequeue(self, qtype: int | str, name: str) -> list[Entry]:
+    def dequeue(self, qtype: object, name: object) -> list[Entry]:
         """Delete every unlocked message of a queue, in both structures."""
         gone = self.primary.dequeue(qtype, name)
         if self.overflow is not None:
@@ -307,7 +308,7 @@ class StructurePair:
             if theirs:
                 gone = sorted(gone + theirs, key=_entry_id)
         if self._status:
-            self._recheck((parse_qtype(qtype), name))
+            self._recheck((parse_qtype(qtype), check_name(name)))
         return gone
 
     def alter(self, size_bytes: int, reason: str = "operator") -> Altered:
@@ -462,12 +463,12 @@ class StructurePair:
     def structure_stats(self) -> list[Row]:
         return [s.stats() for s in self.structures()]
 
-    def queue_stats(self, qtype: int | str, name: str) -> Row:
+    def queue_stats(self, qtype: object, name: object) -> Row:
         """One queue across both structures, and whether it is in overflow status."""
         row = self.primary.queue_stats(qtype, name)
         if self.overflow is not None:
             add_queue(row, self.overflow.queue_stats(qtype, name))
-        row["overflow"] = (parse_qtype(qtype), name) in self._status
+        row["overflow"] = (parse_qtype(qtype), row["queue"]) in self._status  # both checked
         return row
 
     def has_ready(self, key: QueueKey) -> bool:
@@ -516,7 +517,7 @@ class StructurePair:
                 got = sorted(got + theirs, key=_entry_id)
         return got
 
-    def _holder(self, entry_id: int) -> Structure:
+    def _holder(self, entry_id: object) -> Structure:
         overflow = self.overflow
         return overflow if overflow is not None and overflow.holds(entry_id) else self.primary
 

@@ -82,7 +82,7 @@ from ..records import (
     READY_AT,
 )
 from ..smds.datamap import DataMap
-from .browse import Browse, Cursor, CursorIn, position
+from .browse import Browse, Cursor, position
 from .capacity import GROWN, Capacity
 from .cleanup import CleanUp
 from .commit import Checked, Delete, Move, Op, Put, Unlock, check
@@ -233,8 +233,12 @@ class Structure:
         return self.space.full
 
     # -- requests ------------------------------------------------------------
+    # What a request names (queue type, queue name, entry id, browse cursor and limit)
+    # is typed ``object``: checked here (parse_qtype, check_name, _find, Browse.page),
+    # a bad one is refused with its reason code. A narrower type would be checked
+    # first where the engine is compiled (mypyc), with a TypeError.
 
-    def put(self, qtype: int | str, name: str, data: bytes, recoverable: bool = True,
+    def put(self, qtype: object, name: object, data: bytes, recoverable: bool = True,
             dmap: DataMap | None = None, not_before: int | None = None) -> Entry:
         """Put a message at the end of its queue, or, with ``not_before`` (wall-clock
         ns) still to come, delayed until then. A structure below its maximum size
@@ -242,13 +246,13 @@ class Structure:
         STRUCTURE_FULL if it does not fit even so.
         With ``dmap`` the payload ``data`` is in a data set already: the entry keeps
         the map, and ``data`` only goes to the log (``B`` effects)."""
-        qtype = parse_qtype(qtype)
-        check_name(name)
+        queue_type, queue = parse_qtype(qtype), check_name(name)
         space = self.space
-        space.reserve(*space.cost_of(len(data), dmap),
-                      f"put of {len(data)} bytes to {qtype.name}:{name}")
-        return self._put_effect(
-            self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
+        need_elements, need_entries = space.cost_of(len(data), dmap)
+        space.reserve(need_elements, need_entries,
+                      lambda: f"put of {len(data)} bytes to {queue_type.name}:{queue}")
+        return self._put_effect(self._insert(queue_type, queue, data, recoverable, dmap=dmap,
+                                             not_before=not_before), data)
 
     def offloads(self, nbytes: int) -> bool:
         """Whether a payload of ``nbytes`` put here goes to a data set (docs/smds.md):
@@ -284,7 +288,7 @@ class Structure:
                 yield entry
         yield from self.cleanup
 
-    def read(self, client: str, qtype: int | str, name: str, lease: float | None = None,
+    def read(self, client: str, qtype: object, name: str, lease: float | None = None,
              passed: Passed | None = None) -> Entry:
         """Lock the first message of a queue for ``client``, for ``lease`` seconds if
         given (``expire``), passing over those ``passed`` says cannot be delivered now
@@ -312,7 +316,7 @@ class Structure:
             self._lease(entry, lease)
         return entry
 
-    def renew(self, client: str, entry_id: int, lease: float) -> Entry:
+    def renew(self, client: str, entry_id: object, lease: float) -> Entry:
         """Give a lock ``client`` holds a lease of ``lease`` seconds from now, in place
         of the one it had (if any). Raises ENTRY_NOT_FOUND or LOCK_NOT_HELD: an expired
         lease was a failed delivery, and its holder holds nothing any more."""
@@ -381,7 +385,7 @@ class Structure:
         """The wall-clock ns at which the next delayed message becomes readable, or None."""
         return self.timed.next_due()
 
-    def delete(self, client: str | None, entry_id: int, operator: bool = False) -> Entry:
+    def delete(self, client: str | None, entry_id: object, operator: bool = False) -> Entry:
         """Delete a message locked by ``client``. An ``operator`` delete takes any
         message not locked by another client (docs/protocol.md); ``client=None`` is
         the operator with no locks of its own."""
@@ -394,7 +398,7 @@ class Structure:
             self.effects.append((DELETE, entry.entry_id))
         return entry
 
-    def move(self, client: str | None, entry_id: int, qtype: int | str, name: str) -> Entry:
+    def move(self, client: str | None, entry_id: object, qtype: object, name: object) -> Entry:
         """Move a message (unlocked, or locked by ``client``) to its place by id in
         another queue; a lock the caller held is released."""
         entry = self._find(entry_id)
@@ -414,11 +418,11 @@ class Structure:
     def unlock(
         self,
         client: str,
-        entry_id: int,
+        entry_id: object,
         *,
         failed: bool = False,
-        qtype: int | str | None = None,
-        name: str | None = None,
+        qtype: object = None,
+        name: object = None,
     ) -> Entry:
         """Give back a message ``client`` holds: to its place, or to ``qtype``/``name``.
 
@@ -471,11 +475,11 @@ class Structure:
 
     def browse(
         self,
-        qtype: int | str | None = None,
-        name: str | None = None,
+        qtype: object = None,
+        name: object = None,
         *,
-        after: CursorIn | None = None,
-        limit: int = 100,
+        after: object = None,
+        limit: object = 100,
     ) -> tuple[list[Entry], Cursor | None]:
         """Look without locking: one queue (``qtype`` and ``name``), one queue type
         (``qtype``), or everything including the cold and lock queues (neither).
@@ -487,7 +491,7 @@ class Structure:
 
     # -- operator requests -----------------------------------------------------
 
-    def requeue(self, entry_id: int) -> Entry:
+    def requeue(self, entry_id: object) -> Entry:
         """Return a message from the cold queue or a suspend queue to the queue it came
         from, with its delivery count reset: the operator is asking for a fresh try."""
         entry = self._find(entry_id)
@@ -507,7 +511,7 @@ class Structure:
         self._ready_effect(entry)
         return entry
 
-    def dequeue(self, qtype: int | str, name: str) -> list[Entry]:
+    def dequeue(self, qtype: object, name: object) -> list[Entry]:
         """Delete every unlocked message of a queue (IMS /DEQUEUE)."""
         queue = self._queues.get((parse_qtype(qtype), check_name(name)))
         if queue is None:
@@ -682,7 +686,7 @@ class Structure:
 
     def _admit(self, e: Entry) -> None:
         self.space.reserve(e.total_elements, e.total_entries,
-                           f"overflow move of entry {e.entry_id}")
+                           lambda: f"overflow move of entry {e.entry_id}")
         self._entries[e.entry_id] = e
         if e.segments is not None:
             self._headers[e.segments.lh][e.segments.name] = e.segments
@@ -706,7 +710,7 @@ class Structure:
         except TypeError:  # not an id at all: the request will say ENTRY_NOT_FOUND
             return False
 
-    def entry(self, entry_id: int) -> Entry:
+    def entry(self, entry_id: object) -> Entry:
         """The message with this id. Raises ENTRY_NOT_FOUND."""
         return self._find(entry_id)
 
@@ -814,14 +818,14 @@ class Structure:
             "delayed": len(self.timed.delayed),
         }
 
-    def queue_stats(self, qtype: int | str, name: str) -> Row:
+    def queue_stats(self, qtype: object, name: object) -> Row:
         """Depth, data elements (of its ready messages, staging segments included),
         oldest put time and locked count of one queue."""
         key = (parse_qtype(qtype), check_name(name))
         queue = self._queues.get(key)
         return {
             "qtype": QueueType(key[0]).name,
-            "queue": name,
+            "queue": key[1],
             "depth": len(queue.entries) if queue else 0,
             "elements": queue.held if queue else 0,
             "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
@@ -881,9 +885,9 @@ class Structure:
 
     # -- internals -------------------------------------------------------------
 
-    def _find(self, entry_id: int) -> Entry:
+    def _find(self, entry_id: object) -> Entry:
         try:
-            return self._entries[entry_id]
+            return self._entries[entry_id]  # type: ignore[index]  # else a KeyError
         except (KeyError, TypeError):
             raise CQSError(
                 Reason.ENTRY_NOT_FOUND, f"entry {entry_id!r} is not in structure {self.name}"
@@ -897,7 +901,8 @@ class Structure:
     def _insert_reserved(self, qtype: QueueType, name: str, data: bytes, recoverable: bool,
                          dmap: DataMap | None, not_before: int | None) -> Entry:
         space = self.space
-        space.reserve(*space.cost_of(len(data), dmap), "commit")
+        need_elements, need_entries = space.cost_of(len(data), dmap)
+        space.reserve(need_elements, need_entries, lambda: "commit")
         return self._put_effect(
             self._insert(qtype, name, data, recoverable, dmap=dmap, not_before=not_before), data)
 

@@ -43,7 +43,9 @@ from .waiters import Waiter
 
 log = structlog.get_logger()
 NEVER = 1 << 62  # the LSN a reply waits for when its record could not be logged
-ENGINE_FILES = os.path.dirname(engine.__file__) + os.sep
+# the engine's directory, as its frames name its files: by their paths (the source),
+# or, compiled by mypyc, as the build named them (relative to the tree it ran in)
+ENGINE_FILES = os.path.join(*engine.__name__.split("."), "")  # cqsd/engine/
 
 
 class Dispatcher:
@@ -196,7 +198,8 @@ def raised_in_engine(err: BaseException) -> bool:
         return any(raised_in_engine(e) for e in err.exceptions)
     tb = err.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith(ENGINE_FILES):
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith(ENGINE_FILES) or os.sep + ENGINE_FILES in filename:
             return True
         tb = tb.tb_next
     return False

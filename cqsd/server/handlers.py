@@ -10,7 +10,7 @@ what the request did. A handler whose reply comes later (a read with
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import structlog
 import trio
@@ -38,10 +38,12 @@ from .session import Session
 from .waiters import Waiter, read_up_to
 
 log = structlog.get_logger()
-DEFERRED: Any = object()
 MAX_READ_BATCH = 10_000  # bounds one reply; read_batch callers loop for more
 MAX_BROWSE = 10_000
 Result = dict[str, Any]
+# told apart by identity: a result map of its own, as what a handler returns is one
+# (checked where this module is compiled)
+DEFERRED: Final[Result] = {}
 
 
 def op_register(rooms: Rooms, session: Session, rid: int, client: str, secret: str | None,

@@ -37,6 +37,7 @@ from cqsproto.codec import Parts
 
 from ..engine import Reason
 from .access import Rights
+from .journal import Journal
 from .wire import Large
 
 log = structlog.get_logger()
@@ -50,7 +51,7 @@ IOV_MAX = 1024  # buffers one sendmsg takes (Linux's UIO_MAXIOV)
 
 class Session:
     def __init__(self, peer: str, over_tcp: bool, send_queue: int, max_frame: int,
-                 journal, send_queue_bytes: int) -> None:
+                 journal: Journal, send_queue_bytes: int) -> None:
         self.id = next(_ids)
         self.peer = peer
         self.over_tcp = over_tcp

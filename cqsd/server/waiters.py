@@ -190,7 +190,8 @@ def read_up_to(structure: Readable, client: str, key: QueueKey, n: int, budget: 
     size = 0
     try:  # an empty queue is seen without the exception (a served waiter's next, say)
         while len(got) < n and size < budget and structure.has_ready(key):
-            entry = structure.read(client, *key, lease, passed)
+            # key spelt out, not *key: compiled, that is a direct call
+            entry = structure.read(client, key[0], key[1], lease, passed)
             got.append(entry)
             size += entry.length
     except CQSError as err:

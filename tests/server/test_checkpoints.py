@@ -332,14 +332,19 @@ async def test_a_slot_begun_before_the_series_rolls_covers_the_series_it_was_tak
     rooms = make()
     await rooms.log(100)
     cp, journal = rooms.checkpoints(), rooms.journal
-    waited = journal.wait_durable
 
-    async def rolled_meanwhile(lsn, writer=None):
-        await journal.roll("NODE1-2")
-        journal.append({"s": "MSGQ01", "e": []})  # the new series moves on
-        return await waited(lsn, writer)
+    class RollsMeanwhile:
+        """The journal as the checkpoints see it, rolling while they wait on it."""
 
-    journal.wait_durable = rolled_meanwhile
+        def __getattr__(self, name):
+            return getattr(journal, name)
+
+        async def wait_durable(self, lsn, writer=None):
+            await journal.roll("NODE1-2")
+            journal.append({"s": "MSGQ01", "e": []})  # the new series moves on
+            return await journal.wait_durable(lsn, writer)
+
+    cp.journal = RollsMeanwhile()
     await cp.take("MSGQ02", "operator")  # it holds no message: a slot at once
     assert cut_of(rooms, "MSGQ02") == {WRITER: 1}
 

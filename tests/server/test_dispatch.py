@@ -17,7 +17,8 @@ import trio.testing
 
 import logstream
 from cqsd.config import loads
-from cqsd.engine import Reason, Structure
+from cqsd.engine import Reason
+from cqsd.engine.qtypes import list_header
 from cqsd.server.daemon import Daemon, InternalFailure
 from cqsd.server.limits import EFFECT_BOUND, RECORD_BUDGET
 from cqsproto import PROTOCOL_VERSION
@@ -216,12 +217,15 @@ async def test_a_record_too_large_for_the_log_is_split(daemon, register):
 
 
 async def test_an_exception_inside_the_engine_stops_the_daemon(
-        tmp_path, tmp_path_factory, connected, monkeypatch):
+        tmp_path, tmp_path_factory, connected):
     """An engine method that raises part-way fails its request, makes every reply
     still waiting for the log an error, and stops the daemon with exit code 4."""
-    def half_delete(self, client, entry_id, operator=False):
-        self._entries.pop(entry_id)
-        raise KeyError("planted")
+    def damage(pair, queue):
+        """The engine loses its list header's entry for ``queue`` (a bug planted in its
+        memory, not in its code, which may be compiled): the delete that empties the
+        queue takes its message off it, then raises."""
+        [(qtype, _)] = [key for key in pair.primary._queues if key[1] == queue]
+        del pair.primary._headers[list_header(qtype, queue)][queue]
 
     d = Daemon(config(tmp_path, tmp_path_factory))
     stopped = []
@@ -231,14 +235,15 @@ async def test_an_exception_inside_the_engine_stops_the_daemon(
             await d.run(task_status=task_status)
         stopped.append(caught.value)
 
-    with structlog.testing.capture_logs() as logs:
+    # a bound, not a pace: a daemon that went on serving would keep the nursery open
+    with structlog.testing.capture_logs() as logs, trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await nursery.start(run)
             session, client = connected(d.journal)
             send(d, session, "register", client="A", version=PROTOCOL_VERSION)
-            held = put(d, session)
+            held = put(d, session, queue="planted")
             [(eid, *_)], _ = contents(d)
-            monkeypatch.setattr(Structure, "delete", half_delete)
+            damage(d.registry.pairs["MSGQ01"], "planted")
             failed = send(d, session, "delete", structure="MSGQ01", entry_id=eid, operator=True)
     assert stopped[0].exit_code == 4
     reasons = {r["id"]: r.get("reason") for r in received(client)}

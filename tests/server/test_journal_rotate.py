@@ -1,6 +1,7 @@
 """A group node's journal moves to a new series at a rejoin (``Journal.rotate``) even
 while its flusher fsyncs the old one in a worker thread."""
 
+import os
 import threading
 
 import trio
@@ -11,21 +12,23 @@ from .conftest import RECORD, SEGMENT
 
 
 async def test_a_rotation_during_a_threaded_flush_leaves_the_new_series_alone(tmp_path,
-                                                                              nursery):
+                                                                              nursery,
+                                                                              monkeypatch):
     """Fenced and rejoined (rotated) while a worker thread fsyncs the old series: that
     flush counts for nothing, and the journal goes on in the new series (it used to
     flush the new writer up to the old one's LSN, fail, and stop the daemon)."""
     journal = Journal(tmp_path / "log", SEGMENT, writer="NODE1-1")
     journal._fsync_average = 1.0  # slow fsyncs: the flusher fsyncs in a worker thread
-    old, started, release = journal.writer, threading.Event(), threading.Event()
-    real = old.flush
+    started, release = threading.Event(), threading.Event()
+    real = os.fdatasync
 
-    def slow(upto=None):
-        started.set()
-        release.wait(10)
-        return real(upto)
+    def slow(fd):  # the old series' fsync, the first, lasts until released
+        if not started.is_set():
+            started.set()
+            release.wait(10)
+        return real(fd)
 
-    old.flush = slow
+    monkeypatch.setattr(os, "fdatasync", slow)
     try:
         nursery.start_soon(journal.run)
         for _ in range(3):

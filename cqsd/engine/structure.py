@@ -62,7 +62,7 @@ for callers outside the engine.
 
 import heapq
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -587,9 +587,9 @@ class Structure:
         delivery_count: int = 0,
         where: str = READY,
         owner: str | None = None,
-        home: tuple[int, str] | None = None,
-        dmap: DataMap | list[Any] | None = None,
-        lease: list[int] | None = None,
+        home: Sequence[Any] | None = None,  # a tuple, or a list as an image row holds it
+        dmap: DataMap | Sequence[Any] | None = None,
+        lease: Sequence[int] | None = None,
         not_before: int | None = None,
     ) -> Entry:
         """Re-create a message as an image or a log fold recorded it. An offloaded

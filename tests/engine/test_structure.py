@@ -521,3 +521,17 @@ def test_holds_unlogged_says_whether_a_non_recoverable_message_is_here():
     assert got.entry_id == e.entry_id
     s.delete("IMS1", e.entry_id)
     assert not s.holds_unlogged()
+
+
+def test_restore_takes_a_row_as_an_image_or_a_log_fold_holds_it():
+    """Rows come back from Parquet and msgpack as lists, from a fold as tuples:
+    a home queue and an encoded map in either shape restore the same entry, in
+    the compiled build as in the source (docs/native.md)."""
+    from cqsd.smds import DataMap, Range
+
+    dmap = DataMap.of("IMS1", b"offloaded", [Range(64, 1)])
+    for home, encoded in [([1, "H"], list(dmap.encode())),
+                          ((1, "H"), tuple(dmap.encode()))]:
+        s = make()
+        entry = s.restore(7, 1, "Q", b"", True, 7, 1, "ready", None, home, encoded)
+        assert (entry.home[1], entry.map, s.last_id) == ("H", dmap, 7)

@@ -42,6 +42,9 @@ def answer() -> int:
 def python(tmp_path: Path, code: str, build: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != native.ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT / "clients")])
+    # No bytecode cache: m.py is rewritten within a second at the same size, which a
+    # cached .pyc's stamp (mtime in seconds, size) would not tell from the first.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     if build:
         env[native.ENV] = build
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,

@@ -109,7 +109,12 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
             print(f"{package}: running the Python source, since it changed after the "
                   f"compiled build ({', '.join(changed[:3])}{' ...' * (len(changed) > 3)}); "
                   "`make native` rebuilds it", file=sys.stderr)
-        sys.meta_path.insert(0, SourceFinder(directory, manifest))
+        # Just ahead of the finder that would find the extension, and after any
+        # that wrap what the others find (atheris's instrumentation, coverage).
+        finders = sys.meta_path
+        at = finders.index(importlib.machinery.PathFinder) \
+            if importlib.machinery.PathFinder in finders else 0
+        finders.insert(at, SourceFinder(directory, manifest))
     chosen[package] = build
     return build
 

@@ -23,47 +23,25 @@ crash. Each input is a small header, then the byte stream (see :func:`unpack_inp
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import os
 import random
 import struct
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import atheris
 import msgpack
 
-
-class SourceOnly(importlib.abc.MetaPathFinder):
-    """Finds cqsproto's modules as their Python source, even where a compiled build
-    (mypyc, ``*.so``) lies beside it and would be imported first.
-
-    atheris learns coverage from Python bytecode, so it cannot instrument a compiled
-    module (it imports it as is, and the fuzzer would be blind to the codec). The
-    source is the reference the compiled build is held to: the fuzzer drives it here,
-    and the codec's Hypothesis tests (test_codec.py) run against whichever build is
-    imported, so the compiled one is checked there.
-    """
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.partition(".")[0] != "cqsproto":
-            return None
-        source = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
-        for entry in sys.path if path is None else path:
-            spec = importlib.machinery.FileFinder(entry or ".", source).find_spec(fullname)
-            if spec is not None:
-                return spec
-        return None
-
-
-# atheris's finder puts itself first and instruments what the finders after it find;
-# this one comes right after it.
-sys.meta_path.insert(0, SourceOnly())
+# atheris learns coverage from Python bytecode, so it cannot instrument a compiled
+# module (mypyc, docs/native.md), and the fuzzer would be blind to the codec: it
+# drives cqsproto's Python source, the reference the compiled build is held to
+# (the codec's Hypothesis tests in test_codec.py run on whichever build is in use).
+# cqsproto/native.py loads the source ahead of the extensions and behind atheris's
+# finder, which instruments what it loads.
+os.environ["CQSD_BUILD"] = "source"
 with atheris.instrument_imports(include=["cqsproto"]):
     from cqsproto import (
         CLOSED,

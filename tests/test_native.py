@@ -28,7 +28,7 @@ def test_the_suite_runs_the_build_it_asked_for():
         chose = native.chosen[package]
         assert asked in (None, "", chose), (package, asked, chose)
         for source in modules:
-            module = importlib.import_module(tools_native.module_name(package, source))
+            module = importlib.import_module(native.module_name(package, source))
             compiled = not module.__file__.endswith(".py")
             assert compiled == (chose == "native"), (module.__name__, module.__file__)
 

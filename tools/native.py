@@ -16,7 +16,6 @@ sources, this script and the mypyc version does nothing, so ``make test`` and
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
 import json
 import shutil
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients"))
 
-from cqsproto.native import MANIFEST, digest, stale  # noqa: E402
+from cqsproto.native import MANIFEST, SUFFIX, digest, module_name, stale  # noqa: E402
 
 # package -> (its directory, the modules compiled, relative to it). The request
 # path: frames and requests (cqsproto), the engine, the server's per-request
@@ -45,12 +44,7 @@ PACKAGES: dict[str, tuple[Path, list[str]]] = {
             "poller.py", "session.py", "waiters.py")),
     ]),
 }
-SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 BUILD = ROOT / "build" / "native"
-
-
-def module_name(package: str, relative: str) -> str:
-    return ".".join((package, *Path(relative).with_suffix("").parts)).removesuffix(".__init__")
 
 
 def recipe() -> str:

@@ -18,61 +18,67 @@ the SHA-256 of every source it compiled, and the package's ``__init__`` calls
   call each other natively, so they are never mixed), and stderr says which
   source changed and how to rebuild.
 
-This module is pure Python on purpose and is never compiled.
+This module is pure Python on purpose and is never compiled. Every SDK process
+imports it, so it imports only what the interpreter has loaded already, and
+hashlib only where there is a build to check.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 MANIFEST = "_native.json"
 ENV = "CQSD_BUILD"
 BUILDS = ("native", "source")
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]  # what the build names a module's extension
+_SOURCE = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
 
 # package name -> the build it runs ("native" or "source"), once chosen
 chosen: dict[str, str] = {}
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def digest(path: str | os.PathLike[str]) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
-def stale(directory: Path, manifest: dict[str, dict[str, str]]) -> list[str]:
+def module_name(package: str, relative: str) -> str:
+    """The module a source of ``package`` is, by its path relative to the package."""
+    parts = os.path.splitext(relative)[0].split(os.sep)
+    return ".".join((package, *parts)).removesuffix(".__init__")
+
+
+def stale(directory: str | os.PathLike[str], manifest: dict[str, dict[str, str]]) -> list[str]:
     """The modules of ``manifest`` whose source changed or whose extension is gone."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
     out = []
     for name, built in manifest.items():
-        source = directory / built["source"]
-        extension = source.with_name(source.stem + suffixes[0])
+        source = os.path.join(directory, built["source"])
         try:
             changed = digest(source) != built["sha256"]
         except OSError:
             changed = True
-        if changed or not extension.exists():
+        if changed or not os.path.exists(source.removesuffix(".py") + SUFFIX):
             out.append(name)
     return out
 
 
-def unlisted(directory: Path, package: str) -> dict[str, dict[str, str]]:
+def unlisted(directory: str, package: str) -> dict[str, dict[str, str]]:
     """Extensions found without a manifest (a build that stopped half way), as
     stale entries: they are never loaded."""
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     found = {}
-    for extension in directory.rglob("*" + suffix):
-        source = extension.with_name(extension.name.removesuffix(suffix) + ".py")
-        if source.exists():
-            relative = source.relative_to(directory)
-            name = ".".join((package, *relative.with_suffix("").parts))
-            found[name.removesuffix(".__init__")] = {"source": str(relative), "sha256": ""}
+    for where, _, files in os.walk(directory):
+        for file in files:
+            source = os.path.join(where, file.removesuffix(SUFFIX) + ".py")
+            if file.endswith(SUFFIX) and os.path.exists(source):
+                relative = os.path.relpath(source, directory)
+                found[module_name(package, relative)] = {"source": relative, "sha256": ""}
     return found
 
 
@@ -83,20 +89,24 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
     if package in chosen:
         return chosen[package]
     if path is None:
-        spec = importlib.util.find_spec(package)
+        from importlib.util import find_spec  # every finder, an editable install's too
+
+        spec = find_spec(package)
         if spec is None or not spec.submodule_search_locations:
             raise ImportError(f"no package {package} to choose a build of")
         path = spec.submodule_search_locations
     wanted = os.environ.get(ENV, "")
     if wanted not in ("", *BUILDS):
         raise ImportError(f"{ENV}={wanted!r}: it must be 'native' or 'source'")
-    directory = Path(path[0])
+    directory = path[0]
+    where = os.path.join(directory, MANIFEST)
     try:
-        manifest = json.loads((directory / MANIFEST).read_text())["modules"]
+        with open(where) as f:
+            manifest = json.load(f)["modules"]
     except FileNotFoundError:
         manifest = unlisted(directory, package)
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ImportError(f"{directory / MANIFEST} is unreadable ({error}): "
+        raise ImportError(f"{where} is unreadable ({error}): "
                           "run `make native` to rebuild it") from None
     changed = stale(directory, manifest)
     if wanted == "native" and (changed or not manifest):
@@ -119,18 +129,20 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
     return build
 
 
-class SourceFinder(importlib.abc.MetaPathFinder):
-    """Loads a package's compiled modules from their ``.py`` instead."""
+class SourceFinder:
+    """Loads a package's compiled modules from their ``.py`` instead (a meta path
+    finder: only ``find_spec`` is asked of one)."""
 
-    def __init__(self, directory: Path, manifest: dict[str, dict[str, str]]) -> None:
-        self.sources = {name: directory / built["source"] for name, built in manifest.items()}
+    def __init__(self, directory: str, manifest: dict[str, dict[str, str]]) -> None:
+        self.sources = {name: os.path.join(directory, built["source"])
+                        for name, built in manifest.items()}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         source = self.sources.get(fullname)
         if source is None:
             return None
-        if source.name == "__init__.py":
-            return importlib.util.spec_from_file_location(
-                fullname, source, submodule_search_locations=[str(source.parent)])
-        return importlib.util.spec_from_file_location(fullname, source)
+        where = os.path.dirname(source)
+        if os.path.basename(source) == "__init__.py":  # the package's own directory
+            where = os.path.dirname(where)
+        return importlib.machinery.FileFinder(where, _SOURCE).find_spec(fullname)

@@ -19,7 +19,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -131,7 +131,8 @@ class ReadWaiters:
     def drop_session(self, session: "Session", answer: bool) -> None:
         """Take the waiters of a connection that is ending out of line; ``answer``
         them too (the daemon is stopping: they hear so before the connection ends)."""
-        for waiter in [w for w in session.waiting if isinstance(w, Waiter)]:
+        # a session keeps its parked reads untyped (it may not import this module)
+        for waiter in cast("list[Waiter]", list(session.waiting)):
             self._remove(waiter)
             if answer:
                 self.answer(waiter)

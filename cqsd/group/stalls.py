@@ -70,3 +70,4 @@ async def watch(stall: float = STALL) -> None:
     finally:
         gc.callbacks.remove(timed)
         stop.set()
+        thread.join()  # a report it is writing lands before the watch is over, not after

@@ -33,9 +33,10 @@ already written, and perf found the inode write in 15% of the daemon's fsync
 time. A writer opened with `zero_ahead` keeps that many bytes past its records
 written with zeros (and made durable) by a thread of its own, as PostgreSQL
 zero-fills a WAL segment before using it, so a commit finds its blocks written.
-The thread writes under `_lock`, a ZERO_STEP at a time, never below the
-records' end, so a record is never overwritten; its fdatasync runs outside the
-lock on a dup of the fd, like a group commit's. The zeros stay in the page
+The thread writes under `_lock`, a ZERO_STEP at a time and a page per pwrite
+(a larger write gets large folios, and a commit into one writes all of it),
+never below the records' end, so a record is never overwritten; its fdatasync
+runs outside the lock on a dup of the fd, like a group commit's. The zeros stay in the page
 cache (drop-behind only drops pages below the records), so an append into
 them never reads the disk. A crash leaves zeros after the records, which
 scans read as a clean end, as they read preallocated space.
@@ -83,8 +84,8 @@ PAGE: Final = 4096  # drop-behind leaves the page an append may still write into
 DROP_BEHIND: Final = 16 * PAGE  # durable bytes cached before a flush drops them (see the note)
 # Below this a configuration typo (64 meaning MiB) would make a file per record.
 MIN_SEGMENT_SIZE: Final = 4096
-ZERO_STEP: Final = 256 * 1024  # zeros written under `_lock` at once: ~50 µs an append may wait
-_ZEROS: Final = bytes(ZERO_STEP)
+ZERO_STEP: Final = 64 * 1024  # zeros written under `_lock` at once: ~20 µs an append may wait
+_ZEROS: Final = bytes(PAGE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -439,9 +440,14 @@ class Writer:
         try:
             if fd < 0:
                 fd = dup = os.dup(self._fd)
-            written = os.pwrite(self._fd, memoryview(_ZEROS)[: end - start], start)
-            if written != end - start:
-                raise OSError(errno.ENOSPC, f"short write: {written} of {end - start} bytes")
+            # A page a write: the page cache sizes its folios by the write, and a
+            # record landing in a 256 KiB folio of zeros would dirty (and make its
+            # commit write) all of it.
+            for offset in range(start, end, PAGE):
+                size = min(PAGE - offset % PAGE, end - offset)
+                written = os.pwrite(self._fd, _ZEROS[:size], offset)
+                if written != size:
+                    raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
         except OSError as error:
             if dup >= 0:
                 os.close(dup)  # the caller's own is closed by the caller

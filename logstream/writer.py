@@ -185,7 +185,6 @@ class Writer:
             self._zeroer = threading.Thread(target=self._zero_loop, daemon=True,
                                             name=f"logstream zeroing {writer_id}")
             self._zeroer.start()
-            self._zero_wanted.set()
         return self
 
     def _take_lock(self) -> None:

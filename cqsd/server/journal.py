@@ -244,7 +244,7 @@ class Journal:
             return
         if self._pending:
             self._write_pending()
-            if self.failed is not None:
+            if self._has_failed():
                 return
         target = self.writer.appended_lsn
         if target <= self.durable:
@@ -309,7 +309,7 @@ class Journal:
             self._work = trio.Event()
             if self._pending:
                 self._write_pending()
-                if self.failed is not None:
+                if self._has_failed():
                     break
             held = len(self._held_back)  # those whose blocks the sync below covers
             if held:
@@ -473,6 +473,12 @@ class Journal:
             self._wake()
             if self.on_failure is not None:
                 self.on_failure(err)
+
+    def _has_failed(self) -> bool:
+        """``self.failed is not None``, read afresh after a call that may fail the log:
+        past a test of ``self.failed``, mypy takes it to be still None, and compiled
+        code then checked that type (a TypeError where the flusher should stop)."""
+        return self.failed is not None
 
     def ended(self) -> BaseException | None:
         """Why replies that wait for the log will never be acknowledged, if they won't."""

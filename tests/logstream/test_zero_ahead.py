@@ -132,6 +132,7 @@ def test_records_are_never_overwritten_by_the_zeros(tmp_path: Path) -> None:
 def test_a_bulk_load_writes_no_zeros(tmp_path: Path) -> None:
     """Large commits convert their extents once for many records: no zeros for them."""
     with Writer.open(tmp_path, "alpha", segment_size=8 * SEGMENT, zero_ahead=AHEAD) as w:
+        fill(w, 10)
         assert w.wait_zeroed(30)
         before = w.stats().zero_bytes
         for _ in range(20):
@@ -156,12 +157,18 @@ def test_a_failed_fsync_of_the_zeros_fails_the_writer(
 ) -> None:
     """The zeros' fdatasync may have lost records' pages with them (fsyncgate): the
     writer fails, and nothing more is appended or acknowledged."""
+    real = os.fdatasync
+
     def broken(fd: int) -> None:
-        raise OSError(errno.EIO, "simulated")
+        if threading.current_thread().name.startswith("logstream zeroing"):
+            raise OSError(errno.EIO, "simulated")
+        real(fd)
 
     monkeypatch.setattr(os, "fdatasync", broken)
     w = Writer.open(tmp_path, "alpha", segment_size=SEGMENT, zero_ahead=AHEAD)
     try:
+        w.append(b"small")
+        w.flush()  # a small commit: the zeros are asked for
         assert not w.wait_zeroed(30)
         assert w.failure is not None and w.failure.error.errno == errno.EIO
         with pytest.raises(LogWriteFailed):

@@ -210,7 +210,7 @@ class Journal:
                 self.unwritten = True
             else:
                 self._write_pending()
-        return self._position if self.failed is None else 0
+        return 0 if self._has_failed() else self._position
 
     def defer_writes(self) -> None:
         """A round of the poller begins: lock records wait for ``write_deferred``."""
@@ -381,7 +381,7 @@ class Journal:
         records after ``DataSync.sync_now``) and made durable."""
         if self._pending and self.failed is None:
             self._write_pending()
-        if self.failed is not None:
+        if self._has_failed():
             return
         held, self._held_back = self._held_back, []
         if held:

@@ -129,6 +129,56 @@ async def test_a_failed_fsync_turns_held_replies_into_errors_and_stays_failed(
     assert len(told) == 1
 
 
+def failing_writes(monkeypatch) -> None:
+    def eio(fd, data, offset):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "pwrite", eio)
+
+
+async def test_a_failed_write_of_a_lock_record_fails_the_log_and_logs_nothing(
+        journal, monkeypatch):
+    """A lock record written at once (outside a round) whose write fails: the append
+    logs nothing (0), and the journal has failed, once. (Compiled, a second test of
+    ``failed`` in one method raised TypeError here; see ``_has_failed``.)"""
+    told = []
+    journal.on_failure = told.append
+    failing_writes(monkeypatch)
+    assert journal.append(RECORD, urgent=False) == 0
+    assert len(told) == 1 and journal.failed is told[0]
+    assert journal.append(RECORD) == 0 and len(told) == 1
+
+
+async def test_a_failed_write_at_a_pass_end_fails_the_log_and_flushes_nothing(
+        journal, connected, nursery, monkeypatch):
+    """The records a pass took fail to be written at its end: no fsync follows, the
+    held reply becomes an error, and the idle flusher ends."""
+    nursery.start_soon(journal.run)
+    await trio.testing.wait_all_tasks_blocked()
+    session, client = connected(journal)
+    before = journal.writer.stats().group_commits
+    journal.defer_writes()
+    lsn = journal.append(RECORD)
+    journal.write_deferred()
+    session.reply(7, {"entry_id": 42}, lsn)
+    failing_writes(monkeypatch)
+    journal.pass_ended()
+    assert journal.failed is not None
+    assert journal.writer.stats().group_commits == before
+    [reply] = received(client)
+    assert (reply["id"], reply["ok"]) == (7, False)
+
+
+async def test_a_failed_write_in_the_flusher_ends_it(journal, monkeypatch):
+    """The flusher's own write of the taken records fails: it fails the log and
+    returns, rather than fsync or raise."""
+    failing_writes(monkeypatch)
+    journal.append(RECORD)  # urgent: taken for the flusher
+    with trio.fail_after(10):
+        await journal.run()
+    assert journal.failed is not None
+
+
 async def test_records_after_data_wait_for_the_data_sync_and_keep_their_order(journal, nursery):
     """A record naming blocks, and every record after it, is held back with the LSN
     it will get until sync_data has run; records appended while the held ones are

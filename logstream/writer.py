@@ -36,9 +36,9 @@ zero-fills a WAL segment before using it, so a commit finds its blocks written.
 The thread writes under `_lock`, a ZERO_STEP at a time and a page per pwrite
 (a larger write gets large folios, and a commit into one writes all of it),
 never below the records' end, so a record is never overwritten; its fdatasync
-runs outside the lock on a dup of the fd, like a group commit's. The zeros stay in the page
-cache (drop-behind only drops pages below the records), so an append into
-them never reads the disk. Only a small group commit (under ZERO_COMMIT bytes)
+runs outside the lock on a dup of the fd, like a group commit's. The zeros stay
+in the page cache (drop-behind only drops pages below the records), so an
+append into them never reads the disk. Only a small group commit (under ZERO_COMMIT bytes)
 asks for more zeros: a large one converts its extents once for many records,
 and zeros written ahead of a bulk load only doubled its writes. A crash leaves
 zeros after the records, which scans read as a clean end, as they read
@@ -88,7 +88,7 @@ DROP_BEHIND: Final = 16 * PAGE  # durable bytes cached before a flush drops them
 # Below this a configuration typo (64 meaning MiB) would make a file per record.
 MIN_SEGMENT_SIZE: Final = 4096
 ZERO_COMMIT: Final = 64 * 1024  # commits of fewer bytes keep the zeros ahead of the records
-ZERO_STEP: Final = 64 * 1024  # zeros written under `_lock` at once: ~20 µs an append may wait
+ZERO_STEP: Final = 64 * 1024  # zeros written under `_lock` at once (16 pages) while appends wait
 _ZEROS: Final = bytes(PAGE)
 
 

@@ -64,7 +64,8 @@ WRITER = "cqsd"  # a daemon on its own; a node of a group writes its own series 
 INLINE_FSYNC = 0.001  # seconds: above this average an fsync would stall the loop too long
 # Bytes of the log kept written with zeros past its records, so that a group
 # commit's fdatasync finds its blocks written and writes no inode (logstream's
-# writer.py): ~1,000 small requests' records, rewritten a ZERO_STEP at a time.
+# writer.py): ~1,000 small requests' records; a small commit asks for more once
+# half of it is used.
 ZERO_AHEAD = 4 * 1024 * 1024
 
 

@@ -91,7 +91,7 @@ def written_bytes() -> int:
 def test_a_commit_into_the_zeros_writes_only_the_pages_it_touched(tmp_path: Path) -> None:
     """The zeros are written a page at a time: written in larger pieces, the page cache
     holds them in large folios (Linux 6.16+), and each small commit then dirtied and
-    wrote a whole folio of zeros (92 KB a 4 KB commit measured, not 8)."""
+    wrote a whole folio of zeros (95 KB a 4 KB commit measured, not 8)."""
     with Writer.open(tmp_path, "alpha", segment_size=4 * SEGMENT, zero_ahead=AHEAD) as w:
         fill(w, 1000)  # on past the first pages, which are small folios whatever is written
         assert w.wait_zeroed(30)

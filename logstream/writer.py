@@ -28,11 +28,12 @@ Zeroing ahead. Preallocated space is unwritten extents: the file system
 knows it reads as zeros, so the first record written into a block changes the
 extent map, and the group commit's fdatasync then writes the inode as well as
 the records: two writes and a cache flush instead of one write and the flush.
-On ext4 (2-core VM) that was ~240 µs a commit against ~180 µs into blocks
-already written, and perf found the inode write in 15% of the daemon's fsync
-time. A writer opened with `zero_ahead` keeps that many bytes past its records
-written with zeros (and made durable) by a thread of its own, as PostgreSQL
-zero-fills a WAL segment before using it, so a commit finds its blocks written.
+On ext4 (2-core VM) that was a p50 of ~217 µs a commit against ~143 µs into
+blocks already written (benchmarks/zero_ahead.py), and perf found the inode
+write in 15% of the daemon's fsync time. A writer opened with `zero_ahead`
+keeps that many bytes past its records written with zeros (and made durable)
+by a thread of its own, as PostgreSQL zero-fills a WAL segment before using
+it, so a commit finds its blocks written.
 The thread writes under `_lock`, a ZERO_STEP at a time and a page per pwrite
 (a larger write gets large folios, and a commit into one writes all of it),
 never below the records' end, so a record is never overwritten; its fdatasync
@@ -300,13 +301,9 @@ class Writer:
                 self._rotate(lsn)
             try:
                 if len(frames) == 1:
-                    written = os.pwrite(self._fd, frames[0], self._size)
+                    _whole(os.pwrite(self._fd, frames[0], self._size), size)
                 else:
-                    written = os.pwritev(self._fd, frames, self._size)
-                if written != size:
-                    # A regular file writes short only when it cannot write the
-                    # rest (a full disk): a failure, not something to retry.
-                    raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
+                    _whole(os.pwritev(self._fd, frames, self._size), size)
             except OSError as error:
                 raise self._fail(self._path, error) from error
             self._size += size
@@ -349,9 +346,7 @@ class Writer:
             size = len(data)
             if self._size + size <= self.segment_size:
                 try:
-                    written = os.pwrite(self._fd, data, self._size)
-                    if written != size:  # a full disk, as in append
-                        raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
+                    _whole(os.pwrite(self._fd, data, self._size), size)
                 except OSError as error:
                     raise self._fail(self._path, error) from error
                 count = len(packed)
@@ -445,9 +440,7 @@ class Writer:
             # commit write) all of it.
             for offset in range(start, end, PAGE):
                 size = min(PAGE - offset % PAGE, end - offset)
-                written = os.pwrite(self._fd, _ZEROS[:size], offset)
-                if written != size:
-                    raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
+                _whole(os.pwrite(self._fd, _ZEROS[:size], offset), size)
         except OSError as error:
             if dup >= 0:
                 os.close(dup)  # the caller's own is closed by the caller
@@ -686,6 +679,13 @@ def _checked_timestamp(timestamp: object) -> int | None:
     if timestamp is None or (type(timestamp) is int and 0 <= timestamp <= record.MAX_U64):
         return timestamp
     raise ValueError(f"timestamp {timestamp!r} is not an int in 0..2**64-1")
+
+
+def _whole(written: int, size: int) -> None:
+    """A write of ``size`` bytes wrote them all. A regular file writes short only when
+    it cannot write the rest (a full disk): a failure, not something to retry."""
+    if written != size:
+        raise OSError(errno.ENOSPC, f"short write: {written} of {size} bytes")
 
 
 def _drop_cache(fd: int, offset: int, length: int) -> None:

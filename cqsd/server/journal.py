@@ -132,8 +132,7 @@ class Journal:
         self.directory = directory
         self.data: DataSync = data if data is not None else NoData()
         self.writer_id = writer
-        self.writer = logstream.Writer.open(directory, writer, segment_size=segment_size,
-                                            zero_ahead=ZERO_AHEAD)
+        self.writer = self._open(writer, segment_size)
         if self.writer.repair is not None:
             r = self.writer.repair
             log.warning("log_tail_repaired", file=str(r.path), offset=r.offset,
@@ -421,8 +420,7 @@ class Journal:
         """After a fence: continue in a new series, ``writer``, as a new incarnation.
         The old series is left to be sealed by the structures' next owners."""
         self.writer.close()
-        self.writer = logstream.Writer.open(self.directory, writer, zero_ahead=ZERO_AHEAD,
-                                            segment_size=self.writer.segment_size)
+        self.writer = self._open(writer, self.writer.segment_size)
         self.writer_id = writer
         self._pending.clear()
         self._held_back.clear()
@@ -444,8 +442,7 @@ class Journal:
             await self._flushed.wait()
         old, end = self.writer_id, self._position
         self.writer.close()
-        self.writer = logstream.Writer.open(self.directory, writer, zero_ahead=ZERO_AHEAD,
-                                            segment_size=self.writer.segment_size)
+        self.writer = self._open(writer, self.writer.segment_size)
         self.writer_id = writer
         self.durable = self.acknowledged = self.writer.durable_lsn
         self._position = self.writer.appended_lsn
@@ -474,6 +471,10 @@ class Journal:
             self._wake()
             if self.on_failure is not None:
                 self.on_failure(err)
+
+    def _open(self, writer: str, segment_size: int) -> logstream.Writer:
+        return logstream.Writer.open(self.directory, writer, segment_size=segment_size,
+                                     zero_ahead=ZERO_AHEAD)
 
     def _has_failed(self) -> bool:
         """``self.failed is not None``, read afresh after a call that may fail the log:

@@ -504,7 +504,8 @@ class Writer:
                     if synced is not None:
                         self._durable_lsn = max(self._durable_lsn, synced)
                         self._group_commits += 1
-                    self._sync.notify_all()
+                    if self._waiting:  # the daemon's flusher alone leads and waits for none
+                        self._sync.notify_all()
 
     def _sync_once(self) -> int | None:
         """Fdatasync everything appended so far; the LSN it covers, or None on failure."""

@@ -35,13 +35,14 @@ PACKAGES: dict[str, tuple[Path, list[str]]] = {
                  ["codec.py", "requests.py", "names.py", "reasons.py", "sizes.py"]),
     "logstream": (ROOT / "logstream", ["record.py", "writer.py"]),
     "cqsd": (ROOT / "cqsd", [
+        "dedup.py", "records.py",
         *(f"engine/{name}" for name in (
             "api.py", "browse.py", "capacity.py", "cleanup.py", "commit.py",
             "counts.py", "entry.py", "events.py", "ids.py", "locks.py", "overflow.py",
             "pair.py", "qtypes.py", "reports.py", "structure.py", "timed.py")),
         *(f"server/{name}" for name in (
-            "connections.py", "dispatch.py", "handlers.py", "journal.py", "limits.py",
-            "poller.py", "session.py", "waiters.py")),
+            "connections.py", "dedup.py", "dispatch.py", "handlers.py", "journal.py",
+            "limits.py", "poller.py", "registry.py", "session.py", "waiters.py")),
     ]),
 }
 BUILD = ROOT / "build" / "native"

@@ -149,7 +149,9 @@ class Journal:
         # a group's check before replies that waited for the log leave (None alone)
         self.gate: Callable[[], bool] | None = None
         self._work = trio.Event()
-        self._flushed = trio.Event()
+        # set after each flush for the tasks that wait for one; made only when one waits
+        # (a flush with nobody waiting is the common case: an Event a flush was its cost)
+        self._flushed: trio.Event | None = None
         self._fsync_average = 0.0
         self._held: set = set()  # sessions with replies waiting for a flush
         # records waiting for DataSync.sync, in order, each with whether it names blocks
@@ -297,7 +299,7 @@ class Journal:
             if self.ended() is not None:
                 return False
             self._work.set()
-            await self._flushed.wait()
+            await self._next_flush()
         return True
 
     async def run(self) -> None:
@@ -439,7 +441,7 @@ class Journal:
             if (ended := self.ended()) is not None:
                 raise ended
             self._work.set()
-            await self._flushed.wait()
+            await self._next_flush()
         old, end = self.writer_id, self._position
         self.writer.close()
         self.writer = self._open(writer, self.writer.segment_size)
@@ -457,8 +459,14 @@ class Journal:
         if self.failed is None:  # what is acknowledged: in a group, within the lease, so
             # a fenced node frees no SMDS page a delete past its seal freed (docs/smds.md)
             self.data.durable(self.acknowledged)
-        flushed, self._flushed = self._flushed, trio.Event()
-        flushed.set()
+        flushed, self._flushed = self._flushed, None
+        if flushed is not None:
+            flushed.set()
+
+    async def _next_flush(self) -> None:
+        if self._flushed is None:
+            self._flushed = trio.Event()
+        await self._flushed.wait()
 
     def fail(self, err: BaseException, event: str | None = "log_write_failed") -> None:
         """Acknowledge nothing more: the log no longer says what memory holds (or

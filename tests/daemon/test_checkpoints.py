@@ -207,13 +207,18 @@ def test_recover_purge_empties_it_for_good(make_daemon):
     assert [eid for eid, _, _ in contents(d.address)] == [new]
 
 
+PACE = 0.002  # seconds a live-load worker waits before each request: ~400 requests/s each
+
+
 def test_checkpoint_under_live_load_loses_nothing(make_daemon):
     """Workers keep putting, reading and committing while a checkpoint runs; a
     recovery from it plus the log holds every acknowledged operation. (One job
     under load: each more is a minute of a loaded 2-core machine, and the
-    operator's checkpoint is the same job, tested on its own above.)"""
+    operator's checkpoint is the same job, tested on its own above. The workers
+    pace themselves: flat out, three of them and the daemon kept Spark's JVM off
+    both cores, and the job took three minutes under CI's other tests.)"""
     d = make_daemon(JOBS + 'checkpoint_log_volume = "256KiB"\n').start()
-    procs, journals, stop = start_workers(d, 3, seed=7)
+    procs, journals, stop = start_workers(d, 3, seed=7, pace=PACE)
     try:
         d.wait_for("checkpoint_taken", timeout=180, structure="MSGQ01")  # the volume trigger
     finally:

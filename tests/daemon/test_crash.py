@@ -22,7 +22,8 @@ import json, os, random, sys, time
 import cqsclient
 from cqsclient.errors import CQSError
 
-address, name, journal_path, stop_path, seed, large = sys.argv[1:7]
+address, name, journal_path, stop_path, seed, large, pace = sys.argv[1:8]
+pace = float(pace)  # seconds between requests: a load that leaves the machine room
 rng = random.Random(int(seed))
 journal = open(journal_path, "a", buffering=1)
 n = 0
@@ -43,6 +44,8 @@ def session():
     c = cqsclient.connect(address, client=name, timeout=5)
     s = c.structure("MSGQ01")
     while not os.path.exists(stop_path):
+        if pace:
+            time.sleep(pace)
         queue = f"Q{rng.randrange(3)}"
         roll = rng.random()
         if roll < 0.45:
@@ -85,7 +88,9 @@ while not os.path.exists(stop_path) and time.monotonic() < deadline:
 """
 
 
-def start_workers(daemon, n, seed, large=False):
+def start_workers(daemon, n, seed, large=False, pace=0.0):
+    """``n`` worker processes; ``pace``: seconds each waits before each request (0: as
+    fast as the daemon answers)."""
     stop = daemon.dir / "stop"
     procs, journals = [], []
     for i in range(n):
@@ -93,7 +98,7 @@ def start_workers(daemon, n, seed, large=False):
         journals.append(journal)
         procs.append(subprocess.Popen(
             [sys.executable, "-c", WORKER, daemon.address, f"W{i}", str(journal), str(stop),
-             str(seed + i), "1" if large else "0"]))
+             str(seed + i), "1" if large else "0", str(pace)]))
     return procs, journals, stop
 
 

@@ -97,13 +97,15 @@ run: native java
 # the first run's data is kept and the second appends to it: 88.95 % without
 # those daemon tests, measured on 2026-11-27.
 #
-# Three pytest-xdist workers, each given whole files (their module fixtures, a
-# Spark cluster or an etcd, stay in one process): the suite mostly waits on
-# fsyncs, JVM starts and leases, so on two cores one worker ran 22 minutes at a
-# third of the CPU, and two ran the compiled part in 18 minutes using 0.8 of a
-# core (measured on 2026-11-27). The 25 slowest tests are listed at the end.
+# Two pytest-xdist workers, each given whole files (their module fixtures, a Spark
+# cluster or an etcd, stay in one process): the suite mostly waits on fsyncs,
+# JVM starts and leases, so on two cores one worker ran 22 minutes at a third
+# of the CPU. A third worker gained nothing (17:46 against 17:51 for the compiled
+# part, 2026-11-27): Spark's JVMs, started by several workers at once, took the
+# cores, and the tests that start them ran twice as long. The 25 slowest tests
+# are listed at the end.
 COVERAGE_MIN := 90
-TEST_WORKERS := 3
+TEST_WORKERS := 2
 SOURCE_TESTS := tests/engine tests/protocol tests/logstream tests/server tests/client \
                 tests/test_native.py tests/daemon/test_contract.py tests/daemon/test_wire.py \
                 tests/daemon/test_abuse.py tests/daemon/test_sharing.py tests/daemon/test_ctl_ops.py

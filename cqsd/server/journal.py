@@ -260,6 +260,10 @@ class Journal:
             return
         self._flushed_to(durable, time.perf_counter() - started, target - before)
 
+    def flush_due(self) -> bool:
+        """A round of this pass took a record a reply waits for: the pass ends in a flush."""
+        return self._due
+
     def write_now(self) -> None:
         """Write the round's lock records before its end (a large reply goes at once
         rather than be copied into its session's queue)."""

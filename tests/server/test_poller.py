@@ -2,7 +2,8 @@
 handler, which gets whole frames in order however the bytes were cut; a connection
 gives up its turn after TURN_FRAMES requests so that others' come between; a paused
 session is read no more until it resumes, and then the requests already received
-come first; a closed peer ends the connection's ``read``.
+come first; a closed peer ends the connection's ``read``; a pass that ends in a
+flush looks again first, so that requests that arrived meanwhile share it.
 
 The real Poller runs in the test's trio run on real socket pairs (the daemon's end
 in the poller's epoll, the test writes on the client's end); the handler is the
@@ -283,3 +284,58 @@ async def test_requests_received_before_a_pause_get_a_turn_when_it_resumes(
     client.sendall(frame(pause_at + 2))
     await handler.until(pause_at + 3)
     assert handler.seqs() == list(range(pause_at + 3))
+
+
+class Writes:
+    """The journal's side of a pass, recorded: each frame handled, and each pass's end,
+    which is a flush when a frame made one due."""
+
+    def __init__(self) -> None:
+        self.log: list = []
+        self.due = False
+
+    def defer_writes(self) -> None:
+        pass
+
+    def write_deferred(self) -> None:
+        pass
+
+    def flush_due(self) -> bool:
+        return self.due
+
+    def pass_ended(self) -> None:
+        self.log.append("flush" if self.due else "end")
+        self.due = False
+
+
+@pytest.mark.parametrize("due", [True, False])
+async def test_a_request_that_arrives_during_a_round_shares_the_flush_it_ends_in(
+        connected, journal, due):
+    """A request received while a round handles another that made a flush due is handled
+    before that flush, in the same pass: its record shares the fsync rather than wait
+    for the next (a consumer's delete, sent as its read's reply arrives). With no flush
+    due the pass ends at once, as before, and the request comes in the next."""
+    writes = Writes()
+    handler = Handler()
+    poller = Poller(handler, MAX_FRAME, writes)
+    a, a_client = connected(journal)
+    b, b_client = connected(journal)
+
+    def on_frame(session, f):
+        writes.log.append(f["n"])
+        if f["n"] == 0:
+            writes.due = due
+            b_client.sendall(frame(1))  # arrives while the round is under way
+
+    handler.on_frame = on_frame
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        nursery.start_soon(poller.read, a)
+        nursery.start_soon(poller.read, b)
+        await trio.testing.wait_all_tasks_blocked()
+        a_client.sendall(frame(0))
+        await handler.until(2)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    poller.close()
+    assert writes.log == ([0, 1, "flush"] if due else [0, "end", 1, "end"])

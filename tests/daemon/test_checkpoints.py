@@ -207,7 +207,7 @@ def test_recover_purge_empties_it_for_good(make_daemon):
     assert [eid for eid, _, _ in contents(d.address)] == [new]
 
 
-PACE = 0.002  # seconds a live-load worker waits before each request: ~400 requests/s each
+PACE = 0.005  # seconds a live-load worker waits before each request: ~200 requests/s each
 
 
 def test_checkpoint_under_live_load_loses_nothing(make_daemon):

@@ -15,19 +15,15 @@ commit (the zeroing thread's included), and bytes written per commit
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
 
-import cqsd  # noqa: F401  (chooses logstream's build before it is imported)
+from smds import written_bytes
+
+from cqsd.server.journal import ZERO_AHEAD  # also chooses logstream's build first
 from logstream import Writer
-
-AHEAD = 4 * 1024 * 1024  # as the daemon keeps (cqsd/server/journal.py ZERO_AHEAD)
-
-
-def written_bytes() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("write_bytes:"))
 
 
 def run(directory: str, zero_ahead: int, commits: int, size: int) -> dict:
@@ -39,13 +35,13 @@ def run(directory: str, zero_ahead: int, commits: int, size: int) -> dict:
         if zero_ahead and not w.wait_zeroed(60):
             raise RuntimeError("the zeros were not in place within 60 s")
         samples = []
-        cpu, disk = time.process_time_ns(), written_bytes()
+        cpu, disk = time.process_time_ns(), written_bytes(os.getpid())
         for _ in range(commits):
             started = time.perf_counter_ns()
             w.append(body)
             w.flush()
             samples.append(time.perf_counter_ns() - started)
-        cpu, disk = time.process_time_ns() - cpu, written_bytes() - disk
+        cpu, disk = time.process_time_ns() - cpu, written_bytes(os.getpid()) - disk
         zeros = w.stats().zero_bytes
     return {"bench": "zero_ahead", "zero_ahead": zero_ahead, "commits": commits,
             "record": size, "p50_us": round(statistics.median(samples) / 1000, 1),
@@ -62,7 +58,7 @@ def main() -> None:
     p.add_argument("--dir", default=".", help="where the log's files go")
     args = p.parse_args()
     for _ in range(args.rounds):
-        for ahead in (0, AHEAD):
+        for ahead in (0, ZERO_AHEAD):
             print(json.dumps(run(args.dir, ahead, args.commits, args.size)), flush=True)
 
 

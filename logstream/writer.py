@@ -39,8 +39,8 @@ The thread writes under `_lock`, a ZERO_STEP at a time and a page per pwrite
 never below the records' end, so a record is never overwritten; its fdatasync
 runs outside the lock on a dup of the fd, like a group commit's. The zeros stay
 in the page cache (drop-behind only drops pages below the records), so an
-append into them never reads the disk. Only a small group commit (under ZERO_COMMIT bytes)
-asks for more zeros: a large one converts its extents once for many records,
+append into them never reads the disk. Only a small group commit (under
+ZERO_COMMIT bytes) asks for more zeros: a large one converts its extents once for many records,
 and zeros written ahead of a bulk load only doubled its writes. A crash leaves
 zeros after the records, which scans read as a clean end, as they read
 preallocated space.

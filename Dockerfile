@@ -6,7 +6,8 @@
 # The base is Eclipse Temurin's Java 21 runtime on Ubuntu 24.04: the Java that
 # Spark's checkpoint and recovery jobs need, and Python 3.12 from Ubuntu. The
 # daemon runs as the unprivileged user cqsd under tini (signals forwarded,
-# Spark's children reaped), keeps its data in the volume /var/lib/cqsd, serves
+# Spark's children reaped), keeps its data in the volume /var/lib/cqsd (and
+# the Spark jobs' class archive, docs/operations.md, out of it), serves
 # /metrics and /healthz on 9410 (the health check uses it), and listens on TCP
 # 7410 when a config mounted at /etc/cqsd/cqsd.toml asks for it.
 ARG BASE=eclipse-temurin:21-jre-noble
@@ -32,12 +33,13 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/cqsd \
         --shell /usr/sbin/nologin cqsd \
-    && install -d -o cqsd -g cqsd -m 0750 /var/lib/cqsd /run/cqsd
+    && install -d -o cqsd -g cqsd -m 0750 /var/lib/cqsd /run/cqsd /var/cache/cqsd
 COPY --from=build /opt/cqsd /opt/cqsd
 COPY config/container.toml /etc/cqsd/cqsd.toml
 ENV PATH=/opt/cqsd/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    HOME=/var/lib/cqsd
+    HOME=/var/lib/cqsd \
+    CACHE_DIRECTORY=/var/cache/cqsd
 USER 10001:10001
 WORKDIR /var/lib/cqsd
 VOLUME ["/var/lib/cqsd"]

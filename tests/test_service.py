@@ -56,14 +56,15 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 def test_unit_runs_cqsd_as_a_hardened_notify_service():
     """Type=notify with a watchdog and restart on failure, a dedicated user, its socket
-    under /run/cqsd and data under /var/lib/cqsd, SIGHUP for reload, hardening that
+    under /run/cqsd, data under /var/lib/cqsd and the jobs' class archive under
+    /var/cache/cqsd, SIGHUP for reload, hardening that
     leaves the JVM its JIT."""
     service = unit_settings()["Service"]
     one = {key: values[-1] for key, values in service.items()}
     assert one["Type"] == "notify" and one["NotifyAccess"] == "main"
     assert one["User"] == one["Group"] == "cqsd"
     assert one["Restart"] == "on-failure" and one["WatchdogSec"]
-    assert one["RuntimeDirectory"] == one["StateDirectory"] == "cqsd"
+    assert one["RuntimeDirectory"] == one["StateDirectory"] == one["CacheDirectory"] == "cqsd"
     assert one["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert (one["ProtectSystem"], one["NoNewPrivileges"], one["PrivateTmp"]) == (
         "strict", "yes", "yes")

@@ -4,7 +4,10 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
+
+from . import cds
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -27,12 +30,14 @@ def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
     Python workers run ``sys.executable`` so they import this very cqsd.
     ``progress`` turns on Spark's console progress bar (on stderr). Driver
     JVM options in ``conf`` are added to the one that quiets Spark's logging
-    and JIT (a later ``-XX:TieredStopAtLevel`` wins).
+    and JIT (a later ``-XX:TieredStopAtLevel`` wins), and to the ones that share
+    the classes of an earlier job's JVM (``cds``).
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = {**DEFAULTS, "spark.ui.showConsoleProgress": str(progress).lower(), **(conf or {})}
     settings[JAVA_OPTIONS] = " ".join(
-        [f"-Dlog4j2.configurationFile={LOG4J.as_uri()}", JIT, settings.get(JAVA_OPTIONS, "")]
+        [f"-Dlog4j2.configurationFile={LOG4J.as_uri()}", JIT, cds.options(_find_spark_home()),
+         settings.get(JAVA_OPTIONS, "")]
     ).strip()
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():

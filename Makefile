@@ -102,11 +102,13 @@ run: native java
 # JVM starts and leases, so on two cores one worker ran 22 minutes at a third
 # of the CPU. A third worker gained nothing (17:46 against 17:51 for the compiled
 # part, 2026-11-27): Spark's JVMs, started by several workers at once, took the
-# cores, and the tests that start them ran twice as long. The files go out in
-# the order tests/conftest.py collects them, the long system tests first (not
-# xdist's default, the files with the most tests first, which left the
-# single-test fault loops and fuzz for the end). The 25 slowest tests are listed
-# at the end.
+# cores, and the tests that start them ran twice as long. Tried again once the
+# jobs' JVMs started from their class archive (2026-11-27): 15:37 against 16:37,
+# but a cluster test took 203 s of its 300 s timeout (67 s with two).
+# The files go out in the order tests/conftest.py collects them, the long system
+# tests first (not xdist's default, the files with the most tests first, which
+# left the single-test fault loops and fuzz for the end). The 25 slowest tests
+# are listed at the end.
 COVERAGE_MIN := 90
 TEST_WORKERS := 2
 SOURCE_TESTS := tests/engine tests/protocol tests/logstream tests/server tests/client \

@@ -7,7 +7,7 @@ of CPU in all; mapping the classes of an earlier job's JVM (Java's dynamic CDS
 archive) made it 3.4 s, 2.5 s and 7.8 s. The archive belongs to one JDK and one
 Spark, so it is kept per machine, in a cache directory (``directory``), named for
 both. The first job to find none writes it as its JVM exits (which makes that one
-job about 5 s slower) while it holds the directory's lock, so one job writes and
+job about 15 s slower) while it holds the directory's lock, so one job writes and
 the others go on without; it is published by a rename only once its JVM exited
 cleanly, so a job killed while writing leaves no archive a JVM would map.
 Everything here is best effort: a cache that cannot be written, a JDK with no

@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> dict:
             return jobs.recover_together(spark, data_dir, args.structure, stages, cut)
         return jobs.recover(spark, data_dir, args.structure[0], args.to_image, stages, cut)
     finally:
-        session.stop(spark)
+        spark.stop()
 
 
 def _structures(args: argparse.Namespace) -> list[str]:

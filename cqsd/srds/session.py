@@ -1,11 +1,9 @@
 """The Spark session of an SRDS job: quiet, UI off, workers in our interpreter."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from pyspark import SparkContext
 from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
@@ -23,7 +21,6 @@ DEFAULTS = {
 # fold): C2's compiling costs more CPU than its code saves. Measured on 10^6 puts,
 # local[2]: the JVM's CPU from 20.5 s to 14.5 s, a 20,000-put job's from 12.9 s to 7.3 s.
 JIT = "-XX:TieredStopAtLevel=1"
-EXIT_WAIT = 30.0  # seconds a JVM gets to exit by itself: its shutdown hooks, a class archive
 
 
 def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
@@ -48,19 +45,3 @@ def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("FATAL")  # under spark-submit the JVM started without our file
     return spark
-
-
-def stop(spark: SparkSession) -> None:
-    """Stop the session and let its JVM exit by itself, as its end of input tells it
-    to. Its shutdown hooks delete what it made in /tmp (native libraries, Spark's
-    local directories), which the job's end, killing what is left of its process
-    group, left behind for every job."""
-    spark.stop()
-    proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        proc.stdin.close()
-        proc.wait(timeout=EXIT_WAIT)
-    except (OSError, subprocess.TimeoutExpired):
-        pass  # the job's end kills it

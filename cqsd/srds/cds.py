@@ -22,7 +22,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 QUIET = "-Xlog:cds*=off"  # a refused archive is a slower start, not a warning on stdout
@@ -65,23 +64,15 @@ def options(spark_home: str) -> str:
 
 
 def _publish(written: Path, archive: Path, lock: int) -> None:
-    """At the job's exit: end its JVM (it writes the archive as it exits) and, if
-    it exited cleanly, publish what it wrote. Runs before the job's own exit
-    handler that kills what is left of its process group (atexit runs the later
-    registered first)."""
+    """At the job's exit, once its JVM has ended (``session``'s exit handler, which
+    runs first), publish the archive it wrote if it exited cleanly."""
     from pyspark import SparkContext
 
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
+    proc = getattr(SparkContext._gateway, "proc", None)
     try:
-        if proc is not None and proc.poll() is None:
-            if SparkContext._active_spark_context is not None:
-                SparkContext._active_spark_context.stop()
-            proc.stdin.close()  # the JVM exits at its end of input
-            proc.wait(timeout=120)
-        if proc is not None and proc.returncode == 0 and written.is_file():
+        if proc is not None and proc.poll() == 0 and written.is_file():
             os.replace(written, archive)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+    except OSError:
         pass  # no archive this time; the next job writes it
     finally:
         written.unlink(missing_ok=True)

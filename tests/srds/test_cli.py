@@ -1,8 +1,8 @@
 """``python -m cqsd.srds`` and ``spark-submit cqsd/srds/__main__.py`` as the daemon runs
 them: exit codes, the result line, error events, and a job killed midway.
 
-Only two of these start a JVM of their own (the kill and spark-submit); the
-others fail, or report, before any Spark is needed.
+Most fail, or report, before any Spark is needed; the others start a JVM of
+their own.
 """
 
 import json
@@ -144,6 +144,21 @@ def test_a_job_given_its_parent_ends_with_its_jvm_when_the_parent_is_killed(tmp_
             os.close(fd)
     with slots.locked(tmp_path / "srds", S):
         pass  # free
+
+
+def test_a_job_run_as_the_daemon_runs_it_leaves_nothing_in_its_jvms_temporary_directory(
+        tmp_path):
+    """With --parent a job kills what is left of its process group as it exits. Its
+    JVM exits by itself first, so its shutdown hooks delete the native libraries it
+    unpacked and Spark's local directories: killed, it left them in /tmp each job."""
+    fill(tmp_path / "data", 1, 10)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = run("checkpoint", "--structure", S, "--data-dir", str(tmp_path / "data"),
+               "--parent", str(os.getpid()), "--conf", f"spark.local.dir={scratch}",
+               "--conf", f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={scratch}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in scratch.iterdir()) == []
 
 
 def test_a_job_that_fails_while_its_jvm_starts_leaves_no_jvm(tmp_path):

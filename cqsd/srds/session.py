@@ -19,6 +19,8 @@ DEFAULTS = {
     # A job is one shuffle whose partitions the fold chooses (fold.by_entry): adaptive
     # re-planning has nothing to gain and costs a planning pass per stage.
     "spark.sql.adaptive.enabled": "false",
+    # the Python workers import pyspark compiled, not from its zip (workers.py)
+    "spark.python.daemon.module": "cqsd.srds.workers",
 }
 # A job is short and its JVM does little per row (the Python workers decode and
 # fold): C2's compiling costs more CPU than its code saves. Measured on 10^6 puts,
@@ -71,6 +73,10 @@ def _end(proc: subprocess.Popen) -> None:
         return
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
+    if SparkContext._gateway is not None:
+        # py4j's side first: its finalizer thread, sending a collected object's
+        # release to a JVM on its way out, logged a traceback at the exit
+        SparkContext._gateway.shutdown()
     try:
         proc.stdin.close()
         proc.wait(timeout=EXIT_WAIT)

@@ -62,7 +62,9 @@ class LogEvents:
         self.tasks = tasks
         self._summaries = spark.sparkContext.accumulator([], Summaries())
         if not tasks:
-            self.frame = spark.createDataFrame([], EVENTS)
+            # no partitions, so no tasks: a list, even an empty one, went through
+            # Python workers of their own: a daemon and its workers, ~0.3 s of a job
+            self.frame = spark.createDataFrame(spark.sparkContext.emptyRDD(), EVENTS)
             return
         # One partition per task, made in the JVM: each task's number picks its segment.
         numbers = spark.range(first, first + len(tasks), 1, numPartitions=len(tasks))

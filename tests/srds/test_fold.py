@@ -16,6 +16,7 @@ from cqsd.records import LEASE, MAP, NOT_BEFORE, FoldError
 from cqsd.recovery.fold import fold as reference_fold
 from cqsd.smds import DataMap, Range
 from cqsd.smds.pages import room
+from cqsd.srds.fold import EVENTS, LogEvents
 
 from .folds import log_order, python_fold, spark_fold
 from .histories import Drawn, History
@@ -302,3 +303,11 @@ def test_spark_folds_generated_engine_histories_exactly_like_the_engine(spark):
     assert any(r[MAP] for h, _, _ in cases for rows in h.expected().values()
                for r in rows.values()), "no offloaded message is left to materialise"
     assert sum(len(h.records) for h, _, _ in cases) > 600
+
+
+def test_a_plan_with_no_log_tasks_reads_the_log_with_no_spark_tasks(spark):
+    """A checkpoint with nothing new in the log folds the slot alone: the log's side
+    has no partitions, so it starts no Python workers (an empty list did, ~2 s)."""
+    events = LogEvents(spark, [], {"MSGQ01"})
+    assert events.frame.rdd.getNumPartitions() == 0
+    assert events.frame.schema == EVENTS and events.frame.count() == 0

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,8 +95,9 @@ def build(package: str, directory: Path, modules: list[str], out: Path,
     for extension in extensions:  # the group's headers are in a directory of their own
         extension.include_dirs.append(str(out / "c" / package))
     dist = Distribution({"name": f"{package}-native", "ext_modules": extensions})
+    dist.cmdclass["build_ext"] = _parallel(dist.get_command_class("build_ext"))
     command = dist.get_command_obj("build_ext")
-    command.build_lib, command.build_temp, command.parallel = str(out / "lib"), str(out / "o"), 2
+    command.build_lib, command.build_temp = str(out / "lib"), str(out / "o")
     dist.run_command("build_ext")
     for extension in extensions:
         parts = extension.name.split(".")
@@ -102,6 +105,30 @@ def build(package: str, directory: Path, modules: list[str], out: Path,
         shutil.copy2(built, directory / Path(*parts[1:-1]) / built.name)
     (directory / MANIFEST).write_text(json.dumps(
         {"recipe": recipe(), "modules": hashes}, indent=1, sort_keys=True) + "\n")
+
+
+def _parallel(build_ext: type) -> type:
+    """``build_ext`` compiling an extension's C files on every CPU at once. A group
+    is one extension of many files (cqsd's: 28, 12 MB of C), which setuptools
+    compiles one after another, so a build used one core: 83 s in a fresh clone on
+    two cores, against 55 s this way (docs/native.md)."""
+
+    class ParallelBuildExt(build_ext):  # type: ignore[misc]
+        def build_extension(self, ext):  # type: ignore[no-untyped-def]
+            serial = self.compiler.compile
+
+            def compile(sources, *args, **kwargs):  # type: ignore[no-untyped-def]
+                with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                    done = pool.map(lambda source: serial([source], *args, **kwargs), sources)
+                    return [obj for objects in done for obj in objects]
+
+            self.compiler.compile = compile
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.compile = serial
+
+    return ParallelBuildExt
 
 
 def main(argv: list[str]) -> int:

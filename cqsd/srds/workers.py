@@ -4,11 +4,11 @@ pyspark's own, importing pyspark from the installed package instead of its zip.
 Design note. Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip first
 on its Python workers' path. For a pip-installed pyspark, SPARK_HOME is the package
 itself, so the zips hold the modules the package holds, but as sources that Python
-cannot cache compiled: each worker daemon (a job starts two, one for the log's
-decoding and one for the Arrow fold) compiled every module of pyspark it imported,
-again in every job. Dropping the zips that lie inside the installed package, for
-packages also installed, leaves the same modules, compiled once by pip: a 10-row
-checkpoint's fold went from 6.9-7.0 s to 4.6-4.8 s (docs/srds.md, "Performance").
+cannot cache compiled: a job's worker daemon and its workers compiled every module
+of pyspark they imported, again in every job. Dropping the zips that lie inside the
+installed package, for packages also installed, leaves the same modules, compiled
+once by pip: a 10-row checkpoint's fold went from 6.9-7.0 s to 4.6-4.8 s
+(docs/srds.md, "Performance").
 A Spark distribution's zips (SPARK_HOME elsewhere, as on a cluster) stay: its
 pyspark need not be the one installed here.
 """

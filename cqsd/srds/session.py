@@ -14,6 +14,7 @@ from . import cds
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
 DEFAULTS = {
     "spark.ui.enabled": "false",  # a job is a batch step; nothing should bind a port
     # A job is one shuffle whose partitions the fold chooses (fold.by_entry): adaptive
@@ -39,14 +40,19 @@ def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
     ``progress`` turns on Spark's console progress bar (on stderr). Driver
     JVM options in ``conf`` are added to the one that quiets Spark's logging
     and JIT (a later ``-XX:TieredStopAtLevel`` wins), and to the ones that share
-    the classes of an earlier job's JVM (``cds``).
+    the classes of an earlier job's JVM (``cds``); on a cluster, executor JVM
+    options are added to the ones that map those classes.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = {**DEFAULTS, "spark.ui.showConsoleProgress": str(progress).lower(), **(conf or {})}
+    spark_home = _find_spark_home()
     settings[JAVA_OPTIONS] = " ".join(
-        [f"-Dlog4j2.configurationFile={LOG4J.as_uri()}", JIT, cds.options(_find_spark_home()),
+        [f"-Dlog4j2.configurationFile={LOG4J.as_uri()}", JIT, cds.options(spark_home),
          settings.get(JAVA_OPTIONS, "")]
     ).strip()
+    if not master.startswith("local"):
+        settings[EXECUTOR_OPTIONS] = " ".join(
+            [cds.executor_options(spark_home), settings.get(EXECUTOR_OPTIONS, "")]).strip()
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)

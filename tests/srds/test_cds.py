@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from cqsd.srds import cds
 
 # A job in a fresh interpreter: one task, then whether its JVM maps an archive in
@@ -67,6 +69,19 @@ def test_a_job_finding_the_lock_held_runs_without_the_next_writes_and_the_one_af
     assert (path.parent, archive.parent) == (cache, cache)
     archive.write_bytes(b"")  # as if that writer published it
     assert cds.options(spark_home()) == f"-XX:SharedArchiveFile={archive} {cds.QUIET}"
+
+
+def test_executors_map_the_archive_there_is_and_never_write_one(tmp_path, monkeypatch):
+    """On a cluster the executors get the driver's archive to map, if there is one;
+    without one they run as before: writing it is the driver's (options above)."""
+    cache = cached(tmp_path, monkeypatch)
+    monkeypatch.setattr(cds.atexit, "register", lambda *args: pytest.fail("an executor wrote"))
+    assert cds.executor_options(spark_home()) == ""
+    cache.mkdir()
+    assert cds.executor_options(spark_home()) == ""
+    archive = cache / f"spark-classes-{cds._key(cds._java(), spark_home())}.jsa"
+    archive.write_bytes(b"")
+    assert cds.executor_options(spark_home()) == f"-XX:SharedArchiveFile={archive} {cds.QUIET}"
 
 
 def test_a_cache_that_cannot_be_written_leaves_the_jvm_as_it_was(tmp_path, monkeypatch):

@@ -39,13 +39,12 @@ def directory() -> Path:
 def options(spark_home: str) -> str:
     """The driver JVM options that map this JDK's and Spark's archive, or (the first
     time, one job at a time) write it at the JVM's exit; empty when neither can be."""
-    java = _java()
-    if java is None:
-        return ""
     try:
-        where = directory()
+        archive = archive_of(spark_home)
+        if archive is None:
+            return ""
+        where = archive.parent
         where.mkdir(parents=True, exist_ok=True)
-        archive = where / f"spark-classes-{_key(java, spark_home)}.jsa"
         if archive.is_file():
             return _mapping(archive)
         lock = os.open(where / "spark-classes.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -68,14 +67,18 @@ def executor_options(spark_home: str) -> str:
     class path is the driver's, so they map it as it does (a standalone cluster's
     executor took 2.2-2.9 s to its first task, against 4.2-4.8 s); an executor on
     another machine, where the file is missing or of another JDK, runs without."""
-    java = _java()
-    if java is None:
-        return ""
     try:
-        archive = directory() / f"spark-classes-{_key(java, spark_home)}.jsa"
-        return _mapping(archive) if archive.is_file() else ""
+        archive = archive_of(spark_home)
+        return _mapping(archive) if archive is not None and archive.is_file() else ""
     except OSError:
         return ""
+
+
+def archive_of(spark_home: str) -> Path | None:
+    """Where the archive of this JDK and this Spark is, or goes; None without a java.
+    Raises OSError if the JDK or Spark cannot be looked at."""
+    java = _java()
+    return None if java is None else directory() / f"spark-classes-{_key(java, spark_home)}.jsa"
 
 
 def _mapping(archive: Path) -> str:

@@ -79,7 +79,8 @@ def test_executors_map_the_archive_there_is_and_never_write_one(tmp_path, monkey
     assert cds.executor_options(spark_home()) == ""
     cache.mkdir()
     assert cds.executor_options(spark_home()) == ""
-    archive = cache / f"spark-classes-{cds._key(cds._java(), spark_home())}.jsa"
+    archive = cds.archive_of(spark_home())
+    assert archive.parent == cache
     archive.write_bytes(b"")
     assert cds.executor_options(spark_home()) == f"-XX:SharedArchiveFile={archive} {cds.QUIET}"
 

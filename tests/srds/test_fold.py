@@ -307,7 +307,8 @@ def test_spark_folds_generated_engine_histories_exactly_like_the_engine(spark):
 
 def test_a_plan_with_no_log_tasks_reads_the_log_with_no_spark_tasks(spark):
     """A checkpoint with nothing new in the log folds the slot alone: the log's side
-    has no partitions, so it starts no Python workers (an empty list did, ~2 s)."""
+    has no partitions, so it starts no Python workers (an empty list, made a Python
+    RDD, started a worker daemon and workers of its own)."""
     events = LogEvents(spark, [], {"MSGQ01"})
     assert events.frame.rdd.getNumPartitions() == 0
     assert events.frame.schema == EVENTS and events.frame.count() == 0

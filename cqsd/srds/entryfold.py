@@ -46,14 +46,14 @@ from ..records import (
     REMOVES,
     FoldError,
 )
-from . import effects, slots
+from . import effects, slotfiles
 from .segments import Payloads
 
 ADDED = frozenset((effects.BASE, *ADDS))
 # The folded rows: the structure, then the slot schema (every column optional, as
 # Spark declares what it reads back).
 SCHEMA = pa.schema([pa.field("structure", pa.string()),
-                    *(pa.field(f.name, f.type) for f in slots.SCHEMA)])
+                    *(pa.field(f.name, f.type) for f in slotfiles.SCHEMA)])
 # Ids per bucket (``id >> BUCKET_BITS``) the fold's shuffle partitions by: enough
 # buckets that hashing them spreads rows evenly over a few tasks, few enough that
 # the driver's index of them stays short (2,000 for 10^6 ids).

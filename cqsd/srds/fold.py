@@ -29,10 +29,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ..records import FoldError
-from . import effects, entryfold, segments, slots
+from . import effects, entryfold, segments, slotfiles, slots
 
 EVENTS = from_arrow_schema(effects.SCHEMA)
-SLOT = from_arrow_schema(slots.SCHEMA)
+SLOT = from_arrow_schema(slotfiles.SCHEMA)
 FOLDED = from_arrow_schema(entryfold.SCHEMA)
 ORDER = ["ts", "writer", "lsn", "part", "idx"]
 # How a FoldError raised in a Python worker ends its traceback.

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -22,7 +21,7 @@ from logstream.durable import make_dirs
 
 from ..storage import image, repository
 from ..storage.datadir import DataDir
-from . import fold, manifest, parts, segments, slots
+from . import fold, manifest, parts, segments, slotfiles, slots
 
 log = structlog.get_logger()
 
@@ -327,7 +326,7 @@ def _fold_into(staged: Path, spark: SparkSession, stages: Stages, structure: str
         raise
     chunks = [parts.Chunk(**row.asDict()) for row in index]
     if kind == parts.SLOT and not chunks:  # a slot has a file even when it holds nothing
-        pq.write_table(slots.table_of([]), staged / "part-00000.parquet")
+        slotfiles.write_empty(staged / "part-00000.parquet")
     ended = time.time()
     coverage = events.check()
     read = min(ended, coverage.read_ended or began) - began

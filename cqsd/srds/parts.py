@@ -25,7 +25,7 @@ import msgpack
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import entryfold, slots
+from . import entryfold, slotfiles
 from .segments import Payloads, Task
 
 SLOT, IMAGE = "slot", "image"
@@ -79,9 +79,9 @@ def _write_slot(folded: Iterator[pa.RecordBatch], path: Path) -> list[Chunk]:
             if not batch.num_rows:
                 continue
             if out is None:
-                out = pq.ParquetWriter(temp, slots.SCHEMA)
+                out = pq.ParquetWriter(temp, slotfiles.SCHEMA)
             out.write_batch(pa.RecordBatch.from_arrays(
-                [batch.column(f.name) for f in slots.SCHEMA], schema=slots.SCHEMA))
+                [batch.column(f.name) for f in slotfiles.SCHEMA], schema=slotfiles.SCHEMA))
             rows += batch.num_rows
     finally:
         if out is not None:
@@ -101,7 +101,7 @@ def _write_image(folded: Iterator[pa.RecordBatch], path: Path) -> list[Chunk]:
         for batch in folded:
             packed = []
             names = batch.column("structure").to_pylist()
-            for structure, (eid, row) in zip(names, slots.image_rows(batch), strict=True):
+            for structure, (eid, row) in zip(names, slotfiles.image_rows(batch), strict=True):
                 if (structure, eid >> entryfold.BUCKET_BITS) != at:
                     if at is not None:
                         chunks.append(Chunk(path.name, at[1], start, offset - start, rows, at[0]))

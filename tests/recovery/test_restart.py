@@ -12,7 +12,7 @@ import logstream
 from cqsd.engine import Structure
 from cqsd.recovery.restart import load_recovered, rebuild_all
 from cqsd.smds import DataMap, Range
-from cqsd.srds import slots
+from cqsd.srds import slotfiles, slots
 from cqsd.storage import image
 
 S = "MSGQ01"
@@ -62,7 +62,7 @@ def test_a_crash_restart_from_a_checkpoint_holds_maps_not_offloaded_bytes(tmp_pa
     with slots.locked(srds, S) as directory:
         staged = slots.staging_dir(directory, "test")
         staged.mkdir()
-        pq.write_table(slots.table_of([row(6, PAYLOADS[6])]), staged / "part-0.parquet")
+        pq.write_table(slotfiles.table_of([row(6, PAYLOADS[6])]), staged / "part-0.parquet")
         slots.install(directory, staged, "SRDS1", {"cqsd": 1}, 6, 1.0)
     write_log(tmp_path / "log", [{"s": S, "e": put(6)}, {"s": S, "e": put(7)},
                                  {"s": S, "e": put(8)[:1]}])

@@ -13,7 +13,7 @@ import logstream
 from cqsd.engine import Structure
 from cqsd.records import FoldError
 from cqsd.recovery.fold import fold
-from cqsd.srds import jobs, manifest, slots
+from cqsd.srds import jobs, manifest, slotfiles, slots
 from cqsd.storage import image, repository
 
 from .histories import History, Seeded
@@ -254,7 +254,7 @@ def test_a_slot_written_before_data_maps_is_the_base_of_the_next_checkpoint(spar
     with slots.locked(tmp_path / "srds", S) as directory:
         staged = slots.staging_dir(directory, "old")
         staged.mkdir()
-        old = before_maps(slots.table_of(slots.read_rows(slot).values()))
+        old = before_maps(slotfiles.table_of(slots.read_rows(slot).values()))
         pq.write_table(old, staged / "part-0.parquet")
         slots.install(directory, staged, slot.name, slot.lsn, slot.last_id, slot.time)
     offloaded = [["B", 3, 64, b"big"], ["P", 3, 1, "A", b"", 4], ["M", 3, datamap]]

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cqsd.srds import manifest, slots
+from cqsd.srds import manifest, slotfiles, slots
 
 S = "MSGQ01"
 
@@ -25,7 +25,7 @@ def stage(srds, rows, name="part-00000.parquet"):
     directory.mkdir(parents=True, exist_ok=True)
     staged = slots.staging_dir(directory, "test")
     staged.mkdir()
-    pq.write_table(slots.table_of(rows), staged / name)
+    pq.write_table(slotfiles.table_of(rows), staged / name)
     (staged / "_SUCCESS").write_bytes(b"")
     return directory, staged
 
@@ -196,7 +196,7 @@ def test_slot_files_of_another_schema_are_refused(tmp_path):
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"id": [1]}), path)
     with pytest.raises(slots.SlotError, match="not an SRDS slot file"):
-        list(slots.iter_rows([path]))
+        list(slotfiles.iter_rows([path]))
 
 
 def test_an_offloaded_row_keeps_its_payload_and_its_map_unless_asked_not_to(tmp_path):
@@ -214,8 +214,8 @@ def test_a_slot_file_written_before_data_maps_is_read_with_no_maps(tmp_path):
     """Slot files of the format before SMDS (a string column ``ref`` where ``map`` is
     now) still load: every row has a nil map."""
     path = tmp_path / "old.parquet"
-    pq.write_table(before_maps(slots.table_of([row(1), row(2)])), path)
-    assert list(slots.iter_rows([path])) == [row(1), row(2)]
+    pq.write_table(before_maps(slotfiles.table_of([row(1), row(2)])), path)
+    assert list(slotfiles.iter_rows([path])) == [row(1), row(2)]
 
 
 def test_a_lease_and_a_delay_round_trip_and_older_slots_have_neither(tmp_path):
@@ -224,10 +224,10 @@ def test_a_lease_and_a_delay_round_trip_and_older_slots_have_neither(tmp_path):
     rows = [row(1, "locked", "IMS1", count=1, lease=[30 * 10**9, 7 * 10**18]),
             row(2, not_before=8 * 10**18)]
     path = tmp_path / "new.parquet"
-    pq.write_table(slots.table_of(rows), path)
-    assert list(slots.iter_rows([path])) == rows
-    pq.write_table(before_leases(slots.table_of(rows)), path)
-    assert list(slots.iter_rows([path])) == [[*r[:11], None, None] for r in rows]
+    pq.write_table(slotfiles.table_of(rows), path)
+    assert list(slotfiles.iter_rows([path])) == rows
+    pq.write_table(before_leases(slotfiles.table_of(rows)), path)
+    assert list(slotfiles.iter_rows([path])) == [[*r[:11], None, None] for r in rows]
 
 
 def before_leases(table: pa.Table) -> pa.Table:

@@ -101,16 +101,14 @@ class _PlainChannel:
     def recv_into(self, room: memoryview, timeout: float | None) -> int | None:
         """Read into *room*: the bytes written there, 0 at EOF, or None if *timeout*
         passed or poke() woke us."""
-        return self.sock.recv_into(room) if self._ready(timeout) else None
-
-    def _ready(self, timeout: float | None) -> bool:
         ready = self._poll.poll(_millis(timeout))
         if not ready:
-            return False
-        if any(fd == self._wakeup for fd, _ in ready):
-            _drain(self._wakeup)
-            return False
-        return True
+            return None
+        for fd, _ in ready:
+            if fd == self._wakeup:
+                _drain(self._wakeup)
+                return None
+        return self.sock.recv_into(room)
 
     def send_now(self, data: bytes | memoryview) -> int:
         """Send what the socket takes without waiting; the bytes sent."""
@@ -249,7 +247,10 @@ class Connection:
         self.max_frame = DEFAULT_MAX_FRAME
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
+        # The request path enters the condition through its lock: Condition.__enter__
+        # and __exit__ are Python calls, three of each a round trip.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._replies: dict[int, dict[str, Any]] = {}
         self._notes: deque[Notification] = deque()
         # Requests whose callers gave up: their replies are dropped when they come,
@@ -257,6 +258,7 @@ class Connection:
         self._abandoned: dict[int, Call | None] = {}
         self._giveback: list[bytes] = []  # unlock frames to send ahead of the next request
         self._reading = False
+        self._followers = 0  # threads waiting on the condition for the leader's news
         self._lost: str | None = None
         self._closed = False
         # Words from the server's id-less error frame, if it sent one before closing.
@@ -319,7 +321,8 @@ class Connection:
                 with self._cond:
                     giveback, self._giveback = self._giveback, []
             data = frame if not giveback else [b"".join([*giveback, frame[0]]), *frame[1:]]
-            sent = self._send_parts(data, deadline)
+            sent = (self._channel.send(data[0], deadline) if len(data) == 1
+                    else self._send_parts(data, deadline))
         except OSError as error:
             # Not sent whole, so the daemon cannot have acted on it.
             self._send_lock.release()
@@ -333,7 +336,7 @@ class Connection:
                 self._fail("a send was interrupted part-way")
             raise
         self._send_lock.release()
-        if sent == sum(len(part) for part in data):
+        if sent == (len(data[0]) if len(data) == 1 else sum(len(part) for part in data)):
             return
         if sent == 0:
             with self._cond:
@@ -368,7 +371,7 @@ class Connection:
         since = time.monotonic()
         try:
             while True:
-                with cond:
+                with self._lock:
                     while True:
                         reply = self._replies.pop(rid, None)
                         if reply is not None:
@@ -386,7 +389,11 @@ class Connection:
                         if not self._reading:
                             self._reading = True
                             break
-                        cond.wait(remaining)
+                        self._followers += 1
+                        try:
+                            cond.wait(remaining)
+                        finally:
+                            self._followers -= 1
                 self._lead(remaining, since)
         except BaseException:
             self._abandon(rid, call)
@@ -454,7 +461,11 @@ class Connection:
                     if not self._reading:
                         self._reading = True
                         break
-                    cond.wait(remaining)
+                    self._followers += 1
+                    try:
+                        cond.wait(remaining)
+                    finally:
+                        self._followers -= 1
             self._lead(remaining, since)
 
     # --- reading, as the leader ---
@@ -483,13 +494,14 @@ class Connection:
                     keepalive.heard(time.monotonic())
                 lost = self._decode(frames)
         finally:
-            with self._cond:
+            with self._lock:
                 self._reading = False
                 for frame in frames:
                     self._file(frame)
                 if lost is not None and self._lost is None:
                     self._lost = self._close_detail or lost
-                self._cond.notify_all()
+                if self._followers:
+                    self._cond.notify_all()
             if self._lost is not None:
                 self._release_socket()
             elif self._giveback:

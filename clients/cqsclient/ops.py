@@ -388,7 +388,9 @@ def _timed(request: dict[str, Any], **fields: float | None) -> dict[str, Any]:
     """*request* with the lease or delay fields that were given. Unlike other
     defaults these are left out when None: a request without them is what a
     daemon from before leases and delayed puts understands."""
-    request.update((k, v) for k, v in fields.items() if v is not None)
+    for field, value in fields.items():
+        if value is not None:
+            request[field] = value
     return request
 
 

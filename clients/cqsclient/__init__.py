@@ -26,6 +26,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from cqsproto import native
+
+# The compiled build of its connection or the source (cqsproto/native.py), before
+# any module of the package loads.
+native.choose(__name__, __path__)
+
 from . import errors
 from .address import DEFAULT_ADDRESS, default_address, parse_address
 from .client import Client, StructureHandle, UnitOfWork, connect

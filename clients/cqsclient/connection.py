@@ -50,7 +50,6 @@ import socket
 import ssl
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
@@ -177,11 +176,13 @@ class _TLSChannel:
             with self._ssl_lock:
                 try:
                     sent += self.sock.send(view[sent:])
-                    continue
+                    event = 0
                 except ssl.SSLWantWriteError:
                     event = select.POLLOUT
                 except ssl.SSLWantReadError:
                     event = select.POLLIN
+            if not event:
+                continue
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return sent
@@ -225,15 +226,14 @@ class Connection:
     """Sends requests and matches replies by id; see the module's design note."""
 
     def __init__(self, sock: socket.socket, address: str, keepalive: float | None = None) -> None:
-        self.address = address
-        # cqsclient.keepalive: a silent daemon is noticed while something waits
-        self._keepalive = Keepalive(keepalive) if keepalive is not None else None
+        # Closed only with the connection object (``__del__``), so that a late poke()
+        # can never write to a descriptor number reused by something else.
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        # Closed only with the connection object, so that a late poke() can never
-        # write to a descriptor number reused by something else.
-        weakref.finalize(self, _close_pipe, self._wake_r, self._wake_w)
+        self.address = address
+        # cqsclient.keepalive: a silent daemon is noticed while something waits
+        self._keepalive = Keepalive(keepalive) if keepalive is not None else None
         self._channel: _TLSChannel | _PlainChannel
         if isinstance(sock, ssl.SSLSocket):
             self._channel = _TLSChannel(sock, self._wake_r)
@@ -263,6 +263,11 @@ class Connection:
         self._closed = False
         # Words from the server's id-less error frame, if it sent one before closing.
         self._close_detail: str | None = None
+
+    def __del__(self) -> None:
+        # Not weakref.finalize: the compiled build's classes take no weak reference.
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     @property
     def lost(self) -> bool:
@@ -645,7 +650,3 @@ class Connection:
             self._closed = True
         self._sock.close()
 
-
-def _close_pipe(*fds: int) -> None:
-    for fd in fds:
-        os.close(fd)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import socket
 import threading
 import tracemalloc
@@ -374,3 +376,21 @@ def test_explicit_deregister_then_leaving_the_block(server, address):
         with pytest.raises(errors.ConnectionLost, match="deregistered by this client"):
             c.query("clients")
     assert len(server.ops("deregister")) == 1
+
+
+def test_a_dropped_connection_closes_its_wake_up_pipe(server, address):
+    """The pipe poke() writes to is closed when its connection object goes (in both
+    builds: the compiled one's classes take no weak reference, so it is ``__del__``)."""
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with cqsclient.connect(address, client="WARM") as warm:  # imports and caches made
+        warm.structure("MSGQ01").put("Q", b"x")
+    gc.collect()
+    before = descriptors()
+    for n in range(20):
+        with cqsclient.connect(address, client=f"C{n}") as c:
+            c.structure("MSGQ01").put("Q", b"x")
+        del c
+    gc.collect()
+    assert descriptors() == before

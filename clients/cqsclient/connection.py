@@ -326,8 +326,7 @@ class Connection:
                 with self._cond:
                     giveback, self._giveback = self._giveback, []
             data = frame if not giveback else [b"".join([*giveback, frame[0]]), *frame[1:]]
-            sent = (self._channel.send(data[0], deadline) if len(data) == 1
-                    else self._send_parts(data, deadline))
+            sent = self._send_parts(data, deadline)
         except OSError as error:
             # Not sent whole, so the daemon cannot have acted on it.
             self._send_lock.release()
@@ -341,7 +340,7 @@ class Connection:
                 self._fail("a send was interrupted part-way")
             raise
         self._send_lock.release()
-        if sent == (len(data[0]) if len(data) == 1 else sum(len(part) for part in data)):
+        if sent == sum(len(part) for part in data):
             return
         if sent == 0:
             with self._cond:
@@ -372,7 +371,6 @@ class Connection:
         deadline: float | None,
         cancelled: Callable[[], bool] | None,
     ) -> dict[str, Any]:
-        cond = self._cond
         since = time.monotonic()
         try:
             while True:
@@ -394,11 +392,7 @@ class Connection:
                         if not self._reading:
                             self._reading = True
                             break
-                        self._followers += 1
-                        try:
-                            cond.wait(remaining)
-                        finally:
-                            self._followers -= 1
+                        self._follow(remaining)
                 self._lead(remaining, since)
         except BaseException:
             self._abandon(rid, call)
@@ -466,12 +460,17 @@ class Connection:
                     if not self._reading:
                         self._reading = True
                         break
-                    self._followers += 1
-                    try:
-                        cond.wait(remaining)
-                    finally:
-                        self._followers -= 1
+                    self._follow(remaining)
             self._lead(remaining, since)
+
+    def _follow(self, timeout: float | None) -> None:
+        """Wait (holding the lock) for the leader's news, counted so that a leader with
+        no follower notifies no one."""
+        self._followers += 1
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self._followers -= 1
 
     # --- reading, as the leader ---
 

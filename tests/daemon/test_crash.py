@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import cqsclient
 
@@ -236,7 +237,7 @@ def test_crash_after_clean_restart_recovers_from_the_base_image(make_daemon):
 
 
 def _maps_arrow(d) -> bool:
-    return "libarrow" in open(f"/proc/{d.proc.pid}/maps").read()
+    return "libarrow" in Path(f"/proc/{d.proc.pid}/maps").read_text()
 
 
 def test_a_start_and_a_crash_restart_with_no_checkpoint_never_load_pyarrow(make_daemon):

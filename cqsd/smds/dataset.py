@@ -16,7 +16,12 @@ applies them in the order docs/smds.md gives:
 - ``write``/``read``: positioned I/O of message blocks (``pwritev`` of prefixes and
   slices of the payload, a run of consecutive blocks at a time; ``preadv`` into
   pool buffers), every block checked by ``DataMap.assemble`` before a byte is
-  returned.
+  returned. The blocks of a message an fdatasync will soon follow have their
+  disk writes started at once (``posix_fadvise`` DONTNEED, on Linux the start
+  of writeback for dirty pages), so that the group commit's fdatasync waits for
+  the rest rather than all of it, and a commit's data sets are written together
+  rather than one fdatasync after another (benchmarks/README.md, "Writeback
+  started with the write").
 - ``expand``: 20% more, up to ``dsmax``; a refusal is ``ExpandFailed`` by name.
   Its I/O (``extend``) may run in a worker thread while the loop goes on
   writing inside the current extent; ``grew`` then makes the new size current.
@@ -65,6 +70,9 @@ SUFFIX = ".smds"
 # Buffers one positioned write gathers at most: half of Linux's IOV_MAX (1,024), so a
 # 100 MiB message in 8 KiB blocks (25,600 buffers) is written in runs the kernel takes.
 RUN_PARTS = 512
+# Linux starts writeback of a range's dirty pages for DONTNEED (mm/fadvise.c) and
+# drops only its clean ones; elsewhere there is no such call, or it does nothing.
+START_WRITEBACK = getattr(os, "POSIX_FADV_DONTNEED", None)
 T = TypeVar("T")
 
 
@@ -255,33 +263,41 @@ class DataSet:
 
     # -- writing ---------------------------------------------------------------------
 
-    def write(self, blocks: Iterable[Block]) -> None:
+    def write(self, blocks: Iterable[Block], synced: bool = False) -> None:
         """Write message blocks (``DataMap.blocks``) where they belong, prefix and
         payload slice together, one positioned write for each run of blocks that
         follow each other on disk (a 1 MiB message in consecutive 256 KiB blocks:
-        one ``pwritev``, not five). Not durable until ``sync``. Raises WriteFailed
-        (sticky)."""
+        one ``pwritev``, not five). Not durable until ``sync``; ``synced``: one
+        will follow soon, so the disk starts on them now (the module note).
+        Raises WriteFailed (sticky)."""
         self._check()
         runs: list[tuple[int, list[bytes | memoryview]]] = []
-        end = -1  # where the last run ends
+        ends: list[int] = []  # where each run ends
         written = []
         for position, prefix, data in blocks:
             pages = -(-(len(prefix) + len(data)) // PAGE)
             written.append(Range(position // PAGE, pages))
-            if position != end or len(runs[-1][1]) >= RUN_PARTS:
+            if not ends or position != ends[-1] or len(runs[-1][1]) >= RUN_PARTS:
                 runs.append((position, []))
+                ends.append(position)
             runs[-1][1].extend((prefix, data))
-            end = position + len(prefix) + len(data)
+            ends[-1] = position + len(prefix) + len(data)
         if self.pool is not None:
             self.pool.invalidate(self.name, written)
         for position, parts in runs:
             self._guard("write", functools.partial(_pwrite_all, self.fd, parts, position))
+        if synced and START_WRITEBACK is not None:
+            for (position, _), end in zip(runs, ends, strict=True):
+                with contextlib.suppress(OSError):  # a hint: the fdatasync decides
+                    os.posix_fadvise(self.fd, position, end - position, START_WRITEBACK)
 
-    def write_message(self, datamap: DataMap, entry_id: int, payload: bytes | memoryview) -> None:
-        """Write every block of ``payload`` stored by ``datamap`` for entry ``entry_id``;
-        the pool holds the blocks of a ``bytes`` payload (one that cannot change)."""
+    def write_message(self, datamap: DataMap, entry_id: int, payload: bytes | memoryview,
+                      synced: bool = False) -> None:
+        """Write every block of ``payload`` stored by ``datamap`` for entry ``entry_id``
+        (``synced``: as for ``write``); the pool holds the blocks of a ``bytes`` payload
+        (one that cannot change)."""
         blocks = datamap.blocks(entry_id, payload)
-        self.write(blocks)
+        self.write(blocks, synced)
         if self.pool is not None and type(payload) is bytes:
             offset = 0  # the blocks cut the payload in order
             for position, prefix, data in blocks:

@@ -23,7 +23,7 @@ from cqsd.smds import (
     Unformatted,
     WriteFailed,
 )
-from cqsd.smds.dataset import RUN_PARTS, DataSet, path_of
+from cqsd.smds.dataset import RUN_PARTS, START_WRITEBACK, DataSet, path_of
 from cqsd.smds.header import read_header
 from cqsd.smds.pages import PAGE
 
@@ -36,10 +36,10 @@ def create(tmp_path, *, pool=None, dssize=DSSIZE, owner="C1"):
     return DataSet.create(tmp_path, "S1", owner, dsblock=DSBLOCK, dssize=dssize, pool=pool)
 
 
-def put(ds, entry_id, payload, queue=Q):
+def put(ds, entry_id, payload, queue=Q, synced=False):
     """Allocate, map and write ``payload`` as a put does; returns its data map."""
     dm = DataMap.of(ds.owner, payload, ds.space.allocate(queue, len(payload)))
-    ds.write_message(dm, entry_id, payload)
+    ds.write_message(dm, entry_id, payload, synced)
     return dm
 
 
@@ -139,14 +139,15 @@ def test_a_data_set_not_closed_cleanly_asks_for_a_rebuild(tmp_path):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payloads=st.lists(st.binary(max_size=3 * DSBLOCK), min_size=1, max_size=6),
-       pooled=st.booleans())
-def test_payloads_read_back_byte_for_byte(tmp_path_factory, payloads, pooled):
+       pooled=st.booleans(), synced=st.booleans())
+def test_payloads_read_back_byte_for_byte(tmp_path_factory, payloads, pooled, synced):
     """Random payloads from 0 bytes to several blocks, on a few queues, read back exactly,
     twice (the second time from the pool), and again after a close and open."""
     tmp = tmp_path_factory.mktemp("ds")
     pool = BufferPool(4, DSBLOCK) if pooled else None
     ds = create(tmp, pool=pool, dssize=64 * DSBLOCK)
-    maps = [(i, put(ds, i, p, queue=("L", f"Q{i % 2}")), p) for i, p in enumerate(payloads, 1)]
+    maps = [(i, put(ds, i, p, queue=("L", f"Q{i % 2}"), synced=synced), p)
+            for i, p in enumerate(payloads, 1)]
     for _ in range(2):
         for entry_id, dm, payload in maps:
             assert ds.read(dm, entry_id) == payload
@@ -155,6 +156,45 @@ def test_payloads_read_back_byte_for_byte(tmp_path_factory, payloads, pooled):
     for entry_id, dm, payload in maps:
         assert again.read(dm, entry_id) == payload
     again.abandon()
+
+
+def test_a_write_an_fdatasync_will_follow_starts_the_disk_on_exactly_its_blocks(
+        tmp_path, monkeypatch):
+    """A synced write hints each run of blocks it wrote, and no other bytes; an
+    unsynced one hints nothing; a hint the kernel refuses fails nothing."""
+    ds = create(tmp_path)
+    hints = []
+    real = os.posix_fadvise
+
+    def watched(fd, offset, length, advice):
+        hints.append((fd, offset, length, advice))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", watched)
+    put(ds, 1, b"a" * (3 * DSBLOCK))  # no fdatasync follows: nothing started
+    assert hints == []
+    first = put(ds, 2, b"b" * 100, synced=True)
+    put(ds, 3, b"c" * 100, queue=("L", "Q2"))  # between them, not hinted
+    payload = os.urandom(2 * DSBLOCK)
+    dm = put(ds, 4, payload, synced=True)
+    assert len(hints) >= 2
+    hinted = {(offset, offset + length) for fd, offset, length, _ in hints if fd == ds.fd}
+    assert {advice for *_, advice in hints} == {START_WRITEBACK}
+    for m, data in ((first, b"b" * 100), (dm, payload)):
+        blocks = [(p, p + len(prefix) + len(d)) for p, prefix, d in m.blocks(4, data)]
+        assert all(any(a <= start and end <= b for a, b in hinted) for start, end in blocks)
+    covered = sum(b - a for a, b in hinted)
+    assert covered == sum(len(prefix) + len(d) for m, data in ((first, b"b" * 100), (dm, payload))
+                          for _, prefix, d in m.blocks(4, data))
+
+    def refused(fd, offset, length, advice):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(os, "posix_fadvise", refused)
+    again = put(ds, 5, b"d" * 5000, synced=True)
+    ds.sync()
+    assert ds.read(dm, 4) == payload and ds.read(again, 5) == b"d" * 5000
+    ds.abandon()
 
 
 def test_the_pool_serves_a_second_read_and_a_rewrite_is_not_served_stale(tmp_path):

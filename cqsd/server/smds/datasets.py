@@ -181,7 +181,7 @@ class DataSets:
         if self.open_sets.open.get((dataset.structure, dataset.name)) is not dataset:
             return  # an earlier write of the same request failed: reads say so
         try:
-            dataset.write_message(entry.map, entry.entry_id, data)
+            dataset.write_message(entry.map, entry.entry_id, data, entry.recoverable)
         except SmdsError as err:  # the log has the blocks of a recoverable one: recovery
             self.open_sets.damaged((dataset.structure, dataset.name), "write", err)
             return

@@ -28,7 +28,7 @@ from typing import Any
 
 from cqsproto import native
 
-# The compiled build of its connection or the source (cqsproto/native.py), before
+# The compiled build of its requests and connection or the source (cqsproto/native.py), before
 # any module of the package loads.
 native.choose(__name__, __path__)
 

@@ -36,7 +36,7 @@ PACKAGES: dict[str, tuple[Path, list[str]]] = {
     "cqsproto": (ROOT / "clients" / "cqsproto",
                  ["codec.py", "requests.py", "names.py", "reasons.py", "sizes.py"]),
     "logstream": (ROOT / "logstream", ["record.py", "writer.py"]),
-    "cqsclient": (ROOT / "clients" / "cqsclient", ["connection.py", "ops.py"]),
+    "cqsclient": (ROOT / "clients" / "cqsclient", ["connection.py", "replies.py"]),
     "cqsd": (ROOT / "cqsd", [
         "dedup.py", "records.py",
         *(f"engine/{name}" for name in (

@@ -70,7 +70,7 @@ from . import ops
 from .errors import ConnectionLost, MessageTooLarge, RequestTimeout
 from .keepalive import PING, SILENT, Keepalive
 from .model import Notification
-from .ops import Call
+from .replies import Call
 
 __all__ = ["CHUNK", "Abandoned", "Connection"]
 

@@ -2,8 +2,8 @@
 
 Design note
 -----------
-A request is a :class:`Call`: the map to send (without its ``id``, which the
-connection assigns) and how to turn the reply into a Python value. The
+A request is a :class:`Call` (replies.py): the map to send (without its ``id``,
+which the connection assigns) and how to turn the reply into a Python value. The
 blocking client does ``call.finish(connection.roundtrip(call.request))`` and
 the async client ``call.finish(await connection.roundtrip(call.request))``;
 neither knows a field name of any op. That keeps the two clients from
@@ -25,32 +25,46 @@ changes nothing, or a read, whose lost locks the resync gives back), ``job``
 (it runs a job that takes as long as it takes, so the client's default
 timeout does not apply) and ``wait`` (seconds the server may hold it before
 replying, which a timeout adds to).
+
+The builders take what their callers pass as it is, and stay interpreted on
+the compiled build (docs/native.md): a value of the wrong type reaches the
+daemon, which refuses it with a reason code, on both builds.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from cqsproto import LARGE, PROTOCOL_VERSION
 
-from .errors import CQSError, MessageTooLarge, NoMessage, ProtocolViolation, error_from_reply
+from .errors import MessageTooLarge
 from .model import (
     BrowsePage,
-    HeldLock,
-    Location,
     Message,
-    Notification,
     QType,
     QueueTypeName,
     SmdsAccess,
     SmdsExpand,
     SmdsStatus,
 )
+from .replies import (
+    RAISE,
+    Call,
+    Interest,
+    Session,
+    location,
+    message_from_wire,
+    nothing,
+    notification_from_wire,
+    rows,
+    session_from_wire,
+    unexpected_close_detail,
+)
 
-__all__ = ["CLIENT_TIMEOUT", "Call", "QType", "Session", "Timeout", "message_from_wire"]
+__all__ = ["CLIENT_TIMEOUT", "RAISE", "Call", "Interest", "QType", "Session", "Timeout",
+           "message_from_wire", "notification_from_wire", "unexpected_close_detail"]
 
 Payload = bytes | bytearray | memoryview
 
@@ -73,128 +87,11 @@ Timeout = float | None | _ClientTimeout
 """A request's ``timeout``: seconds, None for none, or CLIENT_TIMEOUT."""
 
 
-MAX_LOCAL_WAIT: Final = 365 * 24 * 3600.0
-
-
 def seconds(timeout: Timeout, default: float | None, call: Call) -> float | None:
     """The timeout *call* runs with, given its caller's *timeout* and the client's."""
     if isinstance(timeout, _ClientTimeout):
         return None if call.job else default
     return timeout
-
-
-class _Raise:
-    def __repr__(self) -> str:
-        return "RAISE"
-
-
-RAISE: Final = _Raise()
-"""``Call.empty`` value meaning NO_MESSAGE is raised like any other error."""
-
-
-class Call:
-    """One request: the map to send, how to read its reply, and what it does to locks."""
-
-    __slots__ = ("empty", "job", "keyed", "large", "locks", "parse", "releases", "request",
-                 "retry")
-
-    def __init__(
-        self,
-        request: dict[str, Any],
-        parse: Callable[[dict[str, Any]], Any],
-        empty: Any = RAISE,
-        locks: bool = False,
-        *,
-        retry: bool = False,
-        releases: tuple[int, ...] = (),
-        job: bool = False,
-        large: bool = False,
-        keyed: bool = False,
-    ) -> None:
-        self.request = request
-        self.parse = parse
-        # The value a NO_MESSAGE reply stands for, or RAISE.
-        self.empty = empty
-        # True if a successful reply locks messages for this client (reads): an
-        # async caller cancelled while waiting must give them back.
-        self.locks = locks
-        self.retry = retry
-        self.releases = releases
-        self.job = job
-        # True if the request carries a payload of LARGE bytes or more: it is
-        # encoded around it (cqsproto.encode_frame), one copy rather than three.
-        self.large = large
-        # True for a put or a commit: it carries an idempotency key (cqsclient.keys), so
-        # that after a reconnect it may be sent again and is applied once.
-        self.keyed = keyed
-
-    @property
-    def wait(self) -> float:
-        """Seconds the server may wait before it replies (a waiting read's ``wait``).
-        A wait the server will refuse (not a number, NaN, negative) counts as none,
-        and one of more than a year as a year, so that the deadline stays a time."""
-        try:
-            wait = float(self.request.get("wait") or 0)
-        except (TypeError, ValueError):
-            return 0.0
-        return min(wait, MAX_LOCAL_WAIT) if wait > 0 else 0.0
-
-    @property
-    def structure(self) -> str:
-        """The structure the request names ("" for none)."""
-        return str(self.request.get("structure") or "")
-
-    def finish(self, reply: dict[str, Any]) -> Any:
-        """The result of this call given its *reply*; raises the reply's CQSError."""
-        if reply.get("ok") is True:
-            result = reply.get("result")
-            try:
-                return self.parse(result if result is not None else {})
-            except (KeyError, TypeError, ValueError, AttributeError) as bad:
-                op = self.request.get("op")
-                raise ProtocolViolation(
-                    f"malformed result for {op!r}: {bad!r} in {_abbrev(result)}"
-                ) from bad
-        error = error_from_reply(reply)
-        if self.empty is not RAISE and isinstance(error, NoMessage):
-            return self.empty
-        raise error
-
-
-def _abbrev(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _nothing(result: dict[str, Any]) -> None:
-    return None
-
-
-def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(result["rows"])
-
-
-def _location(result: dict[str, Any]) -> Location:
-    return Location(result["qtype"], result["queue"])
-
-
-def message_from_wire(wire: dict[str, Any], structure: str) -> Message:
-    """A Message from its protocol map (docs/protocol.md, "Messages")."""
-    home = wire.get("home")
-    return Message(
-        entry_id=wire["entry_id"],
-        queue=wire["queue"],
-        qtype=wire["qtype"],
-        data=wire["data"],
-        recoverable=wire["recoverable"],
-        put_time=wire["put_time"],
-        delivery_count=wire["delivery_count"],
-        structure=structure,
-        where=wire.get("where"),
-        owner=wire.get("owner"),
-        home=(home[0], home[1]) if home else None,
-        unavailable=wire.get("unavailable"),
-    )
 
 
 def _messages(structure: str) -> Callable[[dict[str, Any]], list[Message]]:
@@ -241,24 +138,6 @@ def check_payload(data: Payload, max_message: int | None) -> bytes | bytearray |
 # --- session ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Session:
-    """What the server said at registration."""
-
-    server: str
-    version: int
-    max_message: int
-    structures: list[str]
-    locks: list[HeldLock]
-    token: str | None  # for a takeover by this client's next connection
-    # the interests the daemon kept for this client and registered again for this
-    # connection (registered before it, or before the daemon restarted)
-    interests: list[Interest]
-    dedup_window: float = 0.0  # seconds the daemon remembers a put's key (0: keys not taken)
-
-
-Interest = tuple[str, str, QueueTypeName]
-"""An interest as (structure, queue, queue type name)."""
 QUEUE_TYPE_NAMES: Final[tuple[QueueTypeName, ...]] = get_args(QueueTypeName)
 
 
@@ -267,22 +146,6 @@ def interest(structure: str, queue: str, qtype: QType) -> Interest:
     if isinstance(qtype, int):
         return structure, queue, QUEUE_TYPE_NAMES[qtype - 1]
     return structure, queue, qtype
-
-
-def _session(result: dict[str, Any]) -> Session:
-    return Session(
-        server=str(result.get("server", "")),
-        version=int(result.get("version", PROTOCOL_VERSION)),
-        max_message=int(result["max_message"]),
-        structures=list(result.get("structures", [])),
-        locks=[
-            HeldLock(lock["structure"], lock["entry_id"], lock["queue"], lock["qtype"])
-            for lock in result.get("locks", [])
-        ],
-        token=result.get("token"),
-        interests=[(i["structure"], i["queue"], i["qtype"]) for i in result.get("interests", [])],
-        dedup_window=float(result.get("dedup_window") or 0),
-    )
 
 
 def register(client: str, secret: str | None, cold: bool, operator: bool = False,
@@ -302,17 +165,17 @@ def register(client: str, secret: str | None, cold: bool, operator: bool = False
         request["operator"] = True
     if takeover is not None:
         request["takeover"] = takeover
-    return Call(request, _session)
+    return Call(request, session_from_wire)
 
 
 def deregister() -> Call:
     """``deregister``: end the session cleanly; the server then closes the connection."""
-    return Call({"op": "deregister"}, _nothing)
+    return Call({"op": "deregister"}, nothing)
 
 
 def ping() -> Call:
     """``ping``: a sign of life, answered at once (the keepalive's, cqsclient.keepalive)."""
-    return Call({"op": "ping"}, _nothing, retry=True)
+    return Call({"op": "ping"}, nothing, retry=True)
 
 
 def connect(structure: str) -> Call:
@@ -381,7 +244,7 @@ def renew(structure: str, entry_id: int, lease: float) -> Call:
     """``renew``: the lock's lease runs *lease* seconds from now (LOCK_NOT_HELD once it
     has expired). Sent again after a reconnect: a second renew only moves it again."""
     request = {"op": "renew", "structure": structure, "entry_id": entry_id, "lease": lease}
-    return Call(request, _nothing, retry=True)
+    return Call(request, nothing, retry=True)
 
 
 def _timed(request: dict[str, Any], **fields: float | None) -> dict[str, Any]:
@@ -422,7 +285,7 @@ def browse(
 def delete(structure: str, entry_id: int, operator: bool = False) -> Call:
     """``delete``: of an entry this client holds locked, or any unlocked one as operator."""
     request = {"op": "delete", "structure": structure, "entry_id": entry_id, "operator": operator}
-    return Call(request, _nothing, releases=() if operator else (entry_id,))
+    return Call(request, nothing, releases=() if operator else (entry_id,))
 
 
 def delete_and_read(structure: str, entry_id: int, queue: str, n: int, qtype: QType,
@@ -448,7 +311,7 @@ def move(structure: str, entry_id: int, queue: str, qtype: QType) -> Call:
         "queue": queue,
         "qtype": qtype,
     }
-    return Call(request, _nothing, releases=(entry_id,))
+    return Call(request, nothing, releases=(entry_id,))
 
 
 def unlock(
@@ -467,7 +330,7 @@ def unlock(
         "queue": queue,
         "qtype": qtype,
     }
-    return Call(request, _location, releases=(entry_id,))
+    return Call(request, location, releases=(entry_id,))
 
 
 def commit(structure: str, ops: list[dict[str, Any]]) -> Call:
@@ -527,24 +390,24 @@ def unlock_op(
 def register_interest(structure: str, queue: str, qtype: QType) -> Call:
     """``register_interest``: be notified when the queue gets work."""
     request = {"op": "register_interest", "structure": structure, "queue": queue, "qtype": qtype}
-    return Call(request, _nothing, retry=True)
+    return Call(request, nothing, retry=True)
 
 
 def deregister_interest(structure: str, queue: str, qtype: QType) -> Call:
     """``deregister_interest``: stop the notifications for the queue."""
     request = {"op": "deregister_interest", "structure": structure, "queue": queue, "qtype": qtype}
-    return Call(request, _nothing, retry=True)
+    return Call(request, nothing, retry=True)
 
 
 def query(kind: str, structure: str | None = None) -> Call:
     """``query``: the rows of a display (structures, queues, clients, locks, headers, backups,
     jobs, smds, usage, cfstatus, smdsconn, status)."""
-    return Call({"op": "query", "kind": kind, "structure": structure}, _rows, retry=True)
+    return Call({"op": "query", "kind": kind, "structure": structure}, rows, retry=True)
 
 
 def requeue(structure: str, entry_id: int) -> Call:
     """``requeue``: a cold or suspended message back to its home queue."""
-    return Call({"op": "requeue", "structure": structure, "entry_id": entry_id}, _location)
+    return Call({"op": "requeue", "structure": structure, "entry_id": entry_id}, location)
 
 
 def dequeue(structure: str, queue: str, qtype: QType) -> Call:
@@ -592,12 +455,12 @@ def reset_smds(structure: str, owner: str, access: SmdsAccess | None,
 
 def start_smdsconn(structure: str, owner: str | None) -> Call:
     """``start_smdsconn``: START SMDSCONN; the smdsconn rows after it."""
-    return Call({"op": "start_smdsconn", "structure": structure, "owner": owner}, _rows)
+    return Call({"op": "start_smdsconn", "structure": structure, "owner": owner}, rows)
 
 
 def stop_smdsconn(structure: str, owner: str | None) -> Call:
     """``stop_smdsconn``: STOP SMDSCONN; the smdsconn rows after it."""
-    return Call({"op": "stop_smdsconn", "structure": structure, "owner": owner}, _rows)
+    return Call({"op": "stop_smdsconn", "structure": structure, "owner": owner}, rows)
 
 
 def alter_smds(structure: str, owner: str, dsbufs: int | Literal["default"] | None,
@@ -616,19 +479,3 @@ def fail_structure(structure: str) -> Call:
 def move_structure(structure: str, to: str) -> Call:
     """``move_structure``: a planned move of a group's pair to node *to* (SETXCF REBUILD)."""
     return Call({"op": "move_structure", "structure": structure, "to": to}, dict, job=True)
-
-
-def notification_from_wire(frame: dict[str, Any]) -> Notification | None:
-    """The Notification for an unsolicited frame, or None if it is not one we know."""
-    if frame.get("notify") != "work":
-        return None
-    try:
-        return Notification(frame["structure"], frame["qtype"], frame["queue"])
-    except KeyError:
-        return None
-
-
-def unexpected_close_detail(frame: dict[str, Any]) -> str:
-    """Words for the server's id-less error frame that precedes it closing the connection."""
-    error: CQSError = error_from_reply(frame)
-    return f"the server refused a frame and closed the connection ({error})"

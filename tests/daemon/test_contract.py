@@ -123,6 +123,49 @@ def test_every_commit_operation_passes_the_request_table():
     assert set(kinds) == set(requests.COMMIT_OPS)
 
 
+def _other_type(value):
+    """A value of another type than ``value``, a str or a number a caller gave."""
+    return 7 if isinstance(value, str) else "7"
+
+
+# Arguments that are not a caller's value as it came: put's max_message is the
+# session's, and recover tells one structure (a str) from several by its type.
+NOT_A_CALLERS = {("put", 5), ("recover", 0)}
+
+
+@pytest.mark.parametrize(("name", "args", "i"), [
+    pytest.param(name, args, i, id=f"{name}-{n}-{i}")
+    for name, shapes in BUILDS.items() for n, args in enumerate(shapes)
+    for i, value in enumerate(args)
+    if isinstance(value, str | int | float) and not isinstance(value, bool)
+    and (name, i) not in NOT_A_CALLERS])
+def test_a_builder_sends_a_callers_value_of_the_wrong_type_as_it_came(name, args, i):
+    """The daemon judges a request's field types and refuses a wrong one with
+    INVALID_REQUEST, so a builder passes it on, on both builds: compiled, a builder
+    would refuse it itself with TypeError (docs/native.md), as the fuzz test found."""
+    wrong = _other_type(args[i])
+    request = getattr(ops, name)(*args[:i], wrong, *args[i + 1:]).request
+    assert wrong in _values(request)
+
+
+def _values(value) -> list:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _values(v)]
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _values(v)]
+    return [value]
+
+
+def test_the_daemon_refuses_a_wrong_type_the_sdk_passed_on(make_daemon):
+    """Through the SDK to a real daemon: the refusal is a reason code, not a TypeError."""
+    d = make_daemon().start()
+    with cqsclient.connect(d.address, client="WRONG") as c:
+        with pytest.raises(cqsclient.errors.InvalidRequest):
+            c.reset_smds(S, "WRONG", access=1)
+        with pytest.raises(cqsclient.errors.InvalidRequest):
+            c.structure(S).read(7)
+
+
 def test_the_sdk_builds_every_op_of_the_server():
     """Every op of the request table has a builder in the SDK."""
     built = {getattr(ops, name)(*shapes[0]).request["op"] for name, shapes in BUILDS.items()}

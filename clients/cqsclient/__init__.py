@@ -28,8 +28,8 @@ from typing import Any
 
 from cqsproto import native
 
-# The compiled build of its requests and connection or the source (cqsproto/native.py), before
-# any module of the package loads.
+# The compiled build of its connection and replies or the source (cqsproto/native.py),
+# before any module of the package loads.
 native.choose(__name__, __path__)
 
 from . import errors

@@ -48,7 +48,7 @@ from .connection import CHUNK
 from .errors import ConnectionLost, CQSError, MessageTooLarge
 from .keepalive import PING, SILENT, Keepalive
 from .model import Notification
-from .ops import Call
+from .replies import Call, notification_from_wire, unexpected_close_detail
 
 __all__ = ["AsyncConnection", "Progress"]
 
@@ -238,11 +238,11 @@ class AsyncConnection:
         rid = frame.get("id")
         if rid is None:
             if "notify" in frame:
-                note = ops.notification_from_wire(frame)
+                note = notification_from_wire(frame)
                 if note is not None:
                     self._notes_in.send_nowait(note)
             elif frame.get("ok") is False:
-                self._close_detail = ops.unexpected_close_detail(frame)
+                self._close_detail = unexpected_close_detail(frame)
             return
         waiter = self._waiters.pop(rid, None)
         if waiter is None:

@@ -70,7 +70,7 @@ from . import ops
 from .errors import ConnectionLost, MessageTooLarge, RequestTimeout
 from .keepalive import PING, SILENT, Keepalive
 from .model import Notification
-from .replies import Call
+from .replies import Call, notification_from_wire, unexpected_close_detail
 
 __all__ = ["CHUNK", "Abandoned", "Connection"]
 
@@ -603,11 +603,11 @@ class Connection:
                 return
             self._replies[rid] = frame
         elif "notify" in frame:
-            note = ops.notification_from_wire(frame)
+            note = notification_from_wire(frame)
             if note is not None:
                 self._notes.append(note)
         elif frame.get("ok") is False:
-            self._close_detail = ops.unexpected_close_detail(frame)
+            self._close_detail = unexpected_close_detail(frame)
 
     # --- loss and closing ---
 

@@ -50,21 +50,18 @@ from .model import (
     SmdsStatus,
 )
 from .replies import (
-    RAISE,
     Call,
     Interest,
     Session,
     location,
     message_from_wire,
     nothing,
-    notification_from_wire,
     rows,
     session_from_wire,
-    unexpected_close_detail,
 )
 
-__all__ = ["CLIENT_TIMEOUT", "RAISE", "Call", "Interest", "QType", "Session", "Timeout",
-           "message_from_wire", "notification_from_wire", "unexpected_close_detail"]
+__all__ = ["CLIENT_TIMEOUT", "Call", "Interest", "QType", "Session", "Timeout",
+           "message_from_wire"]
 
 Payload = bytes | bytearray | memoryview
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cqsclient import errors, ops
+from cqsclient import errors, ops, replies
 from cqsclient.model import BrowsePage, HeldLock, Location, Message
 from cqsproto import PROTOCOL_VERSION
 
@@ -112,7 +112,7 @@ def test_malformed_result_is_a_protocol_violation():
 def test_notification_frames():
     """Only well-formed work notifications become Notification values."""
     frame = {"notify": "work", "structure": "S", "qtype": "TRAN", "queue": "Q"}
-    note = ops.notification_from_wire(frame)
+    note = replies.notification_from_wire(frame)
     assert (note.structure, note.qtype, note.queue) == ("S", "TRAN", "Q")
-    assert ops.notification_from_wire({"notify": "other"}) is None
-    assert ops.notification_from_wire({"notify": "work"}) is None
+    assert replies.notification_from_wire({"notify": "other"}) is None
+    assert replies.notification_from_wire({"notify": "work"}) is None

@@ -8,6 +8,7 @@ the blocking client drives every op against a real daemon.
 """
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -82,11 +83,8 @@ def as_received(request: dict) -> dict:
 
 
 def builders() -> set[str]:
-    """The functions of ops.py that return a Call, read from its source (the compiled
-    build's functions have no signature to inspect)."""
-    tree = ast.parse((SDK / "ops.py").read_text())
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and isinstance(node.returns, ast.Name) and node.returns.id == "Call"}
+    return {name for name, f in inspect.getmembers(ops, inspect.isfunction)
+            if f.__module__ == ops.__name__ and inspect.signature(f).return_annotation == "Call"}
 
 
 def test_every_builder_is_checked_here():

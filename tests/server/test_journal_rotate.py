@@ -7,8 +7,9 @@ import threading
 import trio
 
 from cqsd.server.journal import Fenced, Journal
+from cqsproto import FrameDecoder
 
-from .conftest import RECORD, SEGMENT
+from .conftest import MAX_FRAME, RECORD, SEGMENT, unsocketed
 
 
 async def test_a_rotation_during_a_threaded_flush_leaves_the_new_series_alone(tmp_path,
@@ -44,4 +45,34 @@ async def test_a_rotation_during_a_threaded_flush_leaves_the_new_series_alone(tm
         assert journal.durable == journal.acknowledged == 1
     finally:
         release.set()
+        journal.close()
+
+
+def test_a_fence_found_as_replies_leave_refuses_the_replies_others_hold(tmp_path):
+    """The lease ran out while a reply waited for its fsync, and a session's replies
+    leaving found it (the gate): the replies other sessions hold become errors at
+    once. Left held, the rejoin's rotate made them wait for the new series to reach
+    their old LSNs, their connections ended by nothing, and their clients' names
+    refused as CLIENT_ACTIVE on the node that took the pair back (the takeover fault
+    loop, a partition after a pause)."""
+    journal = Journal(tmp_path / "log", SEGMENT, writer="NODE1-1")
+    valid, fenced = [True], []
+    journal.guard(lambda: valid[0], fenced.append)
+    try:
+        held = unsocketed(journal)
+        lsn = journal.log([RECORD], urgent=True)
+        held.reply(7, {"entry_id": 1}, lsn)
+        assert [waits for waits, _, _ in held.queue] == [lsn]  # for its fsync
+        valid[0] = False
+        assert journal.gate is not None and not journal.gate()  # another's replies
+        assert fenced and "before its replies left" in fenced[0]
+        [(waits, _, frame)] = held.queue
+        decoder = FrameDecoder(MAX_FRAME)
+        decoder.receive_data(frame)
+        reply = decoder.next_frame()
+        assert waits == 0 and reply["id"] == 7 and reply["reason"] == "STRUCTURE_FAILED"
+        assert "not acknowledged" in reply["message"]
+        journal.rotate("NODE1-2")
+        assert [waits for waits, _, _ in held.queue] == [0]  # nothing of the old series
+    finally:
         journal.close()

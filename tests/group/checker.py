@@ -129,15 +129,19 @@ class Follower:
         """Run ``op(structure_handle)`` on the owner; NOT_OWNER and refusals before
         anything was applied are retried until ``deadline``; ConnectionLost with
         applied=None and a fenced reply are raised (in doubt)."""
+        prefer = None
         while True:
             try:
                 if self.client is None:
-                    self.connect()
+                    self.connect(prefer)
                 result = op(self.client.structure(STRUCTURE))
                 self.address = self.client.address  # the SDK may have followed NOT_OWNER
                 return result
-            except NotOwner as err:
-                self.connect(err.owner)
+            except NotOwner as err:  # nothing applied: to the owner it names, at once
+                self.close()  # (a connect that fails there is no doubt either: retried)
+                prefer = err.owner
+                if time.monotonic() < deadline:
+                    continue
             except ConnectionLost as err:
                 self.close()
                 if err.applied is not False:

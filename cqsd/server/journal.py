@@ -411,11 +411,10 @@ class Journal:
             return False
         if self.owner_valid():
             return True
-        # through fence: the replies other sessions hold become errors now, not at the
-        # next flush, which a node that owns nothing may never make; a rejoin's rotate
-        # would leave them waiting for the new series to reach their old LSNs, and
-        # their connections, and clients' names, held until it did
-        # (a local: past the test above, compiled code takes self.fenced to be None)
+        # through fence, so that the replies other sessions hold are refused now: a node
+        # that owns nothing may flush no more, and after the rejoin's rotate they would
+        # wait for the new series to reach their old LSNs (docs/group.md). A local:
+        # past the test above, compiled code takes self.fenced to be None
         fenced = Fenced("this node's lease with etcd ran out before its replies left")
         self.fence(fenced)
         self.on_fenced(str(fenced))

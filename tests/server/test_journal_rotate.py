@@ -52,9 +52,9 @@ def test_a_fence_found_as_replies_leave_refuses_the_replies_others_hold(tmp_path
     """The lease ran out while a reply waited for its fsync, and a session's replies
     leaving found it (the gate): the replies other sessions hold become errors at
     once. Left held, the rejoin's rotate made them wait for the new series to reach
-    their old LSNs, their connections ended by nothing, and their clients' names
-    refused as CLIENT_ACTIVE on the node that took the pair back (the takeover fault
-    loop, a partition after a pause)."""
+    their old LSNs: their connections never ended, and the node that took the pair
+    back refused their clients' names as CLIENT_ACTIVE (the takeover fault loop, a
+    partition after a pause)."""
     journal = Journal(tmp_path / "log", SEGMENT, writer="NODE1-1")
     valid, fenced = [True], []
     journal.guard(lambda: valid[0], fenced.append)

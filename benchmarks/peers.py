@@ -34,16 +34,19 @@ Figures (targets in brackets, each a ratio taken in one run):
            (Redis: LPUSH, BLMOVE to a processing list, LREM; RabbitMQ: a
            confirmed persistent publish, basic_get, basic_ack), rotating over
            the rounds: cycles/s and server CPU per cycle. [cqsd >= 1.2 x both]
-3. profile (with ``--py-spy DIR`` or ``--perf-stat``) - more durable cqsd
-           runs, one per batch, on their own daemon so that the sampling does
-           not touch the figures above: py-spy's collapsed stacks, top functions and
-           flame graph of the daemon in DIR; ``perf stat`` counts of the
-           daemon (syscalls, context switches) over the clients' window, per
-           message.
+3. profile (with ``--py-spy DIR``, ``--perf-stat`` or ``--perf-record DIR``) -
+           more durable cqsd runs, one per batch, on their own daemon so that the
+           sampling does not touch the figures above: py-spy's collapsed stacks,
+           top functions and flame graph of the daemon in DIR; ``perf stat``
+           counts of the daemon (syscalls, context switches) over the clients'
+           window, per message; ``perf record`` samples of the daemon over the
+           same window (user and kernel stacks, for ``perf report`` and ``perf
+           script``) in DIR.
 
 Run: nice -n 5 .venv/bin/python benchmarks/peers.py [--rounds N] [--size BYTES]
      [--batch N] [--messages N] [--batch-messages N] [--only put,peers]
      [--servers cqsd,redis,rabbitmq,cqsd-nd,redis-nd] [--py-spy DIR] [--perf-stat]
+     [--perf-record DIR]
 One JSON line per run and per figure on stdout, each with the 1-minute load
 average, then a summary (lines starting "# "). Everything runs under one
 temporary directory in /tmp, on Unix sockets (RabbitMQ on 127.0.0.1: AMQP has
@@ -92,6 +95,11 @@ PERF_EVENTS = ("task-clock", "context-switches", "cpu-migrations", "raw_syscalls
                "syscalls:sys_enter_pwrite64", "syscalls:sys_enter_fdatasync",
                "syscalls:sys_enter_futex")
 PERF_ACK_TIMEOUT = 10.0  # seconds perf has to acknowledge an enable or disable
+# perf record's samples a second, and the stack bytes each copies: DWARF unwinding
+# (libpython and the compiled modules have no frame pointers) of Trio's deep stacks
+# needs the 32 KiB; 10,000 messages of the plain pattern make ~150 MB
+PERF_RECORD_HZ = 1999
+PERF_RECORD_STACK = 32768
 
 
 # --- the servers ------------------------------------------------------------------
@@ -294,21 +302,28 @@ def cycle_figure(tmp: Path, args, lines: list[dict]) -> None:
 
 class PerfStat:
     """``perf stat`` on a process, counting only between enable() and disable()
-    (perf's control FIFOs, started with events off): exactly the clients' window.
+    (perf's control FIFOs, started with events off): exactly the clients' window;
+    with ``record``, ``perf record`` into that file over the same window instead.
 
     Threads the process starts after perf attaches are not counted, so the
     daemon is warmed first (its journal's flush thread exists by then).
     """
 
-    def __init__(self, pid: int, where: Path) -> None:
-        for name in ("perf-ctl", "perf-ack"):
-            os.mkfifo(where / name)
+    def __init__(self, pid: int, where: Path, record: Path | None = None) -> None:
+        ctl, ack = (where / f"perf-{'record' if record else 'stat'}-{name}"
+                    for name in ("ctl", "ack"))
+        for fifo in (ctl, ack):
+            os.mkfifo(fifo)
         # Both ends opened read-write: never blocks, whether perf has opened them or not.
-        self.ctl = os.open(where / "perf-ctl", os.O_RDWR)
-        self.ack = os.open(where / "perf-ack", os.O_RDWR)
+        self.ctl = os.open(ctl, os.O_RDWR)
+        self.ack = os.open(ack, os.O_RDWR)
+        self.record = record
+        command = (["perf", "record", "-F", str(PERF_RECORD_HZ),
+                    "--call-graph", f"dwarf,{PERF_RECORD_STACK}", "-o", str(record)]
+                   if record is not None else
+                   ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS)])
         self.proc = subprocess.Popen(
-            ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "--delay=-1",
-             "--control", f"fifo:{where / 'perf-ctl'},{where / 'perf-ack'}", "-p", str(pid)],
+            command + ["--delay=-1", "--control", f"fifo:{ctl},{ack}", "-p", str(pid)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True)
 
@@ -320,14 +335,18 @@ class PerfStat:
         os.read(self.ack, 64)
 
     def finish(self) -> dict[str, float]:
-        """Stop perf; its counts by event name."""
+        """Stop perf; its counts by event name (none for ``perf record``)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=30)
+            _, err = self.proc.communicate(timeout=120)  # record writes its buildids
         finally:
             os.close(self.ctl)
             os.close(self.ack)
+        if self.record is not None:
+            if not self.record.exists():
+                raise RuntimeError(f"perf record wrote nothing:\n{err[-2000:]}")
+            return {}
         counts = {}
         for line in err.splitlines():
             fields = line.split(",")
@@ -342,20 +361,20 @@ class PerfStat:
 
 
 class PerfWindow(IoWindow):
-    """IoWindow that also has perf count over the same moments."""
+    """IoWindow that also has perf count or record over the same moments."""
 
-    def __init__(self, pid: int, perf: PerfStat | None) -> None:
+    def __init__(self, pid: int, perfs: list[PerfStat]) -> None:
         super().__init__(pid)
-        self.perf = perf
+        self.perfs = perfs
 
     def start(self) -> None:
         super().start()
-        if self.perf is not None:
-            self.perf.command("enable")
+        for perf in self.perfs:
+            perf.command("enable")
 
     def stop(self) -> None:
-        if self.perf is not None:
-            self.perf.command("disable")
+        for perf in self.perfs:
+            perf.command("disable")
         super().stop()
 
 
@@ -381,7 +400,7 @@ def warm(address: str) -> None:
 
 
 def profile_figure(tmp: Path, args, lines: list[dict]) -> None:
-    """Durable cqsd runs, one per batch, under py-spy and/or perf stat."""
+    """Durable cqsd runs, one per batch, under py-spy and/or perf."""
     where = tmp / "profile"
     where.mkdir()
     with servers.daemon(_procs.cqsd_config(where, MAX_CLIENTS, STRUCTURE_SIZE)) as d:
@@ -390,7 +409,8 @@ def profile_figure(tmp: Path, args, lines: list[dict]) -> None:
         for batch, plain in [(b, False) for b in args.batches] + [(1, True)]:
             variant = "cqsd-plain" if plain else "cqsd"
             record: dict = {"bench": "move", "variant": variant, "profiled": True,
-                            "py_spy": str(args.py_spy) if args.py_spy else None}
+                            "py_spy": str(args.py_spy) if args.py_spy else None,
+                            "perf_record": str(args.perf_record) if args.perf_record else None}
             try:
                 record |= profiled_run(d, where / f"b{batch}{'-plain' * plain}", batch,
                                        plain, args)
@@ -402,13 +422,19 @@ def profile_figure(tmp: Path, args, lines: list[dict]) -> None:
 def profiled_run(d: servers.Daemon, where: Path, batch: int, plain: bool, args) -> dict:
     where.mkdir()
     pid = d.proc.pid
+    name = f"cqsd-peers-b{batch}{'-plain' * plain}"
     perf = PerfStat(pid, where) if args.perf_stat else None
+    recorder = (PerfStat(pid, where, args.perf_record / f"{name}.data")
+                if args.perf_record else None)
+    perfs = [p for p in (perf, recorder) if p is not None]
     try:
-        with py_spy(args.py_spy, pid, f"cqsd-peers-b{batch}{'-plain' * plain}"):
+        with py_spy(args.py_spy, pid, name):
             record = move("cqsd", d.address, pid, setting(args, batch, True, plain),
-                          window=PerfWindow(pid, perf))
+                          window=PerfWindow(pid, perfs))
     finally:
         counts = perf.finish() if perf is not None else {}
+        if recorder is not None:
+            recorder.finish()
     if counts:
         moved = max(record["moved"], 1)
         record["perf"] = {k: round(v) for k, v in counts.items()}
@@ -475,7 +501,8 @@ def summary(lines: list[dict]) -> list[str]:
                        f"{r['msgs_per_s']} msgs/s, "
                        f"{r['server_cpu_us_per_msg']} us CPU/msg"
                        + (f"; per message: {per}" if per else "")
-                       + (f"; py-spy in {r['py_spy']}" if r["py_spy"] else ""))
+                       + (f"; py-spy in {r['py_spy']}" if r["py_spy"] else "")
+                       + (f"; perf record in {r['perf_record']}" if r["perf_record"] else ""))
     return out
 
 
@@ -502,6 +529,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--perf-stat", action="store_true",
                    help="count the daemon's syscalls and context switches with perf stat "
                         "in that run")
+    p.add_argument("--perf-record", type=Path, metavar="DIR",
+                   help="record the daemon's stacks in that run with perf record into DIR")
     args = p.parse_args(argv)
     args.only = set(args.only.split(","))
     if unknown := args.only - set(FIGURES):
@@ -513,6 +542,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.perf_stat and (problem := perf_problem()):
         print(f"# --perf-stat: {problem}; the profiled run goes without it", file=sys.stderr)
         args.perf_stat = False
+    if args.perf_record:
+        if shutil.which("perf") is None:
+            print("# --perf-record: perf is not installed (Debian: linux-perf); the "
+                  "profiled run goes without it", file=sys.stderr)
+            args.perf_record = None
+        else:
+            args.perf_record = args.perf_record.resolve()
+            args.perf_record.mkdir(parents=True, exist_ok=True)
     args.batches = sorted({1, args.batch})
     args.producers = args.consumers = 4
     args.time_limit = 120.0  # seconds any one run may take
@@ -551,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             peer_figures(tmp, args, lines)
         if "cycle" in args.only:
             cycle_figure(tmp, args, lines)
-        if args.py_spy or args.perf_stat:
+        if args.py_spy or args.perf_stat or args.perf_record:
             profile_figure(tmp, args, lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -300,7 +300,7 @@ def cycle_figure(tmp: Path, args, lines: list[dict]) -> None:
 # --- 3. the profiled run ----------------------------------------------------------
 
 
-class PerfStat:
+class Perf:
     """``perf stat`` on a process, counting only between enable() and disable()
     (perf's control FIFOs, started with events off): exactly the clients' window;
     with ``record``, ``perf record`` into that file over the same window instead.
@@ -363,7 +363,7 @@ class PerfStat:
 class PerfWindow(IoWindow):
     """IoWindow that also has perf count or record over the same moments."""
 
-    def __init__(self, pid: int, perfs: list[PerfStat]) -> None:
+    def __init__(self, pid: int, perfs: list[Perf]) -> None:
         super().__init__(pid)
         self.perfs = perfs
 
@@ -423,8 +423,8 @@ def profiled_run(d: servers.Daemon, where: Path, batch: int, plain: bool, args) 
     where.mkdir()
     pid = d.proc.pid
     name = f"cqsd-peers-b{batch}{'-plain' * plain}"
-    perf = PerfStat(pid, where) if args.perf_stat else None
-    recorder = (PerfStat(pid, where, args.perf_record / f"{name}.data")
+    perf = Perf(pid, where) if args.perf_stat else None
+    recorder = (Perf(pid, where, args.perf_record / f"{name}.data")
                 if args.perf_record else None)
     perfs = [p for p in (perf, recorder) if p is not None]
     try:
@@ -432,9 +432,11 @@ def profiled_run(d: servers.Daemon, where: Path, batch: int, plain: bool, args) 
             record = move("cqsd", d.address, pid, setting(args, batch, True, plain),
                           window=PerfWindow(pid, perfs))
     finally:
-        counts = perf.finish() if perf is not None else {}
-        if recorder is not None:
-            recorder.finish()
+        try:
+            counts = perf.finish() if perf is not None else {}
+        finally:
+            if recorder is not None:
+                recorder.finish()
     if counts:
         moved = max(record["moved"], 1)
         record["perf"] = {k: round(v) for k, v in counts.items()}

@@ -360,9 +360,7 @@ class Journal:
             if self.owner_valid():  # after the fsync: only then is the record ours to ack
                 self.acknowledged = self.durable
             else:
-                self.fenced = Fenced("this node's lease with etcd ran out before its "
-                                     "records were acknowledged")
-                self.on_fenced(str(self.fenced))
+                self._lease_ran_out("records were acknowledged")
         self._fsync_average = 0.8 * self._fsync_average + 0.2 * seconds
         if self.observe is not None:
             self.observe(seconds, records)
@@ -411,14 +409,17 @@ class Journal:
             return False
         if self.owner_valid():
             return True
-        # through fence, so that the replies other sessions hold are refused now: a node
-        # that owns nothing may flush no more, and after the rejoin's rotate they would
-        # wait for the new series to reach their old LSNs (docs/group.md). A local:
-        # past the test above, compiled code takes self.fenced to be None
-        fenced = Fenced("this node's lease with etcd ran out before its replies left")
+        self._lease_ran_out("replies left")
+        return False
+
+    def _lease_ran_out(self, before: str) -> None:
+        """A check found this node's lease gone (after an fsync, or as replies left):
+        fence, so that the replies every session holds are refused now (after the
+        rejoin's rotate they would wait for the new series to reach their old LSNs,
+        docs/group.md), then tell the group."""
+        fenced = Fenced(f"this node's lease with etcd ran out before its {before}")
         self.fence(fenced)
         self.on_fenced(str(fenced))
-        return False
 
     def fence(self, why: BaseException) -> None:
         """Acknowledge nothing more (a group node that lost its lease): replies still

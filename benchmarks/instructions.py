@@ -220,7 +220,7 @@ def report_profile(profile: cProfile.Profile, messages: int, top: int) -> None:
         print(f"{100 * cum / total:6.1f}  {label}")
     by_module: dict[str, float] = {}
     for (path, _line, _name), (_cc, _nc, tt, _ct, _callers) in rows.items():
-        m = re.search(r"(cqsd/\w+|cqsproto|logstream|trio|outcome|sortedcontainers|benchmarks)/",
+        m = re.search(r"(cqsd/\w+|cqsproto|logstream|trio|outcome|benchmarks)/",
                       path)
         by_module[m.group(1) if m else "builtins and other"] = (
             by_module.get(m.group(1) if m else "builtins and other", 0) + tt)

@@ -40,7 +40,7 @@ PACKAGES: dict[str, tuple[Path, list[str]]] = {
     "cqsd": (ROOT / "cqsd", [
         "dedup.py", "records.py",
         *(f"engine/{name}" for name in (
-            "api.py", "browse.py", "capacity.py", "cleanup.py", "commit.py",
+            "api.py", "browse.py", "byid.py", "capacity.py", "cleanup.py", "commit.py",
             "counts.py", "entry.py", "events.py", "ids.py", "locks.py", "overflow.py",
             "pair.py", "qtypes.py", "reports.py", "structure.py", "timed.py")),
         *(f"server/{name}" for name in (

@@ -12,9 +12,7 @@ keeps nothing for a browse in progress.
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sortedcontainers import SortedDict
-
-from .entry import COLD, DELAYED, LOCKED, Entry
+from .entry import COLD, DELAYED, LOCKED, Entry, Queue
 from .errors import CQSError, Reason
 from .locks import Locks
 from .qtypes import (
@@ -48,8 +46,8 @@ class Browse:
 
     __slots__ = ("headers", "locks", "timed")
 
-    def __init__(self, headers: list[SortedDict], locks: Locks, timed: Timed) -> None:
-        self.headers = headers  # the structure's list headers: name -> Queue, sorted
+    def __init__(self, headers: list[dict[str, Queue]], locks: Locks, timed: Timed) -> None:
+        self.headers = headers  # the structure's list headers: name -> Queue
         self.locks = locks  # the lock and cold queues
         self.timed = timed  # the delayed puts
 
@@ -97,11 +95,11 @@ class Browse:
             if only is not None:
                 names: Iterable[str] = [only] if only in header else []
             else:
-                names = header.irange(minimum=a_name) if lh == a_lh else header.keys()
-            for name in list(names):
+                names = sorted(n for n in header if n >= a_name) if lh == a_lh else sorted(header)
+            for name in names:
                 queue = header[name]
                 if lh == a_lh and name == a_name:
-                    ids: Iterable[int] = queue.entries.irange(minimum=a_id, inclusive=(False, True))
+                    ids: Iterable[int] = queue.entries.keys(after=a_id)
                 elif lh == a_lh and name < a_name:
                     continue
                 else:

@@ -13,9 +13,8 @@ its encoded map, however long the payload.
 
 from collections.abc import Callable
 
-from sortedcontainers import SortedDict
-
 from ..smds.datamap import DataMap
+from .byid import ById
 
 ELEMENT = 512  # bytes in a CF data element (seed 004, "List Structure Components")
 ENTRY_CONTROLS = 64  # bytes of entry controls charged with every list entry (docs/architecture.md)
@@ -97,7 +96,7 @@ class Queue:
         self.qtype = qtype
         self.name = name
         self.lh = lh
-        self.entries: SortedDict = SortedDict()  # entry id -> Entry
+        self.entries: ById[Entry] = ById()  # entry id -> Entry
         self.elements = 0  # on this list header: its entries' own elements
         # everything its messages use, their staging segments included: what the
         # queue weighs as an overflow candidate (seed 004, "using the most data elements")
@@ -117,11 +116,10 @@ class Queue:
         self.held -= n if entry.segments is None else n + entry.segments.elements
 
     def first(self) -> Entry:
-        entry: Entry = self.entries.peekitem(0)[1]
-        return entry
+        return self.entries.first()
 
     def pop_first(self) -> Entry:
-        entry: Entry = self.entries.popitem(0)[1]
+        entry = self.entries.pop_first()
         n = entry.elements
         self.elements -= n
         self.held -= n if entry.segments is None else n + entry.segments.elements

@@ -66,8 +66,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from sortedcontainers import SortedDict
-
 from ..records import (
     BLOCK,
     COLD_BY,
@@ -83,6 +81,7 @@ from ..records import (
 )
 from ..smds.datamap import DataMap
 from .browse import Browse, Cursor, position
+from .byid import ById
 from .capacity import GROWN, Capacity
 from .cleanup import CleanUp
 from .commit import Checked, Delete, Move, Op, Put, Unlock, check
@@ -175,7 +174,7 @@ class Structure:
         self._entries: dict[int, Entry] = {}  # every message head, by id
         self._queues: dict[QueueKey, Queue] = {}  # non-empty ready queues
         self._idle: dict[QueueKey, Queue] = {}  # emptied ones, for reuse (IDLE_QUEUES)
-        self._headers = [SortedDict() for _ in range(LIST_HEADERS)]  # name -> Queue
+        self._headers: list[dict[str, Queue]] = [{} for _ in range(LIST_HEADERS)]  # name -> Queue
         self._peer: dict[QueueKey, Queue] = {}  # the ready queues of the structure paired with this
         self.browser = Browse(self._headers, self.locks, self.timed)
         # what happened to recoverable messages (records.py, docs/recovery.md)
@@ -564,12 +563,12 @@ class Structure:
             bucket.append(e)
         for (qtype, name), entries in per_queue.items():
             queue = Queue(qtype, name, list_header(qtype, name))
-            queue.entries = SortedDict((e.entry_id, e) for e in entries)
+            queue.entries = ById((e.entry_id, e) for e in entries)
             queue.elements = queue.held = sum(e.elements for e in entries)  # no segments
             self._queues[(qtype, name)] = queue
             self._headers[queue.lh][name] = queue
             self._entries.update((e.entry_id, e) for e in entries)
-            self.last_id = max(self.last_id, queue.entries.peekitem(-1)[0])
+            self.last_id = max(self.last_id, queue.entries.last_id())
         self.space.elements_used += used_elements
         self.space.entries_used += used_entries
         for row in slow:
@@ -721,8 +720,7 @@ class Structure:
         if queue is None:
             return None
         if passed is None:
-            head: int = queue.entries.peekitem(0)[0]
-            return head
+            return queue.entries.first_id()
         try:
             return self._deliverable(queue, passed).entry_id
         except CQSError:
@@ -828,7 +826,7 @@ class Structure:
             "queue": key[1],
             "depth": len(queue.entries) if queue else 0,
             "elements": queue.held if queue else 0,
-            "oldest_put_time": queue.entries.peekitem(0)[1].put_time if queue else None,
+            "oldest_put_time": queue.entries.first().put_time if queue else None,
             "locked": self.locks.per_key.get(key, 0),
             "delayed": self.timed.per_key.get(key, 0),
         }

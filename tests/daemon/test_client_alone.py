@@ -13,8 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # What only the server needs: an application on pandas 3 or trio 0.36 must not meet them.
-SERVER_ONLY = {"cqsd", "trio", "pyspark", "pyarrow", "pandas", "structlog", "psutil",
-               "sortedcontainers", "crc32c"}
+SERVER_ONLY = {"cqsd", "trio", "pyspark", "pyarrow", "pandas", "structlog", "psutil", "crc32c"}
 
 # Run by the venv's python: the blocking SDK, then cqsclient.aio on asyncio (trio is absent).
 SESSION = """

@@ -1,0 +1,171 @@
+"""The messages of one queue in entry-id order (entry.py's ``Queue``).
+
+Design note. A queue is put to at its tail and read at its head: entry ids come
+from a clock that only goes forward (ids.py), so nearly every put brings the
+highest id the queue has held and nearly every read takes its lowest. A sorted
+map pays for the general case on each of them; sortedcontainers' ``SortedDict``,
+interpreted, was about 5% of the daemon's user time on the plain put / read /
+delete pattern (perf record, benchmarks/README.md). Here the ids sit in one
+ascending list read from a moving head, beside a dict from id to value: a put
+past the tail is an append, a read at the head a step of the head.
+
+The rarer cases pay more. An id below the head (a message unlocked back to the
+front of its queue) takes the spent slot before the head, or is inserted at the
+front; an id between (an overflow move, a restore) is bisected into place. An
+entry removed from the middle (a delete of an unlocked message, a move) leaves
+its id in the list as *stale*: skipped when the head or the tail reaches it, and
+dropped all at once when stale ids outnumber live ones. So the list stays within
+twice the live ids plus ``SLACK``, and the ids before the head are given back
+the same way.
+
+Iteration tolerates changes between its steps, as a browse page's generator
+needs: it yields live ids only and in increasing order, and finds its place
+again by bisection when the list was rebuilt or shifted under it.
+"""
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+SLACK = 64  # stale ids, or spent slots before the head, kept whatever the size
+
+
+class ById(Generic[V]):
+    """Values by entry id, in id order."""
+
+    __slots__ = ("_by_id", "_head", "_ids", "_shifts", "_stale")
+
+    def __init__(self, items: Iterable[tuple[int, V]] = ()) -> None:
+        self._by_id: dict[int, V] = dict(items)
+        self._ids: list[int] = sorted(self._by_id)
+        self._head = 0  # _ids[:_head] are spent; _ids[_head] and _ids[-1] are live
+        self._stale = 0  # ids in _ids[_head:] no longer in _by_id
+        self._shifts = 0  # ids moved within _ids: an iterator's index is then lost
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_id)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._by_id
+
+    def __iter__(self) -> Iterator[int]:
+        return self.keys()
+
+    def __getitem__(self, key: int) -> V:
+        return self._by_id[key]
+
+    def __setitem__(self, key: int, value: V) -> None:
+        by_id = self._by_id
+        if key in by_id:
+            by_id[key] = value
+            return
+        by_id[key] = value
+        ids = self._ids
+        head = self._head
+        if head == len(ids) or key > ids[-1]:
+            ids.append(key)
+        elif key < ids[head]:
+            if head:
+                self._head = head - 1
+                ids[head - 1] = key
+            else:
+                ids.insert(0, key)
+                self._shifts += 1
+        else:
+            i = bisect_left(ids, key, head)
+            if ids[i] == key:  # its own stale id, live again
+                self._stale -= 1
+            else:
+                ids.insert(i, key)
+                self._shifts += 1
+
+    def __delitem__(self, key: int) -> None:
+        by_id = self._by_id
+        del by_id[key]
+        ids = self._ids
+        if not by_id:
+            self._rebuild()
+        elif key == ids[self._head]:
+            self._head += 1
+            self._skip_head()
+        elif key == ids[-1]:
+            ids.pop()
+            while ids[-1] not in by_id:
+                ids.pop()
+                self._stale -= 1
+        else:
+            self._stale += 1
+            if self._stale > SLACK and self._stale > len(by_id):
+                self._rebuild()
+
+    def first(self) -> V:
+        """The value of the lowest id (IndexError when empty)."""
+        return self._by_id[self._ids[self._head]]
+
+    def first_id(self) -> int:
+        return self._ids[self._head]
+
+    def last_id(self) -> int:
+        return self._ids[-1]
+
+    def pop_first(self) -> V:
+        """Remove and return the value of the lowest id (IndexError when empty)."""
+        by_id = self._by_id
+        value = by_id.pop(self._ids[self._head])
+        if by_id:
+            self._head += 1
+            self._skip_head()
+        else:
+            self._rebuild()
+        return value
+
+    def keys(self, after: int | None = None) -> Iterator[int]:
+        """The ids in order (those above ``after``)."""
+        ids = self._ids
+        shifts = self._shifts
+        i = self._head if after is None else bisect_right(ids, after, self._head)
+        last = after
+        while True:
+            if shifts != self._shifts or ids is not self._ids:
+                ids = self._ids
+                shifts = self._shifts
+                i = self._head if last is None else bisect_right(ids, last, self._head)
+            elif i < self._head:
+                i = self._head
+            if i >= len(ids):
+                return
+            key = ids[i]
+            i += 1
+            if key in self._by_id and (last is None or key > last):
+                last = key
+                yield key
+
+    def values(self) -> Iterator[V]:
+        """The values in id order."""
+        for key in self.keys():
+            yield self._by_id[key]
+
+    def _skip_head(self) -> None:
+        """Past stale ids to a live one (there is one), then give back the spent
+        slots once they are most of the list."""
+        ids = self._ids
+        by_id = self._by_id
+        head = self._head
+        while ids[head] not in by_id:
+            head += 1
+            self._stale -= 1
+        self._head = head
+        if head > SLACK and 2 * head > len(ids):
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """The live ids alone, in a new list."""
+        by_id = self._by_id
+        self._ids = [key for key in self._ids[self._head:] if key in by_id]
+        self._head = 0
+        self._stale = 0

@@ -124,7 +124,10 @@ class Writer:
         self.zero_ahead = zero_ahead
         self.repair: Repair | None = None
         self._lock = threading.Lock()
-        self._sync = threading.Condition(threading.Lock())
+        # held with ``with self._sync_lock`` (C calls), not through the Condition's
+        # interpreted __enter__ and __exit__: every group commit takes it
+        self._sync_lock = threading.Lock()
+        self._sync = threading.Condition(self._sync_lock)
         self._count_lock = threading.Lock()
         self._lock_fd = -1
         self._fd = -1
@@ -378,7 +381,7 @@ class Writer:
         except OSError as error:
             raise self._fail(self._path, error) from error
         _drop_cache(self._fd, self._cached_from, 0)  # 0: to the end of the file
-        with self._sync:
+        with self._sync_lock:
             self._durable_lsn = max(self._durable_lsn, self._appended_lsn)
             self._sync.notify_all()
 
@@ -474,7 +477,7 @@ class Writer:
         `upto` was never appended, LogWriteFailed if the writer has failed
         (even if `upto` was durable before the failure).
         """
-        with self._sync:
+        with self._sync_lock:
             self._flushes += 1
             target = self._appended_lsn if upto is None else upto
             if target > self._appended_lsn:
@@ -563,7 +566,7 @@ class Writer:
 
     def _fail(self, path: Path, error: OSError) -> LogWriteFailed:
         """Make the writer failed (once) and wake every flush waiter to see it."""
-        with self._sync:
+        with self._sync_lock:
             if self._failure is None:
                 self._failure = LogWriteFailed(path, error)
             self._sync.notify_all()

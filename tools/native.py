@@ -43,9 +43,10 @@ PACKAGES: dict[str, tuple[Path, list[str]]] = {
             "api.py", "browse.py", "byid.py", "capacity.py", "cleanup.py", "commit.py",
             "counts.py", "entry.py", "events.py", "ids.py", "locks.py", "overflow.py",
             "pair.py", "qtypes.py", "reports.py", "structure.py", "timed.py")),
+        *(f"server/smds/{name}" for name in ("datasets.py", "space.py", "syncs.py")),
         *(f"server/{name}" for name in (
             "connections.py", "dedup.py", "dispatch.py", "handlers.py", "journal.py",
-            "limits.py", "poller.py", "registry.py", "session.py", "waiters.py")),
+            "limits.py", "poller.py", "registry.py", "session.py", "waiters.py", "wire.py")),
     ]),
 }
 BUILD = ROOT / "build" / "native"

@@ -187,10 +187,12 @@ class Space:
     def durable(self, lsn: int) -> None:
         """The log is durable up to ``lsn``: pending pages are free for reuse and the
         clean-up queues let go of their entries."""
-        for dataset in self.opened.open.values():
+        opened = self.opened
+        for dataset in opened.open.values():
             if dataset.space is not None and dataset.space.pending_pages:
                 dataset.space.release(lsn)
         for structure in self.registry.structures():
             if structure.offload_rules is not None:
                 structure.clean_up(lsn)
-        self.opened.release_inherited()
+        if opened.open:  # none open, none to let go: this runs after every flush
+            opened.release_inherited()

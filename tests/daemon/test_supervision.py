@@ -51,16 +51,17 @@ def client(tmp_path, name="C"):
 
 async def test_a_bug_outside_the_engine_fails_its_request_alone(tmp_path, monkeypatch):
     """A reply that cannot be built fails that read with INVALID_REQUEST; the message
-    stays locked to the reader, and the daemon goes on serving."""
-    def broken(entry):
-        raise RuntimeError("planted")
+    stays locked to the reader, and the daemon goes on serving.
 
+    The bug is planted in the reply's module data, not its code, which may be
+    compiled (docs/native.md): without its table of queue type names, ``wire.message``
+    raises TypeError on both builds."""
     async with trio.open_nursery() as nursery:
         d = await serve(tmp_path, nursery)
         async with client(tmp_path) as c:
             s = await c.structure("MSGQ01")
             eid = await s.put("Q", b"x")
-            monkeypatch.setattr(wire, "message", broken)
+            monkeypatch.setattr(wire, "TYPE_NAMES", None)
             with pytest.raises(CQSError) as failed:
                 await s.read("Q")
             assert failed.value.reason == "INVALID_REQUEST"

@@ -99,13 +99,9 @@ class Browse:
             for name in names:
                 queue = header[name]
                 if lh == a_lh and name == a_name:
-                    ids: Iterable[int] = queue.entries.keys(after=a_id)
-                elif lh == a_lh and name < a_name:
-                    continue
-                else:
-                    ids = queue.entries.keys()
-                for entry_id in ids:
-                    yield queue.entries[entry_id]
+                    yield from queue.entries.values(after=a_id)
+                elif lh > a_lh or name > a_name:
+                    yield from queue.entries.values()
 
 
 def position(entry: Entry) -> Cursor:

@@ -25,11 +25,12 @@ again by bisection when the list was rebuilt or shifted under it.
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 
 SLACK = 64  # stale ids, or spent slots before the head, kept whatever the size
+_GONE: object = object()  # what the dict has for a stale id
 
 
 class ById(Generic[V]):
@@ -38,8 +39,10 @@ class ById(Generic[V]):
     __slots__ = ("_by_id", "_head", "_ids", "_shifts", "_stale")
 
     def __init__(self, items: Iterable[tuple[int, V]] = ()) -> None:
-        self._by_id: dict[int, V] = dict(items)
-        self._ids: list[int] = sorted(self._by_id)
+        # ids as the objects they came as (Any): compiled code would unbox an int
+        # read from either and box it again to use it, an allocation past 256
+        self._by_id: dict[Any, V] = dict(items)
+        self._ids: list[Any] = sorted(self._by_id)
         self._head = 0  # _ids[:_head] are spent; _ids[_head] and _ids[-1] are live
         self._stale = 0  # ids in _ids[_head:] no longer in _by_id
         self._shifts = 0  # ids moved within _ids: an iterator's index is then lost
@@ -60,40 +63,42 @@ class ById(Generic[V]):
         return self._by_id[key]
 
     def __setitem__(self, key: int, value: V) -> None:
+        k: Any = key  # boxed once, the one object the dict and the list share
         by_id = self._by_id
-        if key in by_id:
-            by_id[key] = value
+        if k in by_id:
+            by_id[k] = value
             return
-        by_id[key] = value
+        by_id[k] = value
         ids = self._ids
         head = self._head
-        if head == len(ids) or key > ids[-1]:
-            ids.append(key)
-        elif key < ids[head]:
+        if head == len(ids) or k > ids[-1]:
+            ids.append(k)
+        elif k < ids[head]:
             if head:
                 self._head = head - 1
-                ids[head - 1] = key
+                ids[head - 1] = k
             else:
-                ids.insert(0, key)
+                ids.insert(0, k)
                 self._shifts += 1
         else:
-            i = bisect_left(ids, key, head)
-            if ids[i] == key:  # its own stale id, live again
+            i = bisect_left(ids, k, head)
+            if ids[i] == k:  # its own stale id, live again
                 self._stale -= 1
             else:
-                ids.insert(i, key)
+                ids.insert(i, k)
                 self._shifts += 1
 
     def __delitem__(self, key: int) -> None:
+        k: Any = key
         by_id = self._by_id
-        del by_id[key]
+        del by_id[k]
         ids = self._ids
         if not by_id:
             self._rebuild()
-        elif key == ids[self._head]:
+        elif k == ids[self._head]:
             self._head += 1
             self._skip_head()
-        elif key == ids[-1]:
+        elif k == ids[-1]:
             ids.pop()
             while ids[-1] not in by_id:
                 ids.pop()
@@ -108,10 +113,12 @@ class ById(Generic[V]):
         return self._by_id[self._ids[self._head]]
 
     def first_id(self) -> int:
-        return self._ids[self._head]
+        key: int = self._ids[self._head]
+        return key
 
     def last_id(self) -> int:
-        return self._ids[-1]
+        key: int = self._ids[-1]
+        return key
 
     def pop_first(self) -> V:
         """Remove and return the value of the lowest id (IndexError when empty)."""
@@ -124,31 +131,36 @@ class ById(Generic[V]):
             self._rebuild()
         return value
 
-    def keys(self, after: int | None = None) -> Iterator[int]:
-        """The ids in order (those above ``after``)."""
+    def keys(self, after: int = -1) -> Iterator[int]:
+        """The ids in order (those above ``after``; ids are entry ids, never negative)."""
+        return self._walk(after, False)
+
+    def values(self, after: int = -1) -> Iterator[V]:
+        """The values in id order (of the ids above ``after``)."""
+        return self._walk(after, True)
+
+    def _walk(self, after: int, values: bool) -> Iterator[Any]:
+        by_id = self._by_id
         ids = self._ids
         shifts = self._shifts
-        i = self._head if after is None else bisect_right(ids, after, self._head)
-        last = after
+        last: Any = after
+        i = bisect_right(ids, last, self._head)
         while True:
-            if shifts != self._shifts or ids is not self._ids:
+            if ids is not self._ids or shifts != self._shifts:
                 ids = self._ids
                 shifts = self._shifts
-                i = self._head if last is None else bisect_right(ids, last, self._head)
+                i = bisect_right(ids, last, self._head)
             elif i < self._head:
                 i = self._head
             if i >= len(ids):
                 return
             key = ids[i]
             i += 1
-            if key in self._by_id and (last is None or key > last):
-                last = key
-                yield key
-
-    def values(self) -> Iterator[V]:
-        """The values in id order."""
-        for key in self.keys():
-            yield self._by_id[key]
+            if key > last:
+                value = by_id.get(key, _GONE)
+                if value is not _GONE:
+                    last = key
+                    yield value if values else key
 
     def _skip_head(self) -> None:
         """Past stale ids to a live one (there is one), then give back the spent

@@ -56,7 +56,7 @@ class Model(RuleBasedStateMachine):
     @precondition(lambda self: len(self.walks) < 3)
     @rule(after=st.none() | IDS)
     def begin(self, after: int | None) -> None:
-        self.walks.append((self.byid.keys(after), []))
+        self.walks.append((self.byid.keys() if after is None else self.byid.keys(after), []))
 
     @precondition(lambda self: self.walks)
     @rule(steps=st.integers(1, 5))

@@ -378,10 +378,13 @@ class PerfWindow(IoWindow):
         super().stop()
 
 
-def perf_problem() -> str | None:
-    """Why ``perf stat`` cannot count syscalls here, or None if it can."""
+def perf_problem(counts: bool = True) -> str | None:
+    """Why perf cannot run here (with ``counts``: why ``perf stat`` cannot count
+    syscalls), or None if it can."""
     if shutil.which("perf") is None:
         return "perf is not installed (Debian: linux-perf)"
+    if not counts:
+        return None
     probe = subprocess.run(["perf", "stat", "-e", "raw_syscalls:sys_enter", "true"],
                            capture_output=True, text=True, timeout=30)
     return None if probe.returncode == 0 else f"perf stat fails: {probe.stderr.strip()[-300:]}"
@@ -544,14 +547,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.perf_stat and (problem := perf_problem()):
         print(f"# --perf-stat: {problem}; the profiled run goes without it", file=sys.stderr)
         args.perf_stat = False
+    if args.perf_record and (problem := perf_problem(counts=False)):
+        print(f"# --perf-record: {problem}; the profiled run goes without it", file=sys.stderr)
+        args.perf_record = None
     if args.perf_record:
-        if shutil.which("perf") is None:
-            print("# --perf-record: perf is not installed (Debian: linux-perf); the "
-                  "profiled run goes without it", file=sys.stderr)
-            args.perf_record = None
-        else:
-            args.perf_record = args.perf_record.resolve()
-            args.perf_record.mkdir(parents=True, exist_ok=True)
+        args.perf_record = args.perf_record.resolve()
+        args.perf_record.mkdir(parents=True, exist_ok=True)
     args.batches = sorted({1, args.batch})
     args.producers = args.consumers = 4
     args.time_limit = 120.0  # seconds any one run may take

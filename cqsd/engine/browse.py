@@ -95,13 +95,12 @@ class Browse:
             if only is not None:
                 names: Iterable[str] = [only] if only in header else []
             else:
-                names = sorted(n for n in header if n >= a_name) if lh == a_lh else sorted(header)
+                names = sorted(header)
             for name in names:
-                queue = header[name]
                 if lh == a_lh and name == a_name:
-                    yield from queue.entries.values(after=a_id)
+                    yield from header[name].entries.values(after=a_id)
                 elif lh > a_lh or name > a_name:
-                    yield from queue.entries.values()
+                    yield from header[name].entries.values()
 
 
 def position(entry: Entry) -> Cursor:

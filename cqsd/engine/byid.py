@@ -20,7 +20,9 @@ the same way.
 
 Iteration tolerates changes between its steps, as a browse page's generator
 needs: it yields live ids only and in increasing order, and finds its place
-again by bisection when the list was rebuilt or shifted under it.
+again by bisection when the list was rebuilt under it. An id inserted in place
+before its position only makes it look again at ids it has passed, which the
+increasing order skips.
 """
 
 from bisect import bisect_left, bisect_right
@@ -36,16 +38,16 @@ _GONE: object = object()  # what the dict has for a stale id
 class ById(Generic[V]):
     """Values by entry id, in id order."""
 
-    __slots__ = ("_by_id", "_head", "_ids", "_shifts", "_stale")
+    __slots__ = ("_by_id", "_head", "_ids")
 
     def __init__(self, items: Iterable[tuple[int, V]] = ()) -> None:
         # ids as the objects they came as (Any): compiled code would unbox an int
         # read from either and box it again to use it, an allocation past 256
         self._by_id: dict[Any, V] = dict(items)
         self._ids: list[Any] = sorted(self._by_id)
-        self._head = 0  # _ids[:_head] are spent; _ids[_head] and _ids[-1] are live
-        self._stale = 0  # ids in _ids[_head:] no longer in _by_id
-        self._shifts = 0  # ids moved within _ids: an iterator's index is then lost
+        # _ids[:_head] are spent; _ids[_head] and _ids[-1] are live, and the ids
+        # between that are not in _by_id are stale
+        self._head = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -79,14 +81,10 @@ class ById(Generic[V]):
                 ids[head - 1] = k
             else:
                 ids.insert(0, k)
-                self._shifts += 1
         else:
             i = bisect_left(ids, k, head)
-            if ids[i] == k:  # its own stale id, live again
-                self._stale -= 1
-            else:
+            if ids[i] != k:  # else its own stale id, live again
                 ids.insert(i, k)
-                self._shifts += 1
 
     def __delitem__(self, key: int) -> None:
         k: Any = key
@@ -102,10 +100,9 @@ class ById(Generic[V]):
             ids.pop()
             while ids[-1] not in by_id:
                 ids.pop()
-                self._stale -= 1
         else:
-            self._stale += 1
-            if self._stale > SLACK and self._stale > len(by_id):
+            stale = len(ids) - self._head - len(by_id)
+            if stale > SLACK and stale > len(by_id):
                 self._rebuild()
 
     def first(self) -> V:
@@ -142,13 +139,11 @@ class ById(Generic[V]):
     def _walk(self, after: int, values: bool) -> Iterator[Any]:
         by_id = self._by_id
         ids = self._ids
-        shifts = self._shifts
         last: Any = after
         i = bisect_right(ids, last, self._head)
         while True:
-            if ids is not self._ids or shifts != self._shifts:
+            if ids is not self._ids:  # rebuilt: find the place again
                 ids = self._ids
-                shifts = self._shifts
                 i = bisect_right(ids, last, self._head)
             elif i < self._head:
                 i = self._head
@@ -170,7 +165,6 @@ class ById(Generic[V]):
         head = self._head
         while ids[head] not in by_id:
             head += 1
-            self._stale -= 1
         self._head = head
         if head > SLACK and 2 * head > len(ids):
             self._rebuild()
@@ -180,4 +174,3 @@ class ById(Generic[V]):
         by_id = self._by_id
         self._ids = [key for key in self._ids[self._head:] if key in by_id]
         self._head = 0
-        self._stale = 0

@@ -109,3 +109,13 @@ def test_a_walk_sees_puts_past_it_and_skips_what_went() -> None:
     byid[5] = "five"
     byid.pop_first()
     assert list(walk) == [3, 4, 5, 6, 7, 8, 9, 20]
+
+
+def test_a_walk_goes_on_in_the_list_rebuilt_under_it() -> None:
+    byid = ById((k, str(k)) for k in range(4 * SLACK))
+    walk = byid.keys()
+    assert next(walk) == 0
+    for k in range(1, 4 * SLACK - 1):  # stale ids past SLACK and past the live: rebuilt
+        del byid[k]
+    byid[10 * SLACK] = "new"
+    assert list(walk) == [4 * SLACK - 1, 10 * SLACK]

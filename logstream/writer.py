@@ -11,8 +11,10 @@ worker threads, so the two paths share as little as possible:
   and the failure. At most one fsync runs at a time; callers arriving meanwhile
   wait on `_sync`, and when it ends one of them leads the next fsync, which
   covers every record appended before it started: that is the group commit.
-- The leader fsyncs a dup of the active fd, so a rotation that closes the fd
-  meanwhile cannot make it fsync a reused descriptor.
+- The leader fsyncs the active fd borrowed (`_borrow`): a rotation meanwhile
+  retires that fd rather than close it, and the last borrower closes it, so an
+  fsync never lands on a reused descriptor. (A dup and a close around each
+  fsync did the same for two system calls a group commit.)
 - Lock order is `_lock` then `_sync`; the leader never holds both.
 
 Preallocation. A segment gets all of its `segment_size` (posix_fallocate,
@@ -37,7 +39,7 @@ it, so a commit finds its blocks written.
 The thread writes under `_lock`, a ZERO_STEP at a time and a page per pwrite
 (a larger write gets large folios, and a commit into one writes all of it),
 never below the records' end, so a record is never overwritten; its fdatasync
-runs outside the lock on a dup of the fd, like a group commit's. The zeros stay
+runs outside the lock on the fd borrowed, like a group commit's. The zeros stay
 in the page cache (drop-behind only drops pages below the records), so an
 append into them never reads the disk. Only a small group commit (under
 ZERO_COMMIT bytes) asks for more zeros: a large one converts its extents once for many records,
@@ -131,6 +133,7 @@ class Writer:
         self._count_lock = threading.Lock()
         self._lock_fd = -1
         self._fd = -1
+        self._borrowed: dict[int, int] = {}  # fd -> fsyncs using it outside `_lock`
         self._path = directory
         self._size = 0
         self._zeroed = 0  # the active segment is written (records or zeros) up to here
@@ -247,8 +250,7 @@ class Writer:
         old, self._fd, self._path, self._size = self._fd, fd, path, segment.HEADER_SIZE
         self._cached_from = self._zeroed = 0
         self._segments_created += 1
-        if old >= 0:
-            os.close(old)
+        self._retire(old)
         self._preallocate()
 
     def _preallocate(self) -> None:
@@ -425,7 +427,7 @@ class Writer:
             return False
         finally:
             if fd >= 0:
-                os.close(fd)
+                self._give_back(fd)
             with self._zeros_synced:
                 self._zeros_durable = (path, done)
                 self._zeros_synced.notify_all()
@@ -433,11 +435,11 @@ class Writer:
 
     def _write_zeros(self, fd: int, start: int, end: int) -> int:
         """Write zeros over ``[start, end)`` of the active segment; caller holds `_lock`.
-        Returns *fd*, or a dup of the segment's fd for the fdatasync if it is -1."""
-        dup = -1
+        Returns *fd*, or the segment's fd borrowed for the fdatasync if it is -1."""
+        borrowed = fd < 0
+        if borrowed:
+            fd = self._borrow()
         try:
-            if fd < 0:
-                fd = dup = os.dup(self._fd)
             # A page a write: the page cache sizes its folios by the write, and a
             # record landing in a 256 KiB folio of zeros would dirty (and make its
             # commit write) all of it.
@@ -445,8 +447,8 @@ class Writer:
                 size = min(PAGE - offset % PAGE, end - offset)
                 _whole(os.pwrite(self._fd, _ZEROS[:size], offset), size)
         except OSError as error:
-            if dup >= 0:
-                os.close(dup)  # the caller's own is closed by the caller
+            if borrowed:
+                self._return(fd)  # the caller gives back its own
             raise self._fail(self._path, error) from error
         with self._count_lock:
             self._zero_bytes += end - start
@@ -525,11 +527,7 @@ class Writer:
             self._committed_bytes = self._bytes
             if small and self.zero_ahead and self._zeroed - end < self.zero_ahead // 2:
                 self._zero_wanted.set()
-            try:
-                fd = os.dup(self._fd)
-            except OSError as error:
-                self._fail(path, error)
-                return None
+            fd = self._borrow()
         try:
             self._fdatasync(fd)
             # Durable now: drop its whole pages (see the design note). The page
@@ -544,8 +542,35 @@ class Writer:
             self._fail(path, error)
             return None
         finally:
-            os.close(fd)
+            self._give_back(fd)
         return lsn
+
+    def _borrow(self) -> int:
+        """The active fd, for an fsync outside `_lock`; caller holds `_lock`."""
+        fd = self._fd
+        self._borrowed[fd] = self._borrowed.get(fd, 0) + 1
+        return fd
+
+    def _give_back(self, fd: int) -> None:
+        """Done with a borrowed fd: closed here if it was retired meanwhile."""
+        with self._lock:
+            self._return(fd)
+
+    def _return(self, fd: int) -> None:
+        """`_give_back`, for a caller that holds `_lock`."""
+        left = self._borrowed[fd] - 1
+        if left:
+            self._borrowed[fd] = left
+        else:
+            del self._borrowed[fd]
+            if fd != self._fd:
+                os.close(fd)
+
+    def _retire(self, fd: int) -> None:
+        """No longer the active fd: closed, or by its last borrower; caller holds `_lock`
+        (or is the only thread, opening or closing)."""
+        if fd >= 0 and fd not in self._borrowed:
+            os.close(fd)
 
     def _fsync(self, fd: int) -> None:
         with self._count_lock:
@@ -654,8 +679,7 @@ class Writer:
     def _close_files(self) -> None:
         fd, self._fd = self._fd, -1
         lock_fd, self._lock_fd = self._lock_fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._retire(fd)
         if lock_fd >= 0:
             os.close(lock_fd)  # releases the flock
 

@@ -251,6 +251,29 @@ def test_rotation_makes_the_sealed_segment_durable(tmp_path: Path) -> None:
         assert w.durable_lsn == w.appended_lsn - 1
 
 
+def test_an_fsync_under_way_keeps_its_descriptor_through_a_rotation(tmp_path: Path) -> None:
+    """A flush fsyncs the active fd outside the lock: a rotation meanwhile retires it
+    rather than close it (its number could be reused for another file), and the
+    flush closes it when done; an fd no flush holds closes at once."""
+    with Writer.open(tmp_path, "alpha", segment_size=4096) as w:
+        w.append("x")
+        with w._lock:
+            fd = w._borrow()  # as _sync_once does before its fdatasync
+        while w.stats().segments_created < 2:
+            w.append("x" * 100)
+        os.fstat(fd)  # still open, still the old segment's
+        w._give_back(fd)
+        with pytest.raises(OSError):
+            os.fstat(fd)
+        active = w._fd
+        while w.stats().segments_created < 3:
+            w.append("x" * 100)
+        with pytest.raises(OSError):
+            os.fstat(active)
+        assert w.flush() == w.appended_lsn
+    assert [r.lsn for r in read(tmp_path)] == list(range(1, w.appended_lsn + 1))
+
+
 def test_stale_temp_files_are_removed_on_open(tmp_path: Path) -> None:
     """A .tmp left by a crash during rotation is removed; other writers' are not."""
     write_series(tmp_path, "alpha", 1)

@@ -152,28 +152,32 @@ def test_close_ends_the_zeroing_thread(tmp_path: Path) -> None:
     assert not w.wait_zeroed(0)
 
 
-def test_a_failed_fsync_of_the_zeros_fails_the_writer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("call, code", [("fdatasync", errno.EIO), ("pwrite", errno.ENOSPC)])
+def test_a_failed_fsync_or_write_of_the_zeros_fails_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int
 ) -> None:
-    """The zeros' fdatasync may have lost records' pages with them (fsyncgate): the
-    writer fails, and nothing more is appended or acknowledged."""
-    real = os.fdatasync
+    """The zeros' fdatasync may have lost records' pages with them (fsyncgate), and
+    their pwrite fails on a full disk as a record's would: either way the writer
+    fails, nothing more is appended or acknowledged, and the descriptor the zeroing
+    borrowed is given back."""
+    real = getattr(os, call)
 
-    def broken(fd: int) -> None:
+    def broken(fd: int, *args: object) -> object:
         if threading.current_thread().name.startswith("logstream zeroing"):
-            raise OSError(errno.EIO, "simulated")
-        real(fd)
+            raise OSError(code, "simulated")
+        return real(fd, *args)
 
-    monkeypatch.setattr(os, "fdatasync", broken)
+    monkeypatch.setattr(os, call, broken)
     w = Writer.open(tmp_path, "alpha", segment_size=SEGMENT, zero_ahead=AHEAD)
     try:
         w.append(b"small")
         try:
             w.flush()  # a small commit: the zeros are asked for
         except LogWriteFailed:
-            pass  # the zeros' fsync failed before this flush returned: the same failure
+            pass  # the zeros failed before this flush returned: the same failure
         assert not w.wait_zeroed(30)
-        assert w.failure is not None and w.failure.error.errno == errno.EIO
+        assert w.failure is not None and w.failure.error.errno == code
+        assert w._borrowed == {}
         with pytest.raises(LogWriteFailed):
             w.append(b"after")
     finally:

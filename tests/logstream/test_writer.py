@@ -261,7 +261,8 @@ def test_an_fsync_under_way_keeps_its_descriptor_through_a_rotation(tmp_path: Pa
             fd = w._borrow()  # as _sync_once does before its fdatasync
         while w.stats().segments_created < 2:
             w.append("x" * 100)
-        os.fstat(fd)  # still open, still the old segment's
+        first = segments(tmp_path, "alpha")[0]
+        assert os.fstat(fd).st_ino == first.stat().st_ino  # open, and still the old segment
         w._give_back(fd)
         with pytest.raises(OSError):
             os.fstat(fd)

@@ -177,7 +177,11 @@ class Poller:
                     continue
             rounds = 0
             self._writes.pass_ended()
-            if self._backlog or epoll.poll(0, 1):
+            # what arrived during the pass and its flush is the next pass's first round:
+            # level-triggered, still there after the yield (a descriptor closed
+            # meanwhile is not among the connections, one paused not polled: _round)
+            events = epoll.poll(0, MAX_EVENTS)
+            if self._backlog or events:
                 await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
             else:  # they run while it waits: one trip through the scheduler, not two
                 await trio.lowlevel.wait_readable(epoll)

@@ -41,6 +41,7 @@ import trio
 
 from cqsproto import FrameDecoder
 
+from .idle import TrioIdle
 from .session import Session
 
 MAX_EVENTS = 256
@@ -125,6 +126,7 @@ class Poller:
         self._epoll.register(self._wakeup, select.EPOLLIN)
         self._handle = handle
         self._max_frame = max_frame
+        self._trio: TrioIdle | None = None  # the poller waits in Trio's stead (idle.py)
         self._chunk = bytearray(RECEIVE_SIZE)  # what a read that is not a large frame's fills
 
     async def read(self, session: Session) -> None:
@@ -151,40 +153,58 @@ class Poller:
 
     async def run(self) -> None:
         epoll = self._epoll
+        self._trio = await TrioIdle.attach(epoll.fileno())
         rounds = 0
         events: list[tuple[int, int]] = []
-        while True:
-            if not events:
-                events = epoll.poll(0, MAX_EVENTS)
-            if not events and not self._backlog:
-                rounds = 0
-                await trio.lowlevel.wait_readable(epoll)
-                continue
-            self._writes.defer_writes()
-            try:
-                self._round(events)
-            finally:
-                self._writes.write_deferred()
-            events = []
-            rounds += 1
-            if self._backlog and rounds < PASS_ROUNDS:
-                continue
-            if rounds < PASS_ROUNDS and self._writes.flush_due():
-                # requests that arrived during the round share the flush it ends in
-                # rather than wait for it: a round's read replies bring deletes back
-                events = epoll.poll(0, MAX_EVENTS)
-                if events:
+        try:
+            while True:
+                if not events:
+                    events = epoll.poll(0, MAX_EVENTS)
+                if not events and not self._backlog:
+                    rounds = 0
+                    await self._wait()
                     continue
-            rounds = 0
-            self._writes.pass_ended()
-            # what arrived during the pass and its flush is the next pass's first round:
-            # level-triggered, still there after the yield (a descriptor closed
-            # meanwhile is not among the connections, one paused not polled: _round)
-            events = epoll.poll(0, MAX_EVENTS)
-            if self._backlog or events:
-                await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
-            else:  # they run while it waits: one trip through the scheduler, not two
-                await trio.lowlevel.wait_readable(epoll)
+                self._writes.defer_writes()
+                try:
+                    self._round(events)
+                finally:
+                    self._writes.write_deferred()
+                events = []
+                rounds += 1
+                if self._backlog and rounds < PASS_ROUNDS:
+                    continue
+                if rounds < PASS_ROUNDS and self._writes.flush_due():
+                    # requests that arrived during the round share the flush it ends in
+                    # rather than wait for it: a round's read replies bring deletes back
+                    events = epoll.poll(0, MAX_EVENTS)
+                    if events:
+                        continue
+                rounds = 0
+                self._writes.pass_ended()
+                # what arrived during the pass and its flush is the next pass's first
+                # round: level-triggered, still there after the yield (a descriptor
+                # closed meanwhile is not among the connections, one paused not
+                # polled: _round)
+                events = epoll.poll(0, MAX_EVENTS)
+                if not self._backlog and not events:
+                    await self._wait()
+                elif self._trio is None or self._trio.due():
+                    await trio.lowlevel.checkpoint()  # the flusher and other tasks run here
+        finally:
+            if self._trio is not None:
+                self._trio.close()
+
+    async def _wait(self) -> None:
+        """Wait for requests: on the poller's own while Trio has nothing to run
+        (idle.py), else through Trio, whose other tasks run while it waits (one trip
+        through the scheduler, not a checkpoint and then a wait)."""
+        if self._trio is not None:
+            timeout = self._trio.sleep_allowed()
+            if timeout > 0:
+                if not self._trio.wait(timeout):
+                    await trio.lowlevel.checkpoint()  # Trio's turn (or a deadline's)
+                return
+        await trio.lowlevel.wait_readable(self._epoll)
 
     def _round(self, events: list[tuple[int, int]]) -> None:
         """A turn for each connection in the backlog, then for each with events."""

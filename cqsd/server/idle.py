@@ -75,10 +75,14 @@ class TrioIdle:
             return None
         idle = cls(runner, trio_epoll.fileno(), epoll)
         trio.lowlevel.add_instrument(idle._scheduled)
-        # a task scheduled before the instrument is in the run queue or in the batch
-        # under way: two batches later each has taken its step
-        await trio.lowlevel.checkpoint()
-        await trio.lowlevel.checkpoint()
+        try:
+            # a task scheduled before the instrument is in the run queue or in the batch
+            # under way: two batches later each has taken its step
+            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
+        except BaseException:
+            idle.close()
+            raise
         return idle
 
     def close(self) -> None:

@@ -20,7 +20,9 @@ ends in one fsync), so that another client's request waits for a turn of a
 pipelining client's requests, not for a whole ``recv`` of them (~3,000 small
 requests, ~60 ms). The poller's epoll is itself
 a file Trio can wait on, so the poller sleeps like any other task when nothing
-arrives.
+arrives; but while Trio has nothing else to run, the poller neither yields at
+a pass's end nor waits through Trio's run loop: it waits on an epoll of its
+own that holds Trio's too (idle.py).
 TLS connections, whose bytes Trio's stream must decrypt, keep a reader task,
 as every connection does where there is no epoll (macOS).
 

@@ -53,8 +53,6 @@ class TrioIdle:
 
     def __init__(self, runner, trio_epoll: int, epoll: int) -> None:
         self._runner = runner
-        self._deadlines = runner.deadlines
-        self._clock = runner.clock
         self._scheduled = _Scheduled()
         self._trio_epoll = trio_epoll
         # Trio's epoll and the poller's, in one the poller waits on: not Trio's in the
@@ -92,9 +90,10 @@ class TrioIdle:
     def sleep_allowed(self) -> float:
         """How long the poller may wait without yielding to Trio; 0 or less when a task
         waits to run, a deadline has come, or a test waits for every task to block."""
-        if self._scheduled.tasks or self._runner.waiting_for_idle:
+        runner = self._runner
+        if self._scheduled.tasks or runner.waiting_for_idle:
             return -1.0
-        return min(self._deadlines.next_deadline() - self._clock.current_time(), MAX_SLEEP)
+        return min(runner.deadlines.next_deadline() - runner.clock.current_time(), MAX_SLEEP)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the poller's epoll or Trio's; whether the
@@ -108,7 +107,4 @@ class TrioIdle:
         return self.sleep_allowed() <= 0 or self._trio_ready(self._both.poll(0, 2))
 
     def _trio_ready(self, ready: list[tuple[int, int]]) -> bool:
-        for fd, _ in ready:
-            if fd == self._trio_epoll:
-                return True
-        return False
+        return any(fd == self._trio_epoll for fd, _ in ready)

@@ -34,8 +34,8 @@ class IoWaits(trio.abc.Instrument):
 
 
 async def test_the_pinned_trio_lets_the_poller_wait_in_its_stead():
-    """On the Trio in pyproject.toml the poller finds Trio's epoll, deadlines and run
-    queue: an upgrade that moved them fails here rather than silently slowing."""
+    """On the Trio in pyproject.toml the poller finds Trio's epoll, deadlines and idle
+    waiters: an upgrade that moved them fails here rather than silently slowing."""
     poller = Poller(Handler(), 1024)
     try:
         idle = await TrioIdle.attach(poller._epoll.fileno())

@@ -587,8 +587,11 @@ def environment(tmp: Path) -> dict:
             if str(tmp).startswith(point.rstrip("/") + "/") or point == "/":
                 mounts.append((len(point), device, fstype))
     _, device, fstype = max(mounts)
+    # the interpreter itself, not only its version: a build without PGO and LTO (pyenv's
+    # default) costs cqsd's daemon a sixth more CPU a message (benchmarks/README.md)
     return {"bench": "environment", "cpus": os.cpu_count(), "data_device": device,
-            "data_fs": fstype, "python": sys.version.split()[0]}
+            "data_fs": fstype, "python": sys.version.split()[0],
+            "python_binary": os.path.realpath(sys.executable)}
 
 
 def _guarded(bench: str, run, lines: list[dict]):

@@ -461,6 +461,9 @@ def summary(lines: list[dict]) -> list[str]:
         bench = r.get("bench")
         if "error" in r:
             out.append(f"{bench} {r.get('variant', '')}: ERROR {r['error'].splitlines()[0]}")
+        elif bench == "environment":
+            out.append(f"python {r['python']} ({r['python_binary']}), {r['cpus']} CPUs, "
+                       f"data on {r['data_fs']}")
         elif bench == "put_latency":
             out.append(f"recoverable put, 1 client: p50 {r['p50_ms']} ms = "
                        f"{r['p50_over_fsync_p50']} x fsync p50 {r['fsync_p50_ms']} ms "

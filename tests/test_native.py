@@ -121,3 +121,23 @@ def test_a_damaged_manifest_or_a_wrong_build_name_says_so(toy):
     run = python(toy, ASK, "fast")
     assert run.returncode != 0
     assert "CQSD_BUILD='fast': it must be 'native' or 'source'" in run.stderr
+
+
+def test_a_build_compiled_by_another_python_is_never_loaded(toy):
+    """An extension compiled with another interpreter's headers (a virtualenv
+    re-made on another Python of the same ABI tag) is as stale as an edited
+    source: the source runs, or CQSD_BUILD=native refuses, naming that Python."""
+    manifest = toy / "toy" / native.MANIFEST
+    kept = manifest.read_text()
+    assert json.loads(kept)["python"] == sys.version
+    manifest.write_text(json.dumps(json.loads(kept) | {"python": "3.11.0 (elsewhere)"}))
+    try:
+        run = python(toy, ASK)
+        assert run.stdout.split() == ["True", "1", "source"], run.stderr
+        assert "compiled by another Python: 3.11.0 (elsewhere)" in run.stderr
+        refused = python(toy, ASK, "native")
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert "no fresh build (compiled by another Python: 3.11.0 (elsewhere))" in refused.stderr
+    finally:
+        manifest.write_text(kept)
+    assert python(toy, ASK).stdout.split() == ["False", "1", "native"]

@@ -9,8 +9,8 @@ the package, ``<package>/_native__mypyc*.so``, and a small extension per
 module), which this script builds under ``build/native`` and copies beside the
 sources, then writes the package's manifest (``cqsproto/native.py`` reads it at
 import to refuse a stale build). A build whose manifests still match the
-sources, this script and the mypyc version does nothing, so ``make test`` and
-``make run`` can always ask for it.
+sources, this script, the mypyc version and the interpreter does nothing, so
+``make test`` and ``make run`` can always ask for it.
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ def fresh(package: str) -> bool:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    return manifest.get("recipe") == recipe() and set(manifest.get("modules", ())) == {
-        module_name(package, m) for m in PACKAGES[package][1]} and not stale(
-            directory, manifest["modules"])
+    modules = {module_name(package, m) for m in PACKAGES[package][1]}
+    return (manifest.get("recipe") == recipe() and manifest.get("python") == sys.version
+            and set(manifest.get("modules", ())) == modules
+            and not stale(directory, manifest["modules"]))
 
 
 def clean(directory: Path) -> None:
@@ -106,7 +107,8 @@ def build(package: str, directory: Path, modules: list[str], out: Path,
         built = out / "lib" / Path(*parts[:-1]) / (parts[-1] + SUFFIX)
         shutil.copy2(built, directory / Path(*parts[1:-1]) / built.name)
     (directory / MANIFEST).write_text(json.dumps(
-        {"recipe": recipe(), "modules": hashes}, indent=1, sort_keys=True) + "\n")
+        {"recipe": recipe(), "python": sys.version, "modules": hashes},
+        indent=1, sort_keys=True) + "\n")
 
 
 def _parallel(build_ext: type) -> type:

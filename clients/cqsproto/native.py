@@ -100,24 +100,29 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
         raise ImportError(f"{ENV}={wanted!r}: it must be 'native' or 'source'")
     directory = path[0]
     where = os.path.join(directory, MANIFEST)
+    built_by = sys.version
     try:
         with open(where) as f:
-            manifest = json.load(f)["modules"]
+            found = json.load(f)
+        manifest, built_by = found["modules"], found.get("python")
     except FileNotFoundError:
         manifest = unlisted(directory, package)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ImportError(f"{where} is unreadable ({error}): "
                           "run `make native` to rebuild it") from None
     changed = stale(directory, manifest)
+    listed = ", ".join(changed[:3]) + " ..." * (len(changed) > 3)
+    why = f"it changed after the compiled build ({listed})"
+    if built_by != sys.version and manifest:  # compiled with another interpreter's headers
+        changed = list(manifest)
+        listed = why = f"compiled by another Python: {built_by}"
     if wanted == "native" and (changed or not manifest):
-        what = ", ".join(changed) or "nothing compiled"
-        raise ImportError(f"{ENV}=native, but {package} has no fresh build ({what}): "
-                          "run `make native`")
+        raise ImportError(f"{ENV}=native, but {package} has no fresh build "
+                          f"({listed or 'nothing compiled'}): run `make native`")
     build = "native" if manifest and not changed and wanted != "source" else "source"
     if build == "source" and manifest:
         if changed and not wanted:
-            print(f"{package}: running the Python source, since it changed after the "
-                  f"compiled build ({', '.join(changed[:3])}{' ...' * (len(changed) > 3)}); "
+            print(f"{package}: running the Python source, since {why}; "
                   "`make native` rebuilds it", file=sys.stderr)
         # Just ahead of the finder that would find the extension, and after any
         # that wrap what the others find (atheris's instrumentation, coverage).

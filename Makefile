@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-tools lint bench java java-package promtool compiler native clean
+.PHONY: run test test-tools lint bench java java-package promtool compiler native install clean
 
 # Debian packages the tests need, by the command each provides: etcd for the
 # group tests, faketime for the clock steps, fuse3 (fusermount3) for lazyfs,
@@ -124,6 +124,29 @@ test: test-tools native java promtool
 # docs/native.md); it rebuilds only what changed since its last build.
 native: compiler $(STAMP)
 	$(BIN)/python tools/native.py build
+
+# The service's virtualenv (docs/operations.md): the daemon, cqsctl and the SDK
+# from this checkout, with the compiled build, which `pip install` copies along
+# (package-data in both pyproject.toml) and each package then runs: the check
+# below fails the install otherwise. A plain `pip install ./clients .` without a
+# build installs the Python source alone: 130 against 111 µs of daemon CPU a
+# message of the plain pattern (benchmarks/README.md, "Nineteenth session").
+PREFIX ?= /opt/cqsd
+SETUPTOOLS_BUILD := build/lib build/bdist.* clients/build  # pip's builds in the tree
+
+# The build is made by the service's own interpreter (mypyc comes from its
+# virtualenv and leaves it after), not with the test virtualenv `native` makes.
+install: compiler
+	test -x $(PREFIX)/bin/python || $(PYTHON) -m venv $(PREFIX)
+	$(PREFIX)/bin/python -m pip install --quiet --upgrade pip
+	$(PREFIX)/bin/python -m pip install --quiet ./clients . 'mypy>=1.15,<3' setuptools
+	$(PREFIX)/bin/python tools/native.py build
+	$(PREFIX)/bin/python -m pip uninstall --quiet --yes mypy
+	rm -rf $(SETUPTOOLS_BUILD)  # what an older install left there would go in too
+	$(PREFIX)/bin/python -m pip install --quiet ./clients .  # a local project is always reinstalled
+	rm -rf $(SETUPTOOLS_BUILD)
+	$(PREFIX)/bin/python -c 'import sys, cqsd, cqsclient, cqsproto.native as n; \
+	    sys.exit(set(n.chosen.values()) != {"native"} and f"not compiled: {n.chosen}")'
 
 # A C compiler and the Python headers for `native`, installed when missing and
 # we are root (as `java` is).

@@ -588,7 +588,7 @@ def environment(tmp: Path) -> dict:
                 mounts.append((len(point), device, fstype))
     _, device, fstype = max(mounts)
     # the interpreter itself, not only its version: a build without PGO and LTO (pyenv's
-    # default) costs cqsd's daemon a sixth more CPU a message (benchmarks/README.md)
+    # default) costs cqsd's daemon a fifth more CPU a message (benchmarks/README.md)
     return {"bench": "environment", "cpus": os.cpu_count(), "data_device": device,
             "data_fs": fstype, "python": sys.version.split()[0],
             "python_binary": os.path.realpath(sys.executable)}

@@ -1,9 +1,14 @@
 """The wheels ship every package of the source tree (an editable install would hide a gap)."""
 
+import hashlib
 import importlib
+import importlib.util
+import json
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,3 +44,51 @@ def test_the_commands_print_their_version(module, name, package):
     done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout == f"{name} {importlib.import_module(package).__version__}\n"
+
+
+def _tools_native():
+    spec = importlib.util.spec_from_file_location("tools_native", ROOT / "tools" / "native.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("root", list(DISTRIBUTIONS), ids=["cqsd", "cqsclient"])
+def test_a_wheel_built_beside_the_compiled_build_carries_it(root, tmp_path):
+    """`make install` (docs/operations.md) installs the service from wheels of this
+    tree: each carries the compiled build `make native` left here, its manifest and
+    every module's extension, and the manifest still vouches for the sources
+    shipped beside them, so that the installed packages run compiled."""
+    native = _tools_native()
+    # a copy, as the Dockerfile's build stage has it: setuptools' build/lib in the tree
+    # may hold what an earlier package-data put there
+    source = tmp_path / "source"
+    for top in DISTRIBUTIONS[root]:
+        shutil.copytree(root / top, source / top,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (root / name).exists():
+            shutil.copy2(root / name, source / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+         "--wheel-dir", str(tmp_path), str(source)],
+        capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for package in DISTRIBUTIONS[root]:
+            if package not in native.PACKAGES:
+                continue
+            directory, modules = native.PACKAGES[package]
+            assert native.fresh(package), f"{package}: `make native` first"
+            prefix = directory.relative_to(root).as_posix()
+            manifest = json.loads(archive.read(f"{prefix}/_native.json"))
+            assert manifest["python"] == sys.version
+            for module in modules:
+                stem = f"{prefix}/{module.removesuffix('.py')}"
+                assert stem + native.SUFFIX in names, stem
+                shipped = hashlib.sha256(archive.read(f"{prefix}/{module}")).hexdigest()
+                assert manifest["modules"][native.module_name(package, module)]["sha256"] \
+                    == shipped, module
+            assert any(n.startswith(f"{prefix}/_native__mypyc") for n in names), package

@@ -113,7 +113,9 @@ def test_dockerfile_has_java_tini_a_user_a_volume_and_a_health_check():
     assert re.search(r"temurin:\d+-jre", args["ARG"])  # Java for Spark
     assert [v for k, v in steps if k == "FROM"] == ["${BASE} AS build", "${BASE}"]
     runs = " ".join(v for k, v in steps if k == "RUN")
-    assert "pip install --no-cache-dir ./clients ." in runs and "tini" in runs
+    assert "make install PREFIX=/opt/cqsd" in runs and "tini" in runs  # compiled (native.md)
+    copied = " ".join(v for k, v in steps if k == "COPY").split()
+    assert {"Makefile", "tools/native.py"} <= set(copied)
     user = [v for k, v in steps if k == "USER"][-1]
     assert user.split(":")[0].isdigit() and user.split(":")[0] != "0"
     assert [v for k, v in steps if k == "ENTRYPOINT"] == ['["/usr/bin/tini", "--"]']

@@ -139,7 +139,7 @@ SETUPTOOLS_BUILD := build/lib build/bdist.* clients/build  # pip's builds in the
 install: compiler
 	test -x $(PREFIX)/bin/python || $(PYTHON) -m venv $(PREFIX)
 	$(PREFIX)/bin/python -m pip install --quiet --upgrade pip
-	$(PREFIX)/bin/python -m pip install --quiet ./clients . 'mypy>=1.15,<3' setuptools
+	$(PREFIX)/bin/python -m pip install --quiet ./clients . 'mypy>=1.15,<3' setuptools  # mypy: as the test extra
 	$(PREFIX)/bin/python tools/native.py build
 	$(PREFIX)/bin/python -m pip uninstall --quiet --yes mypy
 	rm -rf $(SETUPTOOLS_BUILD)  # what an older install left there would go in too

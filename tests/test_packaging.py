@@ -2,7 +2,6 @@
 
 import hashlib
 import importlib
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -12,6 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.test_native import tools_native  # tools/native.py, loaded by its path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,20 +47,12 @@ def test_the_commands_print_their_version(module, name, package):
     assert done.stdout == f"{name} {importlib.import_module(package).__version__}\n"
 
 
-def _tools_native():
-    spec = importlib.util.spec_from_file_location("tools_native", ROOT / "tools" / "native.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("root", list(DISTRIBUTIONS), ids=["cqsd", "cqsclient"])
 def test_a_wheel_built_beside_the_compiled_build_carries_it(root, tmp_path):
     """`make install` (docs/operations.md) installs the service from wheels of this
     tree: each carries the compiled build `make native` left here, its manifest and
     every module's extension, and the manifest still vouches for the sources
     shipped beside them, so that the installed packages run compiled."""
-    native = _tools_native()
     # a copy, as the Dockerfile's build stage has it: setuptools' build/lib in the tree
     # may hold what an earlier package-data put there
     source = tmp_path / "source"
@@ -78,17 +71,17 @@ def test_a_wheel_built_beside_the_compiled_build_carries_it(root, tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         for package in DISTRIBUTIONS[root]:
-            if package not in native.PACKAGES:
+            if package not in tools_native.PACKAGES:
                 continue
-            directory, modules = native.PACKAGES[package]
-            assert native.fresh(package), f"{package}: `make native` first"
+            directory, modules = tools_native.PACKAGES[package]
+            assert tools_native.fresh(package), f"{package}: `make native` first"
             prefix = directory.relative_to(root).as_posix()
             manifest = json.loads(archive.read(f"{prefix}/_native.json"))
             assert manifest["python"] == sys.version
             for module in modules:
                 stem = f"{prefix}/{module.removesuffix('.py')}"
-                assert stem + native.SUFFIX in names, stem
+                assert stem + tools_native.SUFFIX in names, stem
                 shipped = hashlib.sha256(archive.read(f"{prefix}/{module}")).hexdigest()
-                assert manifest["modules"][native.module_name(package, module)]["sha256"] \
+                assert manifest["modules"][tools_native.module_name(package, module)]["sha256"] \
                     == shipped, module
             assert any(n.startswith(f"{prefix}/_native__mypyc") for n in names), package

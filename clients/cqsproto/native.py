@@ -110,12 +110,13 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ImportError(f"{where} is unreadable ({error}): "
                           "run `make native` to rebuild it") from None
-    changed = stale(directory, manifest)
-    listed = ", ".join(changed[:3]) + " ..." * (len(changed) > 3)
-    why = f"it changed after the compiled build ({listed})"
     if built_by != sys.version and manifest:  # compiled with another interpreter's headers
         changed = list(manifest)
         listed = why = f"compiled by another Python: {built_by}"
+    else:
+        changed = stale(directory, manifest)
+        listed = ", ".join(changed[:3]) + " ..." * (len(changed) > 3)
+        why = f"it changed after the compiled build ({listed})"
     if wanted == "native" and (changed or not manifest):
         raise ImportError(f"{ENV}=native, but {package} has no fresh build "
                           f"({listed or 'nothing compiled'}): run `make native`")

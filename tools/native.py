@@ -45,7 +45,7 @@ PACKAGES: dict[str, tuple[Path, list[str]]] = {
             "pair.py", "qtypes.py", "reports.py", "structure.py", "timed.py")),
         *(f"server/smds/{name}" for name in ("datasets.py", "space.py", "syncs.py")),
         *(f"server/{name}" for name in (
-            "connections.py", "dedup.py", "dispatch.py", "handlers.py", "journal.py",
+            "connections.py", "dedup.py", "dispatch.py", "handlers.py", "idle.py", "journal.py",
             "limits.py", "poller.py", "registry.py", "session.py", "waiters.py", "wire.py")),
     ]),
 }

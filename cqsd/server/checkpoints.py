@@ -461,6 +461,7 @@ class Checkpoints:
         await self._save_bases()
         d = self.config.daemon
         if not (d.checkpoint_interval or d.checkpoint_log_volume):
+            self.journal.written_due = NEVER  # no trigger to hear of the bytes written
             return
         while True:
             for name, why in list(self._due()):
@@ -468,6 +469,7 @@ class Checkpoints:
             volume = d.checkpoint_log_volume
             self._next_due = min((self.mark[name] + volume for name in self._waiting()),
                                  default=NEVER) if volume else NEVER
+            self.journal.written_due = self._next_due  # it calls note_logged from there on
             with trio.move_on_after(TRIGGER_POLL):
                 await self._over.wait()
             self._over = trio.Event()

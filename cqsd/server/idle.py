@@ -27,6 +27,7 @@ has no real time to sleep.
 from __future__ import annotations
 
 import select
+from typing import Any, cast
 
 import trio
 
@@ -35,8 +36,10 @@ import trio
 MAX_SLEEP = 1.0
 
 
-class _Scheduled(trio.abc.Instrument):
-    """The tasks scheduled that have not taken their step yet."""
+class _Scheduled:
+    """The tasks scheduled that have not taken their step yet: an instrument (Trio
+    calls the hooks an object has, the ones ``trio.abc.Instrument`` names), not a
+    subclass of it, so that it compiles (docs/native.md)."""
 
     def __init__(self) -> None:
         self.tasks: set[trio.lowlevel.Task] = set()
@@ -51,7 +54,7 @@ class _Scheduled(trio.abc.Instrument):
 class TrioIdle:
     """Trio's run loop, as far as the poller must know it to wait in its stead."""
 
-    def __init__(self, runner, trio_epoll: int, epoll: int) -> None:
+    def __init__(self, runner: Any, trio_epoll: int, epoll: int) -> None:
         self._runner = runner
         self._scheduled = _Scheduled()
         self._trio_epoll = trio_epoll
@@ -72,7 +75,7 @@ class TrioIdle:
                 or type(getattr(runner, "clock", None)).__name__ != "SystemClock"):
             return None
         idle = cls(runner, trio_epoll.fileno(), epoll)
-        trio.lowlevel.add_instrument(idle._scheduled)
+        trio.lowlevel.add_instrument(cast(trio.abc.Instrument, idle._scheduled))
         try:
             # a task scheduled before the instrument is in the run queue or in the batch
             # under way: two batches later each has taken its step
@@ -84,7 +87,7 @@ class TrioIdle:
         return idle
 
     def close(self) -> None:
-        trio.lowlevel.remove_instrument(self._scheduled)
+        trio.lowlevel.remove_instrument(cast(trio.abc.Instrument, self._scheduled))
         self._both.close()
 
     def sleep_allowed(self) -> float:
@@ -107,4 +110,7 @@ class TrioIdle:
         return self.sleep_allowed() <= 0 or self._trio_ready(self._both.poll(0, 2))
 
     def _trio_ready(self, ready: list[tuple[int, int]]) -> bool:
-        return any(fd == self._trio_epoll for fd, _ in ready)
+        for fd, _ in ready:
+            if fd == self._trio_epoll:
+                return True
+        return False

@@ -166,9 +166,11 @@ class Journal:
         self.sync_data = self.data.sync  # awaited before held-back records are written
         self.on_failure = on_failure
         self.observe = observe
-        # after records reach the log file: the checkpoints' volume trigger (daemon.py)
+        # after records reach the log file, once the writer's ``bytes_written`` is at
+        # ``written_due``: the checkpoints' volume trigger (daemon.py), which sets it,
         # looks at the bytes written then, not at every request's append
         self.on_written: Callable[[], None] = _nothing
+        self.written_due = 0
         self._syncs = SyncThread()  # a slow disk's fsyncs (syncthread.py)
 
     @property
@@ -287,7 +289,8 @@ class Journal:
         except ValueError as err:  # refused unwritten, but memory already holds its effects
             self.fail(err, "log_record_refused")
         else:
-            self.on_written()
+            if self.writer.bytes_written >= self.written_due:
+                self.on_written()
 
     def hold(self, session) -> None:
         """``session`` has replies waiting for a flush: ``release`` it after each."""
@@ -344,7 +347,7 @@ class Journal:
             finally:
                 if writer is self.writer:
                     del self._held_back[:held]
-            if held:
+            if held and self.writer.bytes_written >= self.written_due:
                 self.on_written()
             if writer is not self.writer:
                 continue

@@ -422,13 +422,16 @@ class Checkpoints:
     def _needed_from(self, name: str, me: str) -> int:
         """The first LSN of this daemon's series ``me`` a recovery of ``name`` may need:
         the one after its older valid slot; 1 (the whole log) while it has no checkpoint,
-        or its manifest is unreadable. In a group, a pair another node owns needs none
-        of this series unless its slots name it (docs/group.md)."""
+        or its manifest is unreadable. In a group, a pair another node owns needs this
+        series where its slots name it, and, until one does, all of it if a seal of the
+        pair cut it: it may hold the pair's records from when this node owned the pair
+        earlier in the series (a planned move keeps the series), and only a slot taken
+        since holds them elsewhere (docs/group.md, "Trimming")."""
         slots_of = self._positions(name)
         if slots_of is not None and self.physical(name) is None and self.sealed is not _none:
             slots_of = [lsn for lsn in slots_of if me in lsn]
             if not slots_of:
-                return NEVER
+                return 1 if self.sealed(self.primary_of.get(name, name)).get(me, 0) else NEVER
         positions = [lsn.get(me, 0) for lsn in slots_of or ()]
         if not positions:
             return 1

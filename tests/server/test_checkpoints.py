@@ -405,16 +405,20 @@ async def test_a_structure_without_a_checkpoint_keeps_the_whole_log(make):
     assert kept(rooms) == 1
 
 
-@pytest.mark.parametrize(("group", "lsn", "needs_from"), [
-    (True, {SEALED: 40}, None),
-    (True, {SEALED: 40, WRITER: 5}, 6),
-    (False, {SEALED: 40}, 1),
-], ids=["group, not named", "group, named", "alone"])
+@pytest.mark.parametrize(("group", "lsn", "cut", "needs_from"), [
+    (True, {SEALED: 40}, {SEALED: 40}, None),
+    (True, {SEALED: 40, WRITER: 5}, {SEALED: 40, WRITER: 5}, 6),
+    (True, {SEALED: 40}, {SEALED: 40, WRITER: 30}, 1),
+    (False, {SEALED: 40}, {}, 1),
+], ids=["group, not named", "group, named", "group, sealed here, not named", "alone"])
 async def test_a_pair_another_node_owns_needs_this_series_only_where_its_slots_name_it(
-        make, group, lsn, needs_from):
+        make, group, lsn, cut, needs_from):
     """In a group, a pair this node does not hold needs none of this node's series
-    unless its slots name it; a daemon alone keeps the whole log for a failed
-    structure whose slots do not name its series."""
+    unless its slots name it, or a seal of the pair cut it: the series may hold the
+    pair's records from when this node owned it, and no slot since holds them (a
+    trim of them left the pair's next takeover failing with Trimmed, for ever). A
+    daemon alone keeps the whole log for a failed structure whose slots do not name
+    its series."""
     rooms = make()
     firsts = await segments_of(rooms)
     srds = rooms.datadir.srds
@@ -424,7 +428,7 @@ async def test_a_pair_another_node_owns_needs_this_series_only_where_its_slots_n
     rooms.registry.fail("MSGQ02")  # not held here
     cp = rooms.checkpoints()
     if group:
-        cp.sealed = lambda name: {SEALED: 40} if name == "MSGQ02" else {}
+        cp.sealed = lambda name: dict(cut) if name == "MSGQ02" else {}
     cp.trim()
     assert kept(rooms) == (holding(firsts, 11) if needs_from is None
                            else holding(firsts, needs_from))

@@ -33,7 +33,6 @@ log = structlog.get_logger()
 KEEP = 50  # finished jobs the table remembers
 TAIL = 40  # stderr lines kept to say why a job failed
 MAX_LINE = 64 * 1024  # longer stderr lines are cut (a JVM can print anything)
-NICE = 10  # the job's CPU priority below the daemon's
 STATUS_EVERY = 15.0  # seconds between progress reports of a job run before serving
 
 
@@ -98,17 +97,6 @@ def _end(proc) -> None:
         pass
     proc.kill()
 
-
-def _niced() -> None:
-    os.nice(NICE)
-
-
-def _idle() -> None:
-    """A checkpoint only gets CPU the daemon leaves idle (SCHED_IDLE, Linux): with
-    nice alone, its JVM's bursts still delayed puts by milliseconds."""
-    os.nice(NICE)
-    if hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 @dataclass
@@ -187,14 +175,18 @@ class Jobs:
 
     async def run(self, config, args: list[str], background: bool = False) -> dict:
         """Run ``python -m cqsd.srds ARGS`` and return its result line; JobFailed says why
-        not. A ``background`` job runs on idle CPU only; otherwise it is niced."""
+        not. A ``background`` job runs on idle CPU only; otherwise it is niced. The job
+        lowers its own priority (``--priority``): a ``preexec_fn`` would make the
+        daemon fork, not vfork, with its threads (the fsync thread, pyarrow's pools)
+        running, and Python documents that the child may then deadlock before exec,
+        the daemon's loop with it, waiting for the exec."""
         d = config.daemon
         job, stdout = self.start(args), bytearray()
         tail: deque[str] = deque(maxlen=TAIL)
         try:
             proc = await trio.lowlevel.open_process(
-                job_command(config, args), stdout=PIPE, stderr=PIPE,
-                preexec_fn=_idle if background else _niced)
+                [*job_command(config, args), "--priority", "idle" if background else "nice"],
+                stdout=PIPE, stderr=PIPE)
         except OSError as err:
             self.end(job, f"cannot start the job: {err}")
             raise JobFailed(f"{' '.join(args[:3])}: cannot start the job: {err}") from err

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import logstream
 from cqsd.srds import jobs, manifest, slots
+from cqsd.srds.__main__ import NICE
 
 ROOT = Path(__file__).resolve().parents[2]
 S = "MSGQ01"
@@ -59,6 +60,26 @@ def test_report_prints_one_json_result_line(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["slots"] == [] and result["tail"]["cqsd"]["records"] == 3
+
+
+def test_a_job_given_a_priority_lowers_its_own(tmp_path):
+    """``--priority``: the job puts itself below the daemon (nice), or on idle CPU only
+    as well (SCHED_IDLE), and the JVM it starts inherits both; so the daemon starts
+    it without a ``preexec_fn``, which would fork the threaded daemon."""
+    fill(tmp_path, 1, 3)
+    code = ("import os, sys; from cqsd.srds.__main__ import main; "
+            "rc = main(['report', '--structure', 'MSGQ01', '--data-dir', sys.argv[1], "
+            "'--priority', sys.argv[2]]); "
+            "print(rc, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    niced = min(19, base + NICE)
+    for priority, nice, policy in (("normal", base, os.SCHED_OTHER),
+                                   ("nice", niced, os.SCHED_OTHER),
+                                   ("idle", niced, os.SCHED_IDLE)):
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path), priority],
+                              capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1].split() == ["0", str(nice), str(policy)]
 
 
 def test_a_checkpoint_killed_midway_leaves_the_old_slot_current(spark, tmp_path):

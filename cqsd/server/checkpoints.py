@@ -92,7 +92,9 @@ class Checkpoints:
         self._one_job = trio.Lock()  # one JVM at a time: the daemon keeps the other core
         self._over = trio.Event()  # set when a structure may owe a checkpoint by volume
         self._basing = trio.Lock()  # one base image save at a time
-        self._next_due = NEVER  # ``logged`` at which the next structure reaches the volume
+        # ``logged`` at which the next structure reaches the volume: the journal calls
+        # note_logged once its writer has written that much (run sets it)
+        journal.written_due = NEVER
         for name, why in self._due():
             log.info("checkpoint_due", structure=name, why=why, log_bytes=self.owed(name),
                      since=round(self.last_time[name], 3))
@@ -102,7 +104,11 @@ class Checkpoints:
     def covered(self, name: str, position: int) -> dict[str, int]:
         """The log a checkpoint of ``name`` at ``position`` of this daemon's series
         covers: with the cuts of a group's sealed series (docs/group.md)."""
-        return {**self.sealed(self.primary_of.get(name, name)), self.journal.writer_id: position}
+        return {**self._seals(name), self.journal.writer_id: position}
+
+    def _seals(self, name: str) -> dict[str, int]:
+        """The cuts of the sealed series of ``name``'s pair (none for a daemon alone)."""
+        return self.sealed(self.primary_of.get(name, name))
 
     def owed(self, name: str) -> int:
         """Log bytes after the cut of ``name``'s newest checkpoint."""
@@ -431,7 +437,7 @@ class Checkpoints:
         if slots_of is not None and self.physical(name) is None and self.sealed is not _none:
             slots_of = [lsn for lsn in slots_of if me in lsn]
             if not slots_of:
-                return 1 if self.sealed(self.primary_of.get(name, name)).get(me, 0) else NEVER
+                return 1 if self._seals(name).get(me, 0) else NEVER
         positions = [lsn.get(me, 0) for lsn in slots_of or ()]
         if not positions:
             return 1
@@ -453,7 +459,7 @@ class Checkpoints:
 
     def note_logged(self) -> None:
         """Records were appended: wake the trigger if one is owed a checkpoint now."""
-        if self.logged >= self._next_due:
+        if self.logged >= self.journal.written_due:
             self._over.set()
 
     async def run(self) -> None:
@@ -464,15 +470,13 @@ class Checkpoints:
         await self._save_bases()
         d = self.config.daemon
         if not (d.checkpoint_interval or d.checkpoint_log_volume):
-            self.journal.written_due = NEVER  # no trigger to hear of the bytes written
             return
         while True:
             for name, why in list(self._due()):
                 self.runtime.spawn(f"checkpoint of {name}", self._quietly, name, why)
             volume = d.checkpoint_log_volume
-            self._next_due = min((self.mark[name] + volume for name in self._waiting()),
-                                 default=NEVER) if volume else NEVER
-            self.journal.written_due = self._next_due  # it calls note_logged from there on
+            self.journal.written_due = min((self.mark[name] + volume for name in self._waiting()),
+                                           default=NEVER) if volume else NEVER
             with trio.move_on_after(TRIGGER_POLL):
                 await self._over.wait()
             self._over = trio.Event()

@@ -98,7 +98,6 @@ def _end(proc) -> None:
     proc.kill()
 
 
-
 @dataclass
 class Job:
     id: int

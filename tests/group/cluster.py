@@ -108,8 +108,14 @@ class FaultyGroup:
                 mount = self.mounts[name] = LazyFS(self.backing, self.root / name).start()
                 clock = self.clocks[name] = self.root / f"{name}.faketime"
                 clock.write_text("+0\n")
+                # NO_FAKE_STAT: libfaketime fakes a stat's times under a semaphore it
+                # shares with the node's children (FAKETIME_SHARED). A Spark job that
+                # failed SIGKILLed its JVM, still starting, inside one: the semaphore
+                # stayed taken, and the node's next stat (pyarrow's, opening a slot
+                # file) waited forever
                 env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
-                       "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                       "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                       "NO_FAKE_STAT": "1"}
                 self.nodes[name] = Node(name, mount.mountpoint / "data",
                                         f"http://127.0.0.1:{proxy.address[1]}", group=group,
                                         lease=lease, daemon_keys=daemon_keys, env=env,
@@ -132,9 +138,14 @@ class FaultyGroup:
             for node in self.nodes.values():
                 if node.alive:  # where each node stands, threads and all
                     with open(self.root / f"{node.name}.stacks", "w") as out:
-                        subprocess.run(["py-spy", "dump", "--locals", "--pid",
+                        spy = Path(sys.executable).with_name("py-spy")  # the venv's
+                        subprocess.run([str(spy), "dump", "--locals", "--pid",
                                         str(node.proc.pid)], stdout=out,
                                        stderr=subprocess.STDOUT, timeout=60, check=False)
+                        if shutil.which("gdb"):  # native frames: a lock inside a library
+                            subprocess.run(["gdb", "-p", str(node.proc.pid), "-batch",
+                                            "-ex", "thread apply all bt"], stdout=out,
+                                           stderr=subprocess.STDOUT, timeout=120, check=False)
                     node.kill()
                 (self.root / f"{node.name}.jsonl").write_text(
                     "".join(json.dumps(e, default=str) + "\n" for e in node.lines))

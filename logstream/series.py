@@ -56,7 +56,10 @@ def bytes_between(segments: list[SegmentFile], after: int, end: int | None,
     (the LSN after its last record; None: to its end): how much log a reader starting
     there goes through. Exact for whole segments; within the segment holding record
     ``after + 1`` it is that segment's share pro rata by LSN (the whole of it if
-    ``end`` is not known), off by at most one segment. Reads only sizes."""
+    ``end`` is not known), off by at most one segment. Reads only sizes. A series
+    with no segments left (one a group retired whole) holds none."""
+    if not segments:
+        return 0
     ends = [*(seg.first_lsn for seg in segments[1:]), end]  # the LSN after each one's last
     total = 0
     for seg, after_last in zip(segments, ends, strict=True):

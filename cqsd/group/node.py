@@ -200,8 +200,12 @@ class GroupNode:
         cut.pop(self.host.writer, None)
         return cut
 
-    def live_series(self) -> set[str]:
-        """The series the live nodes write now: this node's and every joined node's."""
+    def live_series(self) -> set[str] | None:
+        """The series the live nodes write now: this node's and every joined node's;
+        None until the group's keys were first read, when every other series would
+        look dead (a start's trim retired series a slot named short of their cuts)."""
+        if not self.seen.is_set():
+            return None
         return {self.host.writer, *(n.writer for n in self.view.nodes.values())}
 
     def describe(self) -> list[dict[str, Any]]:

@@ -73,8 +73,11 @@ class Checkpoints:
         self.primary_of = {sc.overflow: sc.name for sc in self.config.structures if sc.overflow}
         # a group's sealed series of a pair, by writer (docs/group.md); none alone
         self.sealed: Callable[[str], dict[str, int]] = _none
-        # a group's series still written: every live node's current one (none alone)
-        self.live_series: Callable[[], set[str]] | None = None
+        # a group's series still written: every live node's current one (none alone;
+        # it says None until the node has read its group)
+        self.live_series: Callable[[], set[str] | None] | None = None
+        # (pair, series): the pairs this node has owned while writing its series
+        self._held_in: set[tuple[str, str]] = set()
         # what a structure is owed is ``logged - mark``: the log after its newest cut
         self.mark: dict[str, int] = {}
         self.last_time: dict[str, float] = {}  # when its newest cut was taken
@@ -143,6 +146,14 @@ class Checkpoints:
             except ImageError:
                 pass  # none, or damaged: the restart refuses it if it needs it
         return covered
+
+    def held(self, pair: str) -> None:
+        """This node owns pair ``pair`` now (a group's takeover): its records go into
+        this node's series, which the pair needs once another node owns it, until a
+        slot of the pair names the series (``_needed_from``)."""
+        me = self.journal.writer_id
+        self._held_in = {(p, series) for p, series in self._held_in if series == me}
+        self._held_in.add((pair, me))
 
     async def taken_over(self, pair: str, cut: dict[str, int]) -> None:
         """This node took pair ``pair`` over (docs/group.md) at the sealed series' ``cut``:
@@ -357,7 +368,8 @@ class Checkpoints:
         self._trim(self.journal.writer, self.journal.position, self._live(), time.time())
 
     def _live(self) -> set[str] | None:
-        """The series a group's live nodes write, read on the loop; None alone."""
+        """The series a group's live nodes write, read on the loop; None alone, or
+        before the node has read its group (nothing is retired then)."""
         return None if self.live_series is None else self.live_series()
 
     def _trim(self, writer: logstream.Writer, position: int, live: set[str] | None,
@@ -389,10 +401,12 @@ class Checkpoints:
         any more (docs/group.md, "Dead series"). Every takeover, fence and restart
         leaves one, and each costs every later takeover a listing and its seal's cut.
         A series is dead when no live node writes it, and needed no more when every
-        slot, base image and clean image of every structure names it (each was taken
-        after it was sealed for that pair, so covers its records of the pair; what
-        lies past its cut is a deposed owner's and never counts) and its last record
-        is older than ``log_retention``, the ``dedup_window`` and RETIRE_AFTER."""
+        slot, base image and clean image of every structure names it at the cut a
+        seal of the structure's pair made of it, or past it (what lies past a cut is
+        a deposed owner's and never counts; a slot its own writer took while it was
+        live names it short of its cut, and a job starting from that slot reads on
+        to the cut), and its last record is older than ``log_retention``, the
+        ``dedup_window`` and RETIRE_AFTER."""
         series = list_series(self.datadir.logstream)
         dead = set(series) - live - {me}
         if not dead:
@@ -409,8 +423,9 @@ class Checkpoints:
                     named.append(image.read_header(path, name)["lsn"])
                 except (OSError, ImageError):
                     return  # a rebuild reports it
+            cut = self._seals(name)
             for lsn in named:
-                dead &= set(lsn)
+                dead &= {writer for writer, at in lsn.items() if at >= cut.get(writer, at)}
         for writer in sorted(dead):
             segments = series[writer]
             try:
@@ -429,15 +444,17 @@ class Checkpoints:
         """The first LSN of this daemon's series ``me`` a recovery of ``name`` may need:
         the one after its older valid slot; 1 (the whole log) while it has no checkpoint,
         or its manifest is unreadable. In a group, a pair another node owns needs this
-        series where its slots name it, and, until one does, all of it if a seal of the
-        pair cut it: it may hold the pair's records from when this node owned the pair
-        earlier in the series (a planned move keeps the series), and only a slot taken
-        since holds them elsewhere (docs/group.md, "Trimming")."""
+        series where its slots name it, and, until one does, all of it if this node
+        owned the pair while writing it, or a seal of the pair cut it: the series holds
+        the pair's records from then (a planned move keeps the series, and so does a
+        fence until the node rolls), and only a slot taken since holds them elsewhere
+        (docs/group.md, "Trimming")."""
         slots_of = self._positions(name)
         if slots_of is not None and self.physical(name) is None and self.sealed is not _none:
             slots_of = [lsn for lsn in slots_of if me in lsn]
             if not slots_of:
-                return 1 if self._seals(name).get(me, 0) else NEVER
+                held = (self.primary_of.get(name, name), me) in self._held_in
+                return 1 if held or self._seals(name).get(me, 0) else NEVER
         positions = [lsn.get(me, 0) for lsn in slots_of or ()]
         if not positions:
             return 1

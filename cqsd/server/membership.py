@@ -173,6 +173,7 @@ class Membership:
         pair.derive_status()
         self.dedup.install(keys)
         self.registry.standby.discard(name)
+        self.checkpoints.held(name)
         self.registry.install(pair)
         self.datasets.open_sets.taken_over([s.name for s in pair.structures()])
         self.clients.announce(pair)

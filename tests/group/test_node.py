@@ -273,3 +273,20 @@ async def test_a_takeover_keeps_one_seal_per_pair_saying_all_the_earlier_ones_di
     kvs, _ = await etcd.get_prefix(key(group.name, "seals", "P") + "/")
     assert [kv.key.rpartition("/")[2] for kv in kvs] == [str(node.owned["P"])]
     assert json.loads(kvs[0].value)["cut"] == {"OLD-1": 10, "OLD-2": 20}
+
+
+async def test_a_node_names_no_live_series_until_it_has_read_its_group(etcd_server, tmp_path):
+    """Before the group's keys are read every other node's series would look dead, and
+    a start's trim retired series its slots named short of their cuts: live_series
+    says None (nothing is retired) until the first read, then the joined nodes'."""
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    node = GroupNode(group, {}, SlowHost(tmp_path))
+    assert node.live_series() is None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(20):
+            await node.seen.wait()
+        assert node.live_series() == {"NODE1-1"}
+        nursery.cancel_scope.cancel()

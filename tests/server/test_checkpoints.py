@@ -405,20 +405,23 @@ async def test_a_structure_without_a_checkpoint_keeps_the_whole_log(make):
     assert kept(rooms) == 1
 
 
-@pytest.mark.parametrize(("group", "lsn", "cut", "needs_from"), [
-    (True, {SEALED: 40}, {SEALED: 40}, None),
-    (True, {SEALED: 40, WRITER: 5}, {SEALED: 40, WRITER: 5}, 6),
-    (True, {SEALED: 40}, {SEALED: 40, WRITER: 30}, 1),
-    (False, {SEALED: 40}, {}, 1),
-], ids=["group, not named", "group, named", "group, sealed here, not named", "alone"])
+@pytest.mark.parametrize(("group", "lsn", "cut", "held", "needs_from"), [
+    (True, {SEALED: 40}, {SEALED: 40}, False, None),
+    (True, {SEALED: 40, WRITER: 5}, {SEALED: 40, WRITER: 5}, True, 6),
+    (True, {SEALED: 40}, {SEALED: 40, WRITER: 30}, False, 1),
+    (True, {SEALED: 40}, {SEALED: 40}, True, 1),
+    (False, {SEALED: 40}, {}, False, 1),
+], ids=["group, not named", "group, named", "group, sealed here, not named",
+        "group, held here, not named", "alone"])
 async def test_a_pair_another_node_owns_needs_this_series_only_where_its_slots_name_it(
-        make, group, lsn, cut, needs_from):
+        make, group, lsn, cut, held, needs_from):
     """In a group, a pair this node does not hold needs none of this node's series
-    unless its slots name it, or a seal of the pair cut it: the series may hold the
-    pair's records from when this node owned it, and no slot since holds them (a
-    trim of them left the pair's next takeover failing with Trimmed, for ever). A
-    daemon alone keeps the whole log for a failed structure whose slots do not name
-    its series."""
+    unless its slots name it, this node owned the pair while writing the series, or
+    a seal of the pair cut it: the series may hold the pair's records from then, and
+    no slot since holds them (a trim of them left the pair's next takeover failing
+    with Trimmed, for ever: once after a planned move, once after a fence, before
+    any seal of the pair cut the series). A daemon alone keeps the whole log for a
+    failed structure whose slots do not name its series."""
     rooms = make()
     firsts = await segments_of(rooms)
     srds = rooms.datadir.srds
@@ -429,6 +432,8 @@ async def test_a_pair_another_node_owns_needs_this_series_only_where_its_slots_n
     cp = rooms.checkpoints()
     if group:
         cp.sealed = lambda name: dict(cut) if name == "MSGQ02" else {}
+    if held:  # owned here earlier in this series, and lost since
+        cp.held("MSGQ02")
     cp.trim()
     assert kept(rooms) == (holding(firsts, 11) if needs_from is None
                            else holding(firsts, needs_from))
@@ -473,6 +478,7 @@ async def test_a_dead_series_every_checkpoint_covers_is_retired(make):
     files = dead_series(rooms)
     slots_naming(rooms)
     cp = rooms.checkpoints()
+    cp.sealed = lambda pair: {DEAD: 3}  # each slot names it at its cut
     cp.live_series = lambda: {WRITER}
     with structlog.testing.capture_logs() as logs:
         cp.trim()
@@ -482,24 +488,51 @@ async def test_a_dead_series_every_checkpoint_covers_is_retired(make):
     assert list_segments(rooms.datadir.logstream, WRITER)  # this node's own stays
 
 
+async def test_a_takeover_whose_cut_names_a_retired_series_owes_none_of_it(make):
+    """A seal's cut names every series the group has written, a retired one too:
+    counting what a takeover owes finds none of its segments, and counts nothing
+    for it. (It raised ValueError from bytes_between, and the task's death
+    stopped the node, once the fault loop's checkpoint jobs could run.)"""
+    rooms = make()
+    await rooms.log(100)
+    files = dead_series(rooms)
+    slots_naming(rooms)
+    cp = rooms.checkpoints()
+    cp.live_series = lambda: {WRITER}
+    cp.trim()
+    assert not any(seg.path.exists() for seg in files)
+    await cp.taken_over("MSGQ01", {DEAD: 3, WRITER: 1})
+    assert cp.owed("MSGQ01") == cp.owed("MSGQ01OV") == 0  # every slot covers the cut
+
+
 @pytest.mark.parametrize("why", ["live", "recent", "a slot without it", "a base without it",
+                                 "a slot short of its cut", "the group not yet read",
                                  "alone"])
 async def test_a_series_some_recovery_may_still_read_is_kept(make, why):
     """Kept: a series a live node writes, one written lately, one a slot or a base
-    image of some structure does not name (a rebuild from it reads the series), and
-    any series of a daemon on its own."""
+    image of some structure does not name (a rebuild from it reads the series), or
+    names short of the cut a seal of its pair made of it (a slot its writer took
+    while it was live: a checkpoint job from it reads on to the cut), and any
+    series of a daemon on its own, or of a node that has not yet read its group (at
+    its start every other series looked dead)."""
     rooms = make()
     await rooms.log(100)
     files = dead_series(rooms, age=10 if why == "recent" else 3600)
-    slots_naming(rooms, skip=("MSGQ02",) if why == "a slot without it" else ())
+    skip = ("MSGQ02",) if why in ("a slot without it", "a slot short of its cut") else ()
+    slots_naming(rooms, skip=skip)
     if why == "a slot without it":
         slots.empty_checkpoint(rooms.datadir.srds, "MSGQ02", {WRITER: 1}, 0)
+    if why == "a slot short of its cut":
+        slots.empty_checkpoint(rooms.datadir.srds, "MSGQ02", {WRITER: 1, DEAD: 2}, 0)
     cp = rooms.checkpoints()
+    cp.sealed = lambda pair: {DEAD: 3}  # every pair's seal cut the dead series at its end
     if why == "a base without it":
         from cqsd.storage import image
         image.write_rows(rooms.datadir.images / "MSGQ01OV.base", "MSGQ01OV", {}, 0,
                          {WRITER: 1}, 0)
-    if why != "alone":
+    if why == "the group not yet read":
+        cp.live_series = lambda: None
+    elif why != "alone":
         cp.live_series = lambda: {WRITER, DEAD} if why == "live" else {WRITER}
     cp.trim()
     assert all(seg.path.exists() for seg in files)

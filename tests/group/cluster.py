@@ -42,6 +42,8 @@ size = "8MiB"
 """
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# its sitecustomize.py: time.sleep without clock_nanosleep, which libfaketime breaks
+SLEEP_SHIM = Path(__file__).parent.parent / "faults" / "faketime"
 
 
 class Seen(list):
@@ -113,9 +115,13 @@ class FaultyGroup:
                 # failed SIGKILLed its JVM, still starting, inside one: the semaphore
                 # stayed taken, and the node's next stat (pyarrow's, opening a slot
                 # file) waited forever
+                # FAKETIME_SKIP_CMDS, SLEEP_SHIM: a Spark job's sleeps (its JVM's, its
+                # Python's) failed under libfaketime, and so did every checkpoint job
                 env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
                        "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                       "NO_FAKE_STAT": "1"}
+                       "NO_FAKE_STAT": "1", "FAKETIME_SKIP_CMDS": "java",
+                       "PYTHONPATH": os.pathsep.join(
+                           [str(SLEEP_SHIM), *filter(None, [os.environ.get("PYTHONPATH")])])}
                 self.nodes[name] = Node(name, mount.mountpoint / "data",
                                         f"http://127.0.0.1:{proxy.address[1]}", group=group,
                                         lease=lease, daemon_keys=daemon_keys, env=env,

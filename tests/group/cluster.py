@@ -115,8 +115,9 @@ class FaultyGroup:
                 # failed SIGKILLed its JVM, still starting, inside one: the semaphore
                 # stayed taken, and the node's next stat (pyarrow's, opening a slot
                 # file) waited forever
-                # FAKETIME_SKIP_CMDS, SLEEP_SHIM: a Spark job's sleeps (its JVM's, its
-                # Python's) failed under libfaketime, and so did every checkpoint job
+                # SLEEP_SHIM: every time.sleep raised EINVAL under libfaketime, and so
+                # every Spark job failed at once. FAKETIME_SKIP_CMDS: a job's JVM runs
+                # unfaked; faked, its timed waits spun (a job took 275 s, not 10)
                 env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
                        "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
                        "NO_FAKE_STAT": "1", "FAKETIME_SKIP_CMDS": "java",

@@ -79,7 +79,7 @@ def test_without_an_overflow_structure_selected_queues_are_refused(make_daemon):
         with pytest.raises(CQSError) as refused:
             flood(s, "FLOOD", 200)
         assert refused.value.reason == "OVERFLOW_REJECTED"
-        assert [q["queue"] for q in d.events("overflow_selected")[0]["queues"]] == ["FLOOD"]
+        assert [q["queue"] for q in d.wait_for("overflow_selected")[0]["queues"]] == ["FLOOD"]
         assert s.put("SMALLQ", b"still fine")
         assert not d.events("overflow_moved")
 

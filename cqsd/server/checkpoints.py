@@ -109,9 +109,13 @@ class Checkpoints:
         covers: with the cuts of a group's sealed series (docs/group.md)."""
         return {**self._seals(name), self.journal.writer_id: position}
 
+    def _pair(self, name: str) -> str:
+        """The pair ``name`` belongs to: its primary structure's name."""
+        return self.primary_of.get(name, name)
+
     def _seals(self, name: str) -> dict[str, int]:
         """The cuts of the sealed series of ``name``'s pair (none for a daemon alone)."""
-        return self.sealed(self.primary_of.get(name, name))
+        return self.sealed(self._pair(name))
 
     def owed(self, name: str) -> int:
         """Log bytes after the cut of ``name``'s newest checkpoint."""
@@ -453,7 +457,7 @@ class Checkpoints:
         if slots_of is not None and self.physical(name) is None and self.sealed is not _none:
             slots_of = [lsn for lsn in slots_of if me in lsn]
             if not slots_of:
-                held = (self.primary_of.get(name, name), me) in self._held_in
+                held = (self._pair(name), me) in self._held_in
                 return 1 if held or self._seals(name).get(me, 0) else NEVER
         positions = [lsn.get(me, 0) for lsn in slots_of or ()]
         if not positions:

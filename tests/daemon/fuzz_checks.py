@@ -119,7 +119,8 @@ class Checks:
 
     def check_log(self):
         """No traceback, internal error, or error-level event in the daemon's log."""
-        lines, self.log_seen = self.d.lines[self.log_seen:], len(self.d.lines)
+        seen = self.d.mark()
+        lines, self.log_seen = self.d.lines[self.log_seen:seen], seen
         bad = [e for e in lines if e.get("event") in BAD_EVENTS or "exception" in e
                or e.get("level") in ("error", "critical")]
         assert not bad, f"the daemon logged {bad[:5]}"

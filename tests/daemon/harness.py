@@ -4,14 +4,18 @@ stopped with SIGTERM, killed with SIGKILL, restarted on the same data directory.
 Readiness is awaited by reading the daemon's "ready" log line, never by sleeping.
 """
 
+import fcntl
 import json
 import os
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from pathlib import Path
@@ -57,6 +61,21 @@ entry_max = "1KiB"
 """
 
 
+class _Log:
+    """One daemon process's stderr, as far as the harness has read it: ``read`` bytes
+    taken from the pipe, of which ``parsed`` made whole lines."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream  # held, so that its descriptor stays open while read
+        self.fd = stream.fileno()
+        self.read = self.parsed = 0
+        self.reading = self.ended = False
+
+    def unread(self) -> int:
+        """Bytes written to the pipe and not yet read from it."""
+        return struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
 class Daemon:
     def __init__(self, daemon_keys: str = "", structures: str = STRUCTURES, extra: str = "",
                  prefix: tuple[str, ...] = (), env: dict[str, str] | None = None):
@@ -72,6 +91,7 @@ class Daemon:
         )
         self.env = env  # added to the daemon's environment
         self.proc: subprocess.Popen | None = None
+        self._log: _Log | None = None  # the running process's stderr, as read so far
         self.lines: list[dict] = []
         self._ready = threading.Event()
         self._logged = threading.Condition()
@@ -80,30 +100,63 @@ class Daemon:
         self._ready.clear()
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "cqsd", "run", "--config", str(self.config)],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
             env={**os.environ, **measured(), **(self.env or {})},
         )
-        threading.Thread(target=self._read_log, args=(self.proc,), daemon=True).start()
+        self._log = _Log(self.proc.stderr)
+        threading.Thread(target=self._read_log, args=(self._log,), daemon=True).start()
         if not self._ready.wait(timeout):
             self.kill()
             raise RuntimeError(f"daemon did not become ready: {self.lines[-5:]}")
         return self
 
-    def _read_log(self, proc: subprocess.Popen) -> None:
-        for line in proc.stderr:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = {"event": "text", "text": line.rstrip()}
+    def _read_log(self, log: "_Log") -> None:
+        partial = b""
+        while True:
+            select.select([log.fd], [], [])
             with self._logged:
-                self.lines.append(event)
+                log.reading = True
+            chunk = os.read(log.fd, 1 << 16)
+            *whole, partial = (partial + chunk).split(b"\n")
+            with self._logged:
+                for line in whole:
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        event = {"event": "text", "text": line.decode(errors="replace").rstrip()}
+                    self.lines.append(event)
+                    if event.get("event") == "ready":
+                        self._ready.set()
+                log.read += len(chunk)
+                log.parsed = log.read - len(partial)
+                log.reading, log.ended = False, not chunk
                 self._logged.notify_all()
-            if event.get("event") == "ready":
-                self._ready.set()
+            if not chunk:
+                return
+
+    def settle(self, timeout: float = 10) -> None:
+        """Wait until every line the daemon had written when called has been read
+        into ``lines``: a reply can reach the test before the log line the daemon
+        wrote ahead of it, and a test that looks at once must see that line."""
+        log = self._log
+        if log is None:
+            return
+        with self._logged:
+            self._logged.wait_for(lambda: not log.reading, timeout)
+            if log.ended:
+                return
+            target = log.read + log.unread()
+            self._logged.wait_for(lambda: log.parsed >= target or log.ended, timeout)
+
+    def mark(self) -> int:
+        """How many lines the daemon has logged so far: ``after`` for later looks."""
+        self.settle()
+        return len(self.lines)
 
     def events(self, name: str, after: int = 0, **fields) -> list[dict]:
         """The events called ``name`` with these ``fields``, of those logged after the
-        first ``after`` lines (``len(d.lines)`` before a restart: that run's only)."""
+        first ``after`` lines (a ``mark()`` before a restart: that run's only)."""
+        self.settle()
         return [e for e in self.lines[after:] if e.get("event") == name
                 and all(e.get(k) == v for k, v in fields.items())]
 

@@ -57,7 +57,7 @@ def connect(daemon, name, **kw):
 
 def denied(daemon, name, op, action, object_part):
     """``action`` fails with NotAuthorized, logged as not_authorized with this object."""
-    before = len(daemon.lines)
+    before = daemon.mark()
     with pytest.raises(NotAuthorized) as err:
         action()
     assert err.value.reason == "NOT_AUTHORIZED"
@@ -162,7 +162,7 @@ def test_operator_requests_need_the_operator_right(daemon):
 
 def test_registration_is_refused_and_logged(daemon):
     """A wrong secret and an unknown name are refused, each with a not_authorized event."""
-    before = len(daemon.lines)
+    before = daemon.mark()
     with pytest.raises(NotAuthorized):
         cqsclient.connect(daemon.address, client="FRONT", secret="wrong")
     with pytest.raises(NotAuthorized):

@@ -175,7 +175,7 @@ def test_an_operator_fails_a_structure_for_a_drill_and_recover_ends_it(make_daem
     app.close()
     waiter.close()
     d.stop()
-    before = len(d.lines)
+    before = d.mark()
     d.restart()
     assert d.events("structure_failed", before, structure="MSGQ01", why="operator fail")
     assert "STRUCTURE_FAILED" in ctl(d, "put", "MSGQ01", "Q", "refused").stderr
@@ -253,7 +253,7 @@ def test_restart_replay_stays_bounded_when_the_daemon_is_killed_often(make_daemo
     d = make_daemon(OFTEN, structures=ONE)
     replayed, seconds, acked = [], [], []
     for _ in range(20):
-        run = len(d.lines)
+        run = d.mark()
         began = time.monotonic()
         d.start()
         seconds.append(round(time.monotonic() - began, 2))
@@ -279,7 +279,7 @@ def test_a_checkpoint_a_crash_interrupted_starts_again_at_the_next_start(make_da
     acked = put_some(d, VOLUME // PAYLOAD + 10)
     d.wait_for("checkpoint_started", why="log_volume")
     d.kill()
-    run = len(d.lines)
+    run = d.mark()
     d.start()
     assert d.events("checkpoint_due", after=run, why="log_volume")
     taken = d.wait_for("checkpoint_taken", after=run, timeout=120)

@@ -42,7 +42,7 @@ def test_others_are_refused_by_name_and_peer_or_use_their_profile(make_daemon, t
     """Without operator_users a bare cqsctl is refused, logged with its peer; a profile
     naming the operator client and its secret file lets it in."""
     d = make_daemon("operator_users = []", extra=OPS + APP).start()
-    before = len(d.lines)
+    before = d.mark()
     run = bare_ctl(d, tmp_path, "status")
     assert run.returncode == 1 and "NOT_AUTHORIZED" in run.stderr
     refused = d.wait_for("not_authorized", after=before)[-1]

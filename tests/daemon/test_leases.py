@@ -84,7 +84,7 @@ def test_a_lease_survives_sigkill_and_restart_and_still_expires(make_daemon):
     s.put("OTHER", b"x")  # acknowledged once durable: the lease's record is before it
     d.kill()
     a.abort()
-    after = len(d.lines)
+    after = d.mark()
     d.restart()
     with (cqsclient.connect(d.address, client="A") as again,
           cqsclient.connect(d.address, client="B") as b):

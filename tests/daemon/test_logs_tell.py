@@ -31,7 +31,7 @@ def test_the_start_event_says_what_runs_where(make_daemon):
 
 def test_operator_sessions_are_debug_and_no_checkpoint_is_said(make_daemon):
     d = make_daemon().start()
-    before = len(d.lines)
+    before = d.mark()
     status = ctl(d, "status")
     assert status.returncode == 0, status.stderr
     assert "no checkpoint yet" in status.stdout

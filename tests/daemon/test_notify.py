@@ -74,7 +74,7 @@ def test_ready_after_recovery_watchdog_and_stopping(make_daemon, systemd):
     with cqsclient.connect(d.address, client="APP") as c:
         c.structure("MSGQ01").put_batch("TRANX", [b"m%d" % i for i in range(200)])
     d.kill()  # a crash: the restart recovers from the log
-    start, before = len(systemd.heard), len(d.lines)
+    start, before = len(systemd.heard), d.mark()
     d.restart()
     ready = systemd.wait_for("READY", after=start)
     fields, accepted = systemd.heard[ready]

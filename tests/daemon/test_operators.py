@@ -32,7 +32,7 @@ def test_two_cqsctl_at_once_with_every_client_slot_taken(make_daemon):
             assert app.register(f"APP{i:02d}")["ok"]
         with pytest.raises(ClientLimit):
             cqsclient.connect(d.address, client="APP32")
-        before = len(d.lines)
+        before = d.mark()
         readers = [ctl(d, "--json", "read", "MSGQ01", "OPSQ", "--wait", "20") for _ in range(2)]
         registered = d.wait_for("register", 2, after=before, operator=True)
         assert len({e["client"] for e in registered}) == 2  # OPS:<id>, one each

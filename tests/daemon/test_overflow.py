@@ -157,7 +157,7 @@ def test_what_operators_change_survives_a_restart_and_the_config_seeds_only(make
             128 * KiB, 128 * KiB, "repository", {"size": 64 * KiB})
     d.config.write_text(d.config.read_text().replace('size = "256KiB"', 'size = "384KiB"'))
     d.stop()
-    before = len(d.lines)
+    before = d.mark()
     d.restart()
     [differs] = d.events("structure_config_differs", before, structure="PRIM")
     assert differs["config"] == {"size": 384 * KiB} and differs["repository"] == {

@@ -22,7 +22,7 @@ def reload(d, text):
     """Write ``text`` as the config and SIGHUP; the daemon's reloaded (or reload_failed)
     event."""
     d.config.write_text(text)
-    before = len(d.lines)
+    before = d.mark()
     d.proc.send_signal(signal.SIGHUP)
 
     def done():

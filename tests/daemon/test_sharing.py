@@ -378,7 +378,7 @@ def test_a_daemon_restart_returns_locked_messages_without_counting_a_failure(mak
         assert got["ok"] and got["result"]["messages"][0]["entry_id"] == eid
         stop()
         holder.close()
-        before = len(d.lines)
+        before = d.mark()
         d.restart()
         [recovered] = d.wait_for("peer_recovery", after=before, client="HOLDER")
         assert (recovered["returned"], recovered["suspended"]) == (1, 0)

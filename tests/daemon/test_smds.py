@@ -153,11 +153,11 @@ def test_a_clean_stop_saves_each_space_map_and_a_crash_rebuilds_it(make_daemon):
     with cqsclient.connect(d.address, client="MAPS") as c:
         ids = c.structure("MSGQ01").put_batch("Q", [payload(300_000, i) for i in range(3)])
     d.stop()
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     assert d.events("smds_opened", seen, owner="MAPS")[0]["how"] == "saved map"
     d.kill()
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     opened = d.events("smds_opened", seen, owner="MAPS")[0]
     assert (opened["how"], opened["rebuild_reason"]) == ("rebuilt", "no-map")
@@ -187,7 +187,7 @@ def test_a_down_level_data_set_is_named_and_isolated(make_daemon):
         c.structure("MSGQ01").put("OTHER", payload(100_000, 3))
     d.stop()
     path.write_bytes(older)
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     failed = d.events("smds_open_failed", seen, owner="OLD")
     assert failed and "down-level" in failed[0]["error"]

@@ -91,7 +91,7 @@ def test_a_corrupt_header_fails_only_its_data_set_until_reset_recovered(make_dae
     original = path(d, "A").read_bytes()
     with open(path(d, "A"), "r+b") as f:
         f.write(b"residual data from another use" * 200)
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     assert states(d, "A") == ("FAILED", "SUSPENDED", "DATAFAIL", "ERROR")
     assert states(d, "B") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
@@ -150,7 +150,7 @@ def test_a_damaged_block_deletes_a_non_recoverable_message_and_fails_for_a_recov
     # the pool's two buffers hold the blocks just written; these take them, so the
     # reads below go to the disk
     put(d, "B", {"FILL1": (100_000, 3), "FILL2": (100_000, 4)})
-    seen = len(d.lines)
+    seen = d.mark()
     assert "has been deleted" in refused(d, "NONREC")
     (gone,) = d.wait_for("smds_message_lost", after=seen)
     assert (gone["entry_id"], gone["queue"], gone["recoverable"]) == (lost, "NONREC", False)
@@ -180,7 +180,7 @@ def test_a_data_set_deleted_while_stopped_is_allocfail_until_it_is_back(make_dae
     d.restart()
     assert states(d, "A") == ("ACTIVE", "SUSPENDED", "ALLOCFAIL", "ERROR")
     assert "ALLOCFAIL" in refused(d, "AQ") and "No such file" in refused(d, "AQ")
-    seen = len(d.lines)
+    seen = d.mark()
     assert cqsctl(d, "reset-smds", S, "A", "--access", "enabled")[0] == 0
     assert states(d, "A") == ("ACTIVE", "SUSPENDED", "ALLOCFAIL", "ERROR")
     assert changes(d, seen, "A") == [
@@ -220,7 +220,7 @@ def test_a_stopped_connection_stays_stopped_across_a_restart(make_daemon):
     d = make_daemon(structures=SMALL_DATA_SETS).start()
     mine = put(d, "A", {"AQ": (300_000, 1)}) | put(d, "A", {"AQ": (200_000, 2)})
     theirs = put(d, "B", {"BQ": (200_000, 3)})
-    seen = len(d.lines)
+    seen = d.mark()
     status, out, _ = cqsctl(d, "--json", "stop-smdsconn", S, "A")
     assert status == 0 and json.loads(out) == [
         {"structure": S, "owner": "A", "status": "CLOSED", "avail": "STOPPED",
@@ -234,12 +234,12 @@ def test_a_stopped_connection_stays_stopped_across_a_restart(make_daemon):
             c.structure(S).put("AQ", payload(100_000, 9))
         assert big.value.reason == "SMDS_UNAVAILABLE" and "start-smdsconn" in str(big.value)
     d.stop()
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     assert not d.events("smds_opened", seen, owner="A")
     assert states(d, "A") == ("ACTIVE", "ENABLED", "CLOSED", "STOPPED")
     assert contents(d, "BQ") == theirs
-    seen = len(d.lines)
+    seen = d.mark()
     assert cqsctl(d, "start-smdsconn", S, "A")[0] == 0
     assert d.wait_for("smds_opened", after=seen, owner="A")[0]["how"] == "saved map"
     assert contents(d, "AQ") == mine
@@ -249,7 +249,7 @@ def test_a_stopped_connection_stays_stopped_across_a_restart(make_daemon):
     with cqsclient.connect(d.address, client="OPS", operator=True) as c:
         c.structure(S).operator_delete(first)
     del mine[first]
-    seen = len(d.lines)
+    seen = d.mark()
     cqsctl(d, "start-smdsconn", S)
     opened = d.wait_for("smds_opened", after=seen, owner="A")[0]
     assert (opened["how"], opened["rebuild_reason"]) == ("rebuilt", "timestamp")
@@ -270,7 +270,7 @@ def test_a_data_set_moved_while_disabled_and_a_copy_too_small_is_caught(make_dae
     whole = path(d, "A").read_bytes()
     path(d, "A").unlink()
     path(d, "A").write_bytes(whole)  # moved: another file, the same bytes
-    seen = len(d.lines)
+    seen = d.mark()
     assert cqsctl(d, "reset-smds", S, "A", "--access", "enabled")[0] == 0
     assert states(d, "A") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
     assert d.wait_for("smds_opened", after=seen, owner="A")[0]["how"] == "saved map"
@@ -283,7 +283,7 @@ def test_a_data_set_moved_while_disabled_and_a_copy_too_small_is_caught(make_dae
     assert contents(d, "AQ") == mine
     cqsctl(d, "reset-smds", S, "A", "--access", "disabled")
     path(d, "A").write_bytes(whole[:1 * MiB])  # cuts the second message off
-    seen = len(d.lines)
+    seen = d.mark()
     cqsctl(d, "reset-smds", S, "A", "--access", "enabled")
     assert states(d, "A") == ("FAILED", "SUSPENDED", "DATAFAIL", "ERROR")
     assert "outside" in d.events("smds_open_failed", seen, owner="A")[0]["error"]
@@ -305,11 +305,11 @@ def test_purge_and_an_empty_close_make_data_sets_empty_and_the_next_open_resets_
     (gone,) = put(d, "B", {"BQ": (300_000, 2)})
     with cqsclient.connect(d.address, client="OPS", operator=True) as c:
         c.structure(S).operator_delete(gone)
-    seen = len(d.lines)
+    seen = d.mark()
     d.stop()
     assert ("status", "ACTIVE", "EMPTY") in changes(d, seen, "B")
     assert ("status", "ACTIVE", "EMPTY") not in changes(d, seen, "A")
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     assert d.wait_for("smds_opened", after=seen, owner="B")[0]["how"] == "reset"
     assert states(d, "B") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
@@ -352,7 +352,7 @@ def test_alter_smds_overrides_buffers_and_expansion_and_retries_a_failed_expansi
                 s.put("AQ", payload(250_000, 10 + i))
         assert full.value.reason == "SMDS_FULL"
         s.put("SMALL", b"still fine")
-    seen = len(d.lines)
+    seen = d.mark()
     assert cqsctl(d, "alter-smds", S, "A", "--dsexpand", "yes")[0] == 0
     assert d.events("smds_expanded", seen, owner="A")[0]["new_size"] == 2 * MiB + 512 * KiB
     with cqsclient.connect(d.address, client="A") as c, pytest.raises(CQSError) as full:
@@ -361,7 +361,7 @@ def test_alter_smds_overrides_buffers_and_expansion_and_retries_a_failed_expansi
     assert full.value.reason == "SMDS_FULL" and "dsexpand is off" in str(full.value)
     (failed,) = d.events("smds_expand_failed", seen, owner="A")
     assert (failed["reason"], failed["size"]) == ("at-dsmax", 3 * MiB)
-    seen = len(d.lines)
+    seen = d.mark()
     cqsctl(d, "alter-smds", S, "A", "--dsexpand", "yes")  # retried, and refused again
     assert [e["reason"] for e in d.events("smds_expand_failed", seen, owner="A")] == [
         "at-dsmax"]
@@ -385,11 +385,11 @@ def test_a_down_level_copy_made_recovered_loses_only_the_newer_messages_by_name(
     (newer,) = put(d, "A", {"AQ": (300_000, 2)})
     d.stop()
     path(d, "A").write_bytes(copy)
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     assert "down-level" in d.events("smds_open_failed", seen, owner="A")[0]["error"]
     assert states(d, "A")[:2] == ("FAILED", "SUSPENDED")
-    seen = len(d.lines)
+    seen = d.mark()
     cqsctl(d, "reset-smds", S, "A", "--status", "recovered")
     assert states(d, "A") == ("ACTIVE", "ENABLED", "OPEN", "NORMAL")
     assert [e["entry_id"] for e in d.events("smds_message_lost", seen, owner="A")] == [newer]
@@ -412,7 +412,7 @@ def test_recovery_interrupted_then_repeated_gives_every_message_back(make_daemon
     path(d, "A").write_bytes(bytes(path(d, "A").stat().st_size))
     d.restart()
     assert states(d, "A")[:2] == ("FAILED", "SUSPENDED")
-    seen = len(d.lines)
+    seen = d.mark()
     recover = subprocess.Popen([sys.executable, "-m", "cqsclient.ctl", "--address", d.address,
                                 "recover", S], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
@@ -420,15 +420,15 @@ def test_recovery_interrupted_then_repeated_gives_every_message_back(make_daemon
     assert ("status", "FAILED", "INRECOVER") in changes(d, seen, "A")
     d.kill()
     assert recover.wait(60) != 0
-    seen = len(d.lines)
+    seen = d.mark()
     d.restart()
     assert ("status", "INRECOVER", "FAILED") in changes(d, seen, "A")
     assert states(d, "A")[:2] == ("FAILED", "SUSPENDED")
-    seen = len(d.lines)
+    seen = d.mark()
     cqsctl(d, "reset-smds", S, "A", "--status", "recovered")
     assert "partial-recovery" in d.events("smds_open_failed", seen, owner="A")[0]["error"]
     assert states(d, "A") == ("FAILED", "SUSPENDED", "DATAFAIL", "ERROR")
-    seen = len(d.lines)
+    seen = d.mark()
     status, _, err = cqsctl(d, "recover", S)
     assert status == 0, err
     assert [(old, new) for what, old, new in changes(d, seen, "A") if what == "status"] == [

@@ -43,7 +43,7 @@ def test_a_failed_structures_data_set_stays_active_across_a_clean_stop(make_daem
     d = make_daemon(structures=TINY).start()
     put(d, "IMSA", 40_000, 1)
     assert cqsctl(d, "fail", S)[0] == 0
-    seen = len(d.lines)
+    seen = d.mark()
     d.stop()
     assert not d.events("smds_status_changed", seen, new="EMPTY")
     d.restart()
@@ -60,7 +60,7 @@ def test_a_failed_recover_stays_failed_across_a_restart_and_a_recover_ends_it(ma
     entry = put(d, "IMSA", 40_000, 2)
     status, _, err = cqsctl(d, "recover", S)
     assert status != 0 and "STRUCTURE_FAILED" in err
-    seen = len(d.lines)
+    seen = d.mark()
     d.stop()
     assert not d.events("smds_status_changed", seen, new="EMPTY")
     d.restart()

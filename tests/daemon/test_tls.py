@@ -85,7 +85,7 @@ def test_client_certificates_map_to_client_names(make_daemon, pki, tmp_path):
     second, second_key = pki.issue("server2", "second", server=True)
     server.write_bytes(second.read_bytes())
     server_key.write_bytes(second_key.read_bytes())
-    before = len(d.lines)
+    before = d.mark()
     d.proc.send_signal(signal.SIGHUP)
     assert "daemon.tls_cert" not in d.wait_for("reloaded", after=before)[0]["restart_needed"]
     with socket.create_connection(("127.0.0.1", port)) as raw, context(

@@ -36,7 +36,7 @@ def test_etcd_down_stops_acknowledgements_and_loses_nothing(etcd_alone):
         for node in nodes.values():
             node.start()
         wait_owner(nodes)
-        marks = {n: len(node.lines) for n, node in nodes.items()}
+        marks = {n: node.mark() for n, node in nodes.items()}
         for p in producers:
             p.start()
         history.wait_for_puts(PROGRESS, "the producers made no progress")

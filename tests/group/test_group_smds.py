@@ -44,7 +44,7 @@ def series_of(node) -> str:
 
 
 def take_over(dead, heir) -> None:
-    mark = len(heir.lines)
+    mark = heir.mark()
     dead.kill()
     heir.wait_for("takeover_done", after=mark, structure=STRUCTURE, timeout=60)
 
@@ -191,7 +191,7 @@ def test_a_deposed_owners_late_write_lands_in_its_own_data_set_only(held):
     mine = digest(on_disk / f"{new}.smds")
     inherited = (on_disk / f"{old}.smds").read_bytes()
 
-    fenced = len(a.lines)
+    fenced = a.mark()
     mount.stall(None)  # the late write lands
     a.wait_for("fenced", after=fenced, timeout=30)
     reply = raw.receive()

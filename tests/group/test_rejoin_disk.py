@@ -35,7 +35,7 @@ def test_a_full_disk_at_rejoin_is_refused_cleanly_and_rejoined_once_there_is_roo
     with cqsclient.connect(node.address, client="D1", timeout=10) as c:
         ids = c.structure(STRUCTURE).put_batch(QUEUE, [b"kept%d" % i for i in range(50)])
     acked = dict(zip(ids, [b"kept%d" % i for i in range(50)], strict=True))
-    mark = len(node.lines)
+    mark = node.mark()
     mount.full(True)
     try:
         proxy.blackhole()

@@ -39,7 +39,7 @@ def test_a_cold_takeover_saves_a_base_and_the_next_folds_only_what_came_after(et
         with cqsclient.connect(first.address, client="B1", timeout=10) as c:
             for i in range(PUTS):
                 c.structure(STRUCTURE).put(QUEUE, b"%04d" % i + bytes(1020))
-        mark = len(second.lines)
+        mark = second.mark()
         first.kill()
         cold = rebuilt(second, mark)
         assert cold["source"] == "empty" and cold["records_replayed"] >= PUTS, cold
@@ -52,7 +52,7 @@ def test_a_cold_takeover_saves_a_base_and_the_next_folds_only_what_came_after(et
             for i in range(10):
                 c.structure(STRUCTURE).put(QUEUE, b"after%d" % i)
         first.start()
-        mark = len(first.lines)
+        mark = first.mark()
         second.kill()
         again = rebuilt(first, mark)
         assert again["source"] == "base" and again["records_replayed"] <= 12, again

@@ -202,13 +202,13 @@ class Loop:
                   f"{done.get('phases')} {rebuilt}", file=sys.stderr, flush=True)
 
     def kill(self, owner, other) -> None:
-        mark = len(other.lines)
+        mark = other.mark()
         owner.kill()
         self.takeover(other, mark)
         owner.start()
 
     def pause(self, owner, other) -> None:
-        mark, owner_mark = len(other.lines), len(owner.lines)
+        mark, owner_mark = other.mark(), owner.mark()
         os.kill(owner.proc.pid, signal.SIGSTOP)
         self.takeover(other, mark)
         resumed = time.monotonic()
@@ -217,7 +217,7 @@ class Loop:
         self.deposed.append((owner, resumed))
 
     def partition(self, owner, other) -> None:
-        mark, owner_mark = len(other.lines), len(owner.lines)
+        mark, owner_mark = other.mark(), owner.mark()
         [joined] = owner.events("node_joined")[-1:]
         self.group.proxies[owner.name].blackhole()
         owner.wait_for("fenced", after=owner_mark, timeout=30)
@@ -241,7 +241,7 @@ class Loop:
         self.kill(owner, other)
 
     def power(self, owner, other) -> None:
-        mark = len(other.lines)
+        mark = other.mark()
         owner.kill()
         self.group.mounts[owner.name].drop()
         self.takeover(other, mark)
@@ -249,7 +249,7 @@ class Loop:
 
     def disk(self, owner, other) -> None:
         mount = self.group.mounts[other.name]
-        mark = len(other.lines)
+        mark = other.mark()
         mount.full(True)
         try:
             owner.kill()
@@ -258,7 +258,7 @@ class Loop:
                     e.get("event") in ("takeover_done", "takeover_failed")
                     and e.get("structure") == STRUCTURE)
                 for e in other.lines[mark:]), "its takeover, or its failure", 30)
-            owner_mark = len(owner.lines)
+            owner_mark = owner.mark()
             owner.start()
             # the full node fails at its next segment, at the latest: the other takes over
             other.wait_until(lambda: not other.alive or any(
@@ -284,7 +284,7 @@ class Loop:
             other.wait_for("node_rejoined", after=mark, timeout=30)
 
     def move(self, owner, other) -> None:
-        mark, owner_mark = len(other.lines), len(owner.lines)
+        mark, owner_mark = other.mark(), owner.mark()
         started = max(i for i, e in enumerate(other.lines) if e.get("event") == "starting")
         other.wait_for("node_joined", after=started, timeout=30)  # restarted by the last fault
         deadline = time.monotonic() + 10

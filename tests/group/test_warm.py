@@ -238,7 +238,7 @@ def kill_and_take(etcd_server, standby, messages):
                 s.delete(m.entry_id)
                 del acked[m.entry_id]
         lag = standby_lag(one.address, "NODE2") if standby == "warm" else None
-        mark = len(two.lines)
+        mark = two.mark()
         one.kill()
         (done,) = two.wait_for("takeover_done", after=mark, structure="MSGQ01", timeout=60)
         raw = Raw(two.socket)

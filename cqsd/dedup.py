@@ -16,6 +16,15 @@ This module is pure: the caller passes the clock (wall-clock ns, the log
 records' stamps) and feeds it what the log says. Memory is one entry per key,
 in arrival order, so forgetting is a pop from the front: O(1) a key.
 
+Clocks. Keys read back from the log carry the stamps of whoever wrote their
+records, and a node that takes them over recalls with its own clock, which may
+run ahead of theirs: a node minutes ahead would count every key as older than
+the window and answer a resend by applying it again. So a memory keeps its own
+clock, the one its keys were stamped on, offset from the node's by
+``catch_up``: the newest record read back counts as stamped now. A key is then
+remembered at least ``window`` after its stamp on its writer's clock, the time
+between that newest record and now added (longer, never shorter).
+
 A window holds a pair's puts of two minutes, hundreds of thousands of keys, for
 as long as the daemon runs, so a key is kept in objects the garbage collector
 does not track: the key as one string, its outcome as the bytes of its ints.
@@ -62,7 +71,7 @@ class Remembered:
     ``recall`` and ``remember`` run once each for every keyed put: the expiry is
     looked at inline, and called only when the oldest key is due."""
 
-    __slots__ = ("_ats", "_keys", "_outcomes", "_last", "_durable_to", "window_ns")
+    __slots__ = ("_ats", "_keys", "_outcomes", "_last", "_durable_to", "_behind", "window_ns")
 
     def __init__(self, window: float) -> None:
         self.window_ns = int(window * 1e9)
@@ -73,15 +82,16 @@ class Remembered:
         self._keys: deque[Key] = deque()
         self._last = 0
         self._durable_to = -1  # keys remembered at or before this are durable, whatever LSN
+        self._behind = 0  # ns this memory's clock is behind the caller's (``catch_up``)
 
     def __len__(self) -> int:
         return len(self._outcomes)
 
     def recall(self, key: Key, now: int) -> tuple[list[int], int] | None:
         """(entry ids, LSN) of ``key`` if it was seen within the window before ``now``."""
-        ats = self._ats
-        if ats and ats[0] < now - self.window_ns:
-            self.expire(now)
+        horizon = now - self._behind - self.window_ns
+        if self._ats and self._ats[0] < horizon:
+            self._forget(horizon)
         got = self._outcomes.get(key)
         if got is None:
             return None
@@ -94,11 +104,20 @@ class Remembered:
         for in the new one."""
         self._durable_to = self._last
 
+    def catch_up(self, newest: int, now: int) -> None:
+        """The newest record this memory was built from, stamped ``newest``, counts
+        as stamped at ``now`` on the clock of the calls to come, if that is later (a
+        memory read back from the log, or kept by a standby, on another node's clock:
+        see the note above). A ``newest`` of 0 (no record read) changes nothing."""
+        if newest:
+            self._behind = max(self._behind, now - newest)
+
     def remember(self, key: Key, ids: list[int], at: int, lsn: int = 0) -> None:
         """``key``'s request produced ``ids`` at wall-clock ns ``at`` (a clock that
         stepped back counts as not moving: the order stays the expiry order)."""
         if self.window_ns <= 0:
             return
+        at -= self._behind
         if at <= self._last:
             at = self._last
         if at <= self._durable_to:
@@ -110,11 +129,14 @@ class Remembered:
         ats.append(at)
         self._keys.append(key)
         if ats[0] < at - self.window_ns:
-            self.expire(at)
+            self._forget(at - self.window_ns)
 
     def expire(self, now: int) -> None:
         """Forget the keys seen more than the window before ``now``."""
-        horizon = now - self.window_ns
+        self._forget(now - self._behind - self.window_ns)
+
+    def _forget(self, horizon: int) -> None:
+        """Forget the keys stamped before ``horizon`` (on this memory's clock)."""
         ats, keys, outcomes = self._ats, self._keys, self._outcomes
         while ats and ats[0] < horizon:
             at = ats.popleft()

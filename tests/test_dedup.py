@@ -32,6 +32,7 @@ class Memory(RuleBasedStateMachine):
         # is forgotten stays forgotten, whatever the clock does after
         self.kept: dict[str, tuple[list[int], int]] = {}
         self.last = 0
+        self.behind = 0  # how far the memory's clock is behind self.now's (catch_up)
         self.next_id = 1
 
     def forget(self, now: int) -> None:
@@ -62,6 +63,19 @@ class Memory(RuleBasedStateMachine):
     def clock_steps_back(self) -> None:
         """A wall clock stepped back: keys stay at least as long as their window."""
         self.now -= SECOND // 2
+
+    @precondition(lambda self: self.last > 0)
+    @rule(seconds=st.integers(0, 30))
+    def taken_over_by_a_node_ahead(self, seconds: int) -> None:
+        """Handed to a node whose clock runs ``seconds`` ahead (or that takes it over
+        that long after its newest key): that key counts as stamped now, and every
+        key keeps its age (``catch_up``, given the newest key's stamp)."""
+        self.now += seconds * SECOND
+        shift = max(0, self.now - self.last)
+        self.memory.catch_up(self.last - self.behind, self.now)
+        self.behind += shift
+        self.last += shift
+        self.kept = {k: (ids, at + shift) for k, (ids, at) in self.kept.items()}
 
     @invariant()
     def forgets_what_is_old(self) -> None:

@@ -291,7 +291,7 @@ def load(structures: list[Structure], images: Path, srds: Path, log_dir: Path,
     primary = structures[0].name
     covers = {w: min(lsn, warm.start(w) - 1) for w, lsn in until.items()}
     warm.keys = remembered(log_dir, covers, dict.fromkeys(warm.structures, primary), window,
-                           time.time_ns())[primary]
+                           time.time_ns(), 0)[primary]
     follower = Follower(log_dir, warm.start)
     for rec in follower.read(until):  # folded as rows: a bulk load beats entry by entry
         names = warm.targets(rec)

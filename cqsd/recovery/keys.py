@@ -5,6 +5,13 @@ Only the records stamped within the window are unpacked, and only the segments
 written to within it are read at all: a segment whose file was last modified
 before the window holds only older records. The log keeps those segments
 (checkpoints.py, ``trim``), whatever the checkpoints cover.
+
+Three clocks meet here, and none is compared with another: the records' stamps
+(their writers' clocks) are measured back from the newest record read, the
+files' times (the file system's clock) back from the newest file, and this
+node's clock only caps the first (cqsd/dedup.py, "Clocks"). A node whose clock
+runs minutes ahead of the others, or of a shared file system's, still reads
+back the keys the others took in the window.
 """
 
 from __future__ import annotations
@@ -25,31 +32,44 @@ def pair_of(pairs: Mapping[str, object]) -> dict[str, str]:
             for s in pair.structures()}  # type: ignore[attr-defined]
 
 
+# How much later than a record its segment's file may have been modified (the
+# writes of a group commit, a file system's coarse times): read that much more.
+SLACK_NS = 2 * 10**9
+
+
 def remembered(log_dir: Path, cut: Mapping[str, int], pairs: dict[str, str], window: float,
-               now: int) -> dict[str, Remembered]:
+               now: int, newest: int) -> dict[str, Remembered]:
     """The memories of ``pairs`` (structure -> pair) from the records of ``cut``'s
     writers (each up to its LSN there) stamped in the ``window`` seconds before
-    ``now`` (wall-clock ns)."""
-    since = now - int(window * 1e9)
-    start = _recent(log_dir, cut, since) if window > 0 and pairs else {}
+    ``newest``, the stamp of the newest record at or below the cut (0: not known),
+    or before ``now``, this node's wall-clock ns, if that is earlier. They are on
+    the log's clock: ``Remembered.catch_up`` puts them on this node's."""
+    window_ns, anchor = int(window * 1e9), min(now, newest or now)
+    since = anchor - window_ns
+    start = _recent(log_dir, cut, window_ns + SLACK_NS) if window > 0 and pairs else {}
     records: Iterable[logstream.Record] = (
         logstream.read(log_dir, start=start, cut={w: cut[w] for w in start}, since=since)
         if start else ())
     return rebuild(((r.timestamp, r.body) for r in records if isinstance(r.body, dict)),
-                   pairs, window, now)
+                   pairs, window, anchor)
 
 
-def _recent(log_dir: Path, writers: Iterable[str], since: int) -> dict[str, int]:
-    """For each writer written to since ``since``: the first LSN of its oldest segment
-    modified since then."""
-    start, series = {}, list_series(log_dir)  # one listing: a group has many series
+def _recent(log_dir: Path, writers: Iterable[str], span: int) -> dict[str, int]:
+    """For each writer: the first LSN of its oldest segment modified in the ``span`` ns
+    before the newest modification of any of theirs (the file system's clock alone)."""
+    series = list_series(log_dir)  # one listing: a group has many series
+    modified: dict[str, list[tuple[int, int]]] = {}  # writer -> (first LSN, mtime)
     for writer in writers:
         for seg in series.get(writer, ()):
             try:
-                modified = seg.path.stat().st_mtime_ns
+                modified.setdefault(writer, []).append(
+                    (seg.first_lsn, seg.path.stat().st_mtime_ns))
             except FileNotFoundError:  # trimmed meanwhile: older than the window
                 continue
-            if modified >= since:
-                start[writer] = seg.first_lsn
-                break
+    since = max((m for segs in modified.values() for _, m in segs), default=0) - span
+    start = {}
+    for writer, segs in modified.items():
+        recent = [first for first, m in segs if m >= since]
+        if recent:
+            start[writer] = recent[0]
     return start

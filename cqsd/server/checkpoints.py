@@ -12,6 +12,7 @@ per structure at a time; an operator asking while one runs joins it.
 """
 
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -369,7 +370,20 @@ class Checkpoints:
         of that window back from the log, cqsd/recovery/keys.py). (A crash restart
         starts from a base image only when it is newer than the slots.) A failure to
         delete one is logged, and the next checkpoint tries again."""
-        self._trim(self.journal.writer, self.journal.position, self._live(), time.time())
+        self._trim(self.journal.writer, self.journal.position, self._live(),
+                   min(time.time(), self._files_now()))
+
+    def _files_now(self) -> float:
+        """Now on the clock that sets the log's file times (a shared file system's
+        server's), read by touching this series' lock file. Segments' ages are
+        counted on it: on this node's clock, minutes ahead of it, every segment of
+        the window would look old enough to go (docs/group.md, "Clocks")."""
+        path = self.datadir.logstream / lock_name(self.journal.writer.writer_id)
+        try:
+            os.utime(path)
+            return path.stat().st_mtime
+        except OSError:
+            return time.time()
 
     def _live(self) -> set[str] | None:
         """The series a group's live nodes write, read on the loop; None alone, or

@@ -85,8 +85,12 @@ class Dedup:
         for memory in self.memories.values():
             memory.all_durable()
 
-    def install(self, memories: dict[str, Remembered]) -> None:
-        """The memories a start or a takeover read back from the log."""
+    def install(self, memories: dict[str, Remembered], newest: int) -> None:
+        """The memories a start or a takeover read back from the log, or a standby kept,
+        whose newest record is stamped ``newest`` (0: none): put on this node's clock."""
+        now = time.time_ns()
+        for memory in memories.values():
+            memory.catch_up(newest, now)
         self.memories.update(memories)
 
     def drop(self, pair: str) -> None:

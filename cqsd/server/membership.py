@@ -161,7 +161,7 @@ class Membership:
                 self.datadir.srds, cut)
             keys = await trio.to_thread.run_sync(
                 remembered, self.datadir.logstream, cut, pair_of({name: pair}),
-                self.dedup.window, time.time_ns())
+                self.dedup.window, time.time_ns(), takeover.timestamp)
         loaded = now()
         if not takeover.current():  # fenced while rebuilding: a successor may own it now
             raise Deposed(f"this node lost {name} (epoch {takeover.epoch}) while rebuilding it")
@@ -171,7 +171,7 @@ class Membership:
         self.journal.append({STRUCTURE: name, EFFECTS: [], EPOCH: takeover.epoch,
                              SEALED: takeover.cut})
         pair.derive_status()
-        self.dedup.install(keys)
+        self.dedup.install(keys, takeover.timestamp)
         self.registry.standby.discard(name)
         self.checkpoints.held(name)
         self.registry.install(pair)

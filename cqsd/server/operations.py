@@ -85,9 +85,10 @@ class Operations:
             (held if r.clean else crashed).update(r.lock_owners)
         for pair in self.registry.pairs.values():
             pair.derive_status()
+        newest = self.journal.writer.last_timestamp
         self.dedup.install(remembered(self.datadir.logstream, {WRITER: self.journal.position},
                                       pair_of(self.registry.pairs), self.dedup.window,
-                                      time.time_ns()))
+                                      time.time_ns(), newest), newest)
         return held, crashed - held
 
     def _spark_recover(self, name: str) -> Path | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tests.daemon.harness import Daemon
+from tests.faults.clock import faked_clock
 from tests.faults.lazyfs import LazyFS
 from tests.faults.proxy import ProxyProcess
 
@@ -40,11 +41,6 @@ size = "16MiB"
 name = "EMHQ01"
 size = "8MiB"
 """
-
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-# its sitecustomize.py: time.sleep without clock_nanosleep, which libfaketime breaks
-SLEEP_SHIM = Path(__file__).parent.parent / "faults" / "faketime"
-
 
 class Seen(list):
     """A node's log lines, each stamped ``seen`` with the test's monotonic clock when it
@@ -109,20 +105,7 @@ class FaultyGroup:
                 proxy = self.proxies[name] = ProxyProcess((target.hostname, target.port))
                 mount = self.mounts[name] = LazyFS(self.backing, self.root / name).start()
                 clock = self.clocks[name] = self.root / f"{name}.faketime"
-                clock.write_text("+0\n")
-                # NO_FAKE_STAT: libfaketime fakes a stat's times under a semaphore it
-                # shares with the node's children (FAKETIME_SHARED). A Spark job that
-                # failed SIGKILLed its JVM, still starting, inside one: the semaphore
-                # stayed taken, and the node's next stat (pyarrow's, opening a slot
-                # file) waited forever
-                # SLEEP_SHIM: every time.sleep raised EINVAL under libfaketime, and so
-                # every Spark job failed at once. FAKETIME_SKIP_CMDS: a job's JVM runs
-                # unfaked; faked, its timed waits spun (a job took 275 s, not 10)
-                env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
-                       "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                       "NO_FAKE_STAT": "1", "FAKETIME_SKIP_CMDS": "java",
-                       "PYTHONPATH": os.pathsep.join(
-                           [str(SLEEP_SHIM), *filter(None, [os.environ.get("PYTHONPATH")])])}
+                env = faked_clock(clock)
                 self.nodes[name] = Node(name, mount.mountpoint / "data",
                                         f"http://127.0.0.1:{proxy.address[1]}", group=group,
                                         lease=lease, daemon_keys=daemon_keys, env=env,

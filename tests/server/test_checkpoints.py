@@ -395,6 +395,30 @@ async def test_a_trim_keeps_the_segments_of_the_dedup_window(make):
     assert kept(rooms) == 1
 
 
+class Ahead:
+    """``time`` as a node whose wall clock runs five minutes ahead reads it."""
+
+    def time(self):
+        return time.time() + 300
+
+    def monotonic(self):
+        return time.monotonic()
+
+
+async def test_a_node_whose_clock_runs_ahead_keeps_the_segments_of_the_dedup_window(
+        make, monkeypatch):
+    """A segment's age is counted on the clock that set its file's time, not on this
+    node's: five minutes ahead, every segment of the window looked old enough to go,
+    and a takeover after it could not read back the keys the window promises."""
+    rooms = make(window=120)
+    await segments_of(rooms)
+    for name in NAMES:
+        slots.empty_checkpoint(rooms.datadir.srds, name, {WRITER: 12}, 0)
+    monkeypatch.setattr(module, "time", Ahead())
+    rooms.checkpoints().trim()
+    assert kept(rooms) == 1
+
+
 async def test_a_structure_without_a_checkpoint_keeps_the_whole_log(make):
     """While one structure has no slot, its recovery needs every record: no trim."""
     rooms = make()

@@ -45,9 +45,11 @@ def put_in_doubt(address: str, proxy: Proxy, then, send):
     it is dropped call ``then()``, then cut the connection: what ``send`` returned."""
     outcome: dict = {}
     with cqsclient.connect(address, client="PRODUCER", secret=SECRET, reconnect=FAST) as c:
+        # the structure's handle first: getting it is a request of its own, whose
+        # reply the proxy dropped, and the put or commit was never in doubt
+        structure = c.structure("MSGQ01")
         proxy.drop_replies(1)
-        thread = threading.Thread(
-            target=lambda: outcome.setdefault("result", send(c.structure("MSGQ01"))))
+        thread = threading.Thread(target=lambda: outcome.setdefault("result", send(structure)))
         thread.start()
         assert proxy.wait(lambda st: st.replies_dropped == 1)
         then()

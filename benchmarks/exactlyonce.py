@@ -115,20 +115,30 @@ def _run(*args: Any) -> None:
         reports.put(("error", args[1], traceback.format_exc()))
 
 
+def _session():
+    """A registered client's session, as ``Dedup.key`` takes it: a real one (compiled,
+    it refuses anything else), on a journal of its own that it never writes to."""
+    from cqsd.server.journal import Journal
+    from cqsd.server.session import Session
+
+    journal = Journal(Path(tempfile.mkdtemp(prefix="cqeo")), 1 << 20)
+    session = Session("bench", False, 1, 1 << 20, journal, 1 << 20)
+    session.client = "PROD1"
+    return session
+
+
 def bytes_per_key(n: int = 100_000) -> float:
     """Bytes of memory one remembered key holds, as the daemon keeps it: through
     ``Dedup``, from an incarnation string decoded anew per request."""
-    from types import SimpleNamespace
-
     from cqsd.server.dedup import Dedup
 
-    dedup, session = Dedup(WINDOW), SimpleNamespace(client="PROD1")
+    dedup, session = Dedup(WINDOW), _session()
     incarnation = secrets.token_hex(8)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for seq in range(n):
         fresh = "".join(incarnation)  # a new str per request, as msgpack decodes it
-        key = dedup.key(session, "put", [fresh, seq + 1_000_000])  # type: ignore[arg-type]
+        key = dedup.key(session, "put", [fresh, seq + 1_000_000])
         dedup.note("MSGQ01", key, [seq + 10**18])
         dedup.remember("MSGQ01", dedup.stamp("MSGQ01", None), seq)  # type: ignore[arg-type]
     used = tracemalloc.get_traced_memory()[0] - before
@@ -153,7 +163,6 @@ def hot_path_us(n: int = 150_000) -> tuple[float, float]:
     as W1's do), and packing the record's key field (logstream packs every record
     body)."""
     import gc
-    from types import SimpleNamespace
 
     import msgpack
 
@@ -163,7 +172,7 @@ def hot_path_us(n: int = 150_000) -> tuple[float, float]:
     incarnation = secrets.token_hex(8)
 
     def puts(keyed: bool) -> float:
-        dedup, session = Dedup(WINDOW), SimpleNamespace(client="PROD1")
+        dedup, session = Dedup(WINDOW), _session()
         heap = []
         gc.collect()
         t0 = time.process_time()
@@ -171,7 +180,7 @@ def hot_path_us(n: int = 150_000) -> tuple[float, float]:
             heap.append(_Message(10**18 + seq))
             if keyed:
                 fresh = "".join(incarnation)  # a new str per request, as msgpack decodes it
-                key = dedup.key(session, "put", [fresh, seq])  # type: ignore[arg-type]
+                key = dedup.key(session, "put", [fresh, seq])
                 dedup.recall("MSGQ01", key)
                 dedup.note("MSGQ01", key, [10**18 + seq])
                 noted = dedup.stamp("MSGQ01", dict(record))

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cqsclient
 from cqsclient.errors import ConnectionLost, CQSError, NotOwner, RequestTimeout
@@ -322,9 +323,14 @@ def owner_messages(address: str, structure: str = STRUCTURE) -> dict[int, bytes]
         return {m.entry_id: m.data for m in c.structure(structure).browse_all()}
 
 
-def spark_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
+def spark_messages(data_dir, structure: str = STRUCTURE, jobs_under=None) -> dict[int, bytes]:
     """What the Spark checkpoint job folds of ``structure`` from the whole multi-node
-    log, cut as the reference fold is: entry id -> payload of the slot it writes."""
+    log, cut as the reference fold is: entry id -> payload of the slot it writes.
+    First the SRDS jobs the nodes run on data under ``jobs_under`` end: the nodes of a
+    FaultyGroup each see the data through their own lazyfs mount, where a job's
+    `flock` of the slots excludes nobody outside it (docs/datadir.md asks a shared
+    file system for locks that do), and a node's job starting beside this one
+    cleared its staging directory as a killed job's leftovers."""
     import subprocess
     import sys
 
@@ -334,6 +340,8 @@ def spark_messages(data_dir, structure: str = STRUCTURE) -> dict[int, bytes]:
 
     cut = cut_of(data_dir / "logstream", structure)
     while True:
+        for pid in _srds_jobs(jobs_under) if jobs_under is not None else ():
+            _wait_for_exit(pid)
         job = subprocess.run([sys.executable, "-m", "cqsd.srds", "checkpoint", "--data-dir",
                               str(data_dir), "--structure", structure, "--master", "local[2]",
                               *cut_args(cut)], capture_output=True, text=True, timeout=600)
@@ -361,3 +369,19 @@ def _wait_for_exit(pid: int, timeout: float = 600) -> None:
         assert select.select([fd], [], [], timeout)[0], f"process {pid} did not end"
     finally:
         os.close(fd)
+
+
+def _srds_jobs(under) -> list[int]:
+    """The processes running an SRDS job (``python -m cqsd.srds``) on a data directory
+    under ``under``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or ended meanwhile
+            continue
+        if b"cqsd.srds" in args and any(a.startswith(str(under).encode()) for a in args):
+            found.append(int(proc.name))
+    return found

@@ -16,9 +16,7 @@ tries every node), so the checker needs no more of the SDK than one connection.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import select
 import threading
 import time
@@ -323,7 +321,7 @@ def owner_messages(address: str, structure: str = STRUCTURE) -> dict[int, bytes]
         return {m.entry_id: m.data for m in c.structure(structure).browse_all()}
 
 
-def spark_messages(data_dir, structure: str = STRUCTURE, jobs_under=None) -> dict[int, bytes]:
+def spark_messages(data_dir, jobs_under, structure: str = STRUCTURE) -> dict[int, bytes]:
     """What the Spark checkpoint job folds of ``structure`` from the whole multi-node
     log, cut as the reference fold is: entry id -> payload of the slot it writes.
     First the SRDS jobs the nodes run on data under ``jobs_under`` end: the nodes of a
@@ -339,22 +337,12 @@ def spark_messages(data_dir, structure: str = STRUCTURE, jobs_under=None) -> dic
     from cqsd.srds import slots
 
     cut = cut_of(data_dir / "logstream", structure)
-    while True:
-        for pid in _srds_jobs(jobs_under) if jobs_under is not None else ():
-            _wait_for_exit(pid)
-        job = subprocess.run([sys.executable, "-m", "cqsd.srds", "checkpoint", "--data-dir",
-                              str(data_dir), "--structure", structure, "--master", "local[2]",
-                              *cut_args(cut)], capture_output=True, text=True, timeout=600)
-        if job.returncode == 0:
-            break
-        # the owner's own checkpoint job of the structure may hold its slots: wait for
-        # that job to end, as the refusal asks (another failure fails the test)
-        failed = [json.loads(line) for line in job.stderr.splitlines()
-                  if '"srds_job_failed"' in line]
-        busy = (re.search(r"\(pid (\d+)\)", failed[-1]["error"])
-                if failed and failed[-1].get("kind") == "SlotsBusy" else None)
-        assert busy, f"the Spark checkpoint job failed: {job.stderr[-3000:]}"
-        _wait_for_exit(int(busy.group(1)))
+    for pid in _srds_jobs(jobs_under):
+        _wait_for_exit(pid)
+    job = subprocess.run([sys.executable, "-m", "cqsd.srds", "checkpoint", "--data-dir",
+                          str(data_dir), "--structure", structure, "--master", "local[2]",
+                          *cut_args(cut)], capture_output=True, text=True, timeout=600)
+    assert job.returncode == 0, f"the Spark checkpoint job failed: {job.stderr[-3000:]}"
     slot = slots.newest_valid(data_dir / "srds", structure)
     return {i: bytes(r[3]) for i, r in slots.read_rows(slot, offloaded_data=True).items()}
 

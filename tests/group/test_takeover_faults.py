@@ -371,7 +371,7 @@ def test_every_fault_mixed_loses_nothing_acknowledged(faulty):
     live = owner_messages(wait_owner(nodes).address)
     assert len(live) >= 5 * PROGRESS
     assert live == reference_messages(faulty.data), "the owner differs from the sealed log's fold"
-    assert live == spark_messages(faulty.data, jobs_under=faulty.root), (
+    assert live == spark_messages(faulty.data, faulty.root), (
         "the Spark fold of the whole log differs")
     epochs = len(loop.epochs | epochs_sort_after_seals(faulty.data / "logstream"))
     verdict = history.verdict(drain(addresses, history))

@@ -161,15 +161,14 @@ def key_of_record(body: dict[str, Any]) -> tuple[Key, list[int]] | None:
 
 
 def rebuild(records: Iterable[tuple[int, dict[str, Any]]], pair_of: dict[str, str],
-            window: float, now: int) -> dict[str, Remembered]:
+            window: float) -> dict[str, Remembered]:
     """The memories of the pairs named in ``pair_of`` (structure -> its pair), from
-    ``(stamp, body)`` of log records in log order: what a start reads back."""
+    ``(stamp, body)`` of log records in log order: what a start reads back (the
+    caller expires them, at the newest stamp it knows of)."""
     memories = {pair: Remembered(window) for pair in set(pair_of.values())}
     for stamp, body in records:
         found = key_of_record(body)
         pair = pair_of.get(body.get(STRUCTURE, ""))
         if found is not None and pair is not None:
             memories[pair].remember(found[0], found[1], stamp)
-    for memory in memories.values():
-        memory.expire(now)
     return memories

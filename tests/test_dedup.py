@@ -102,7 +102,7 @@ def test_a_start_rebuilds_the_memory_the_log_holds(puts, later):
         records.append((at, {"s": "OTHER", "e": [], KEY: key_field(key[0], key[1:], [-1])}))
         records.append((at, {"s": "MSGQ01OV", "e": []}))
     now = at + later * SECOND
-    rebuilt = rebuild(records, {"MSGQ01": "MSGQ01", "MSGQ01OV": "MSGQ01"}, 10, now)
+    rebuilt = rebuild(records, {"MSGQ01": "MSGQ01", "MSGQ01OV": "MSGQ01"}, 10)
     assert set(rebuilt) == {"MSGQ01"}
     for key, _ in puts:
         assert rebuilt["MSGQ01"].recall(key_of(*key), now) == live.recall(key_of(*key), now)

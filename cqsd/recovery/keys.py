@@ -16,7 +16,7 @@ back the keys the others took in the window.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import logstream
@@ -41,17 +41,38 @@ def remembered(log_dir: Path, cut: Mapping[str, int], pairs: dict[str, str], win
                now: int, newest: int) -> dict[str, Remembered]:
     """The memories of ``pairs`` (structure -> pair) from the records of ``cut``'s
     writers (each up to its LSN there) stamped in the ``window`` seconds before
-    ``newest``, the stamp of the newest record at or below the cut (0: not known),
-    or before ``now``, this node's wall-clock ns, if that is earlier. They are on
-    the log's clock: ``Remembered.catch_up`` puts them on this node's."""
-    window_ns, anchor = int(window * 1e9), min(now, newest or now)
-    since = anchor - window_ns
+    ``newest``, the stamp of the newest record at or below the cut, or before
+    ``now``, this node's wall-clock ns, if that is earlier. They are on the log's
+    clock: ``Remembered.catch_up`` puts them on this node's.
+
+    A ``newest`` of 0 (a warm standby loading, which has read no record yet) is
+    the newest stamp among the records of the recent segments, all of which are
+    then unpacked: the window is never measured back from this node's clock alone."""
+    window_ns = int(window * 1e9)
     start = _recent(log_dir, cut, window_ns + SLACK_NS) if window > 0 and pairs else {}
     records: Iterable[logstream.Record] = (
-        logstream.read(log_dir, start=start, cut={w: cut[w] for w in start}, since=since)
+        logstream.read(log_dir, start=start, cut={w: cut[w] for w in start},
+                       since=min(now, newest) - window_ns if newest else None)
         if start else ())
-    return rebuild(((r.timestamp, r.body) for r in records if isinstance(r.body, dict)),
-                   pairs, window, anchor)
+    read = _Newest()
+    memories = rebuild(((r.timestamp, r.body) for r in read.of(records)
+                        if isinstance(r.body, dict)), pairs, window)
+    anchor = min(now, newest or read.stamp or now)
+    for memory in memories.values():
+        memory.expire(anchor)
+    return memories
+
+
+class _Newest:
+    """The newest stamp of the records passed through ``of``."""
+
+    def __init__(self) -> None:
+        self.stamp = 0
+
+    def of(self, records: Iterable[logstream.Record]) -> Iterator[logstream.Record]:
+        for rec in records:
+            self.stamp = max(self.stamp, rec.timestamp)
+            yield rec
 
 
 def _recent(log_dir: Path, writers: Iterable[str], span: int) -> dict[str, int]:

@@ -465,17 +465,22 @@ class GroupNode:
         one at once), at most WARM_WAIT seconds."""
         deadline = now() + WARM_WAIT
         # and it read this node's series as far as it was when the move began: a report
-        # from before a long pass (a burst of batches to fold) does not count
-        since = self.host.end()[1]
+        # from before a long pass (a burst of batches to fold) does not count. A series
+        # this node rolled to meanwhile (taking back a pair it had handed over) began
+        # after the move: any report on it counts (its LSNs start again at 1, and a
+        # move once waited all of WARM_WAIT for the new series to reach the old one's)
+        writer, since = self.host.end()[:2]
         while now() < deadline:
             node = self.view.nodes.get(target)
             if node is None or node.standby != "warm" or self.view.moves.get(name) != target:
                 return
+            if self.host.writer != writer:
+                writer, since = self.host.writer, 0
             lag = self.view.lag.get(name, {}).get(target)
             # measured against this owner's series (one published while the target stood
             # by for an earlier owner says nothing of this one), and the target knows of
             # the move: it watches the owner key, so the pair is free for no longer
-            if lag is not None and lag.writer == self.host.writer and lag.receiving \
+            if lag is not None and lag.writer == writer and lag.receiving \
                     and lag.records <= WARM_RECORDS and lag.read >= since:
                 return
             await trio.sleep(self.poll)

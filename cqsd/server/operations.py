@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 import trio
 
+from ..config import DATA_ELEMENT, MAX_STRUCTURE_SIZE
 from ..engine import CQSError, Reason, Structure, StructurePair
 from ..engine.entry import ELEMENT
 from ..records import rows_of
@@ -387,10 +388,11 @@ class Operations:
         bytes."""
         definitions = self.registry.definitions
         held = definitions.held[name]
-        if size is not None and size <= 0:
+        if size is not None and not DATA_ELEMENT <= size <= MAX_STRUCTURE_SIZE:
             raise CQSError(Reason.INVALID_REQUEST,
-                           f"rebuild of {name}: the size must be a positive number of bytes "
-                           f"(or none, for the configured one), got {size}")
+                           f"rebuild of {name}: the size must be between {DATA_ELEMENT} and "
+                           f"{MAX_STRUCTURE_SIZE} bytes, as a configured SIZE (or none, for "
+                           f"the configured one), got {size}")
         if size is None:
             new = definitions.configured[name]
             current = min(max(held.current_size, new.initsize), new.size)

@@ -82,6 +82,7 @@ from ..recovery.fold import fold
 from ..recovery.keys import remembered
 from ..recovery.restart import Rebuilt
 from ..recovery.sealed import base_rows
+from ..srds import slots
 from ..storage import image
 from .etcd import EtcdError
 from .ownership import View, key
@@ -129,6 +130,9 @@ class WarmPair:
     # the pair's idempotency keys of the last dedup_window seconds (cqsd/dedup.py), kept
     # current as the rows are: a takeover need not read them back from the log
     keys: Remembered = field(default_factory=lambda: Remembered(0))
+    # structure -> its SRDS purges as counted before its base was read: after another,
+    # the log folded here no longer counts (``purged``)
+    purges: dict[str, int] = field(default_factory=dict)
 
     def start(self, writer: str) -> int:
         """The first LSN to read of ``writer``: one past what every base covers."""
@@ -270,6 +274,15 @@ class Follower:
                 return  # zeros, a record not yet whole, or damage a seal will judge
 
 
+def purged(warm: WarmPair, srds: Path) -> bool:
+    """Whether a structure of ``warm`` had its checkpoints purged since its base was
+    read (RECOVER --purge, a structure delete, by its owner): the purge drops messages
+    without a record of it in the log, so the rows folded here still hold them, and a
+    takeover from them served what the owner had purged, and logged effects on them
+    that no later fold could apply. Raises ManifestError."""
+    return any(slots.purges(srds, name) != count for name, count in warm.purges.items())
+
+
 def _order(item: tuple[Record, tuple[int, int]]) -> tuple[int, str, int]:
     rec = item[0]
     return (rec.timestamp, rec.writer, rec.lsn)
@@ -282,12 +295,14 @@ def load(structures: list[Structure], images: Path, srds: Path, log_dir: Path,
     the last ``window`` seconds, those the base covers read from the log, the rest as
     they are folded. Raises ImageError, FoldError, Trimmed, CorruptLog."""
     rows, covered, last_ids, sources = {}, {}, {}, {}
+    purges = {s.name: slots.purges(srds, s.name) for s in structures}  # before the bases
     for s in structures:
         report = Rebuilt(s.name, clean=False)
         header, rows[s.name] = base_rows(s.name, images, srds, report)
         covered[s.name], last_ids[s.name], sources[s.name] = (
             dict(header.get("lsn", {})), header.get("last_id", 0), report.source)
-    warm = WarmPair({s.name: s for s in structures}, covered, last_ids, sources)
+    warm = WarmPair({s.name: s for s in structures}, covered, last_ids, sources,
+                    purges=purges)
     primary = structures[0].name
     covers = {w: min(lsn, warm.start(w) - 1) for w, lsn in until.items()}
     warm.keys = remembered(log_dir, covers, dict.fromkeys(warm.structures, primary), window,
@@ -370,6 +385,10 @@ class Tailer:
             if s is not None and (over := s.warm.overshoots(cuts, sealed_only=True)):
                 log.warning("warm_image_reloaded", structure=name, writers=over,
                             why="records folded here lie beyond a newer seal")
+                s = None
+            if s is not None and purged(s.warm, self.srds):
+                log.warning("warm_image_reloaded", structure=name,
+                            why="its owner purged its checkpoints")
                 s = None
             if s is None:
                 pair = self.new_pair(name)

@@ -25,7 +25,7 @@ from ..engine import CQSError, Reason, Structure, StructurePair
 from ..group.etcd import EtcdError
 from ..group.lease import now
 from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
-from ..group.standby import Tailer, finish
+from ..group.standby import Tailer, finish, purged
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.keys import pair_of, remembered
 from ..recovery.restart import Rebuilt
@@ -215,6 +215,10 @@ class Membership:
         if standing is None or any(image.path_for(self.datadir.images, s.name).exists()
                                    for s in standing.pair.structures()):
             return None
+        if purged(standing.warm, self.datadir.srds):
+            log.warning("warm_image_purged", structure=takeover.structure,
+                        action="rebuilding the pair from its purged checkpoint and the log")
+            return None
         reports = await trio.to_thread.run_sync(finish, standing, takeover.cut)
         if reports is None:
             log.warning("warm_image_past_seal", structure=takeover.structure,
@@ -244,17 +248,25 @@ class Membership:
                        f"`cqsctl display owners` and the nodes' logs)")
 
     async def release(self, name: str, to: str) -> None:
+        """Hand pair ``name`` over to node ``to``. A pair failed here moves as well: the
+        target rebuilds it from the log, as a recovery would (docs/group.md, "Planned
+        moves"), and this node keeps no failed pair of its own to recover (a recover
+        here once purged the checkpoints of a pair the target served, and its next
+        takeover met the deletes of messages the purge had dropped)."""
         pair = self.registry.pairs.pop(name, None)
-        if pair is None:
+        failed = self.registry.failed.pop(name, None)
+        held = pair if pair is not None else failed
+        if held is None:
             return
         self.registry.standby.add(name)
         self.moving[name] = to
-        self.waiters.fail(pair)  # waiting reads end; their clients ask again where it went
+        if pair is not None:
+            self.waiters.fail(pair)  # waiting reads end; their clients ask again where it went
         await self.journal.wait_durable(self.journal.position)
-        structures = pair.structures()
+        structures = held.structures()
         self.dedup.drop(name)  # the target has the keys from the log
         self.datasets.open_sets.drop([s.name for s in structures])  # written no more here
-        if any(s.holds_unlogged() for s in structures):
+        if pair is not None and any(s.holds_unlogged() for s in structures):
             # never logged: the target starts from this clean image to keep them (slower)
             cuts = {s.name: self.cut(s.name) for s in structures}
             await trio.to_thread.run_sync(self._save, structures, cuts)

@@ -139,6 +139,19 @@ def _valid(srds_dir: Path, structure: str) -> Iterator[Slot]:
         yield slot
 
 
+def purges(srds_dir: Path, structure: str) -> int:
+    """How many times ``structure``'s checkpoints were purged (RECOVER --purge, a
+    structure delete): each leaves a checkpoint that is not the fold of the log up to
+    its position, so a warm standby that folded that log must load again (docs/group.md,
+    "Planned moves"). Reads the manifest alone. Raises ManifestError."""
+    return purges_in(manifest.load(structure_dir(srds_dir, structure), structure))
+
+
+def purges_in(m: dict) -> int:
+    count = m.get("purges", 0)
+    return count if type(count) is int else 0
+
+
 def recorded_positions(srds_dir: Path, structure: str) -> list[dict[str, int]]:
     """The log positions of the slots the manifest lists with a sound entry, without
     reading their files: enough to decide what log is still needed (a damaged slot
@@ -274,7 +287,9 @@ def install(directory: Path, staged: Path, target: str, lsn: dict[str, int], las
     The caller holds the lock exclusively and never passes the slot it read
     from as ``target``. Files other than ``*.parquet`` (Spark's ``_SUCCESS``
     and ``.crc`` files) are dropped; the rest are fsynced and checksummed.
-    ``keep_other=False`` also drops the other slot, from the manifest first.
+    ``keep_other=False`` also drops the other slot, from the manifest first: a purge,
+    which the manifest counts (``purges``), since the new slot is then not what the log
+    up to its position folds to.
     """
     structure = directory.name
     files = _seal(staged, target)
@@ -292,6 +307,8 @@ def install(directory: Path, staged: Path, target: str, lsn: dict[str, int], las
     m = manifest.load(directory, structure)
     m["slots"] = {**(m["slots"] if keep_other else {}), target: entry}
     m["current"] = target
+    if not keep_other:
+        m["purges"] = purges_in(m) + 1
     manifest.store(directory, m)  # the commit point
     shutil.rmtree(retired, ignore_errors=True)
     if not keep_other:

@@ -100,6 +100,9 @@ def op_put(rooms: Rooms, session: Session, rid: int, structure: str, queue: str,
     s = rooms.registry.structure(structure)
     k = rooms.dedup.key(session, "put", key)
     if (seen := rooms.dedup.recall(s.name, k)) is not None:
+        if not seen[0]:  # a commit's key, and it put nothing: not this request's
+            raise _bad(f"put: key {key} was a commit's, which put nothing; a key names "
+                       "one request")
         return _again(session, rid, {"entry_id": seen[0][0]}, seen[1])
     later = _not_before("put", delay, not_before)
     entry_id = rooms.datasets.put(s, _owner(session), qtype, queue, data, recoverable,

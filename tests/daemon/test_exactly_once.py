@@ -173,3 +173,18 @@ def test_keys_are_forgotten_after_the_window_and_bad_ones_refused(make_daemon):
         bad = raw.request("put", **{**put, "key": key})
         assert (bad["ok"], bad["reason"]) == (False, "INVALID_REQUEST") and "key" in bad["message"]
     assert raw.request("ping")["ok"]  # the daemon carries on
+
+
+def test_a_put_with_the_key_of_a_commit_that_put_nothing_is_refused(make_daemon):
+    """A key names one request: a put sent with the key of a commit that put nothing
+    is INVALID_REQUEST, and the daemon carries on. (It raised IndexError, an internal
+    error, looking for the commit's first entry id; found by the group fuzz.)"""
+    d = make_daemon().start()
+    raw = Raw(d.socket)
+    raw.register("RAW")
+    assert raw.request("commit", structure="MSGQ01", ops=[], key=["inc1", 3])["ok"]
+    refused = raw.request("put", structure="MSGQ01", queue="Q", data=b"x", key=["inc1", 3])
+    assert (refused["ok"], refused["reason"]) == (False, "INVALID_REQUEST"), refused
+    assert "commit" in refused["message"]
+    assert not d.events("request_internal_error")
+    assert raw.request("put", structure="MSGQ01", queue="Q", data=b"x", key=["inc1", 4])["ok"]

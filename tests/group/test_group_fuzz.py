@@ -258,6 +258,7 @@ def seeds() -> Iterator[int]:
         yield seed
 
 
+@pytest.mark.timeout(300 + SECONDS)
 def test_a_group_answers_whatever_it_is_sent(group):
     ids: list[int] = []
     for seed in seeds():

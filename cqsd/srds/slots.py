@@ -144,10 +144,10 @@ def purges(srds_dir: Path, structure: str) -> int:
     structure delete): each leaves a checkpoint that is not the fold of the log up to
     its position, so a warm standby that folded that log must load again (docs/group.md,
     "Planned moves"). Reads the manifest alone. Raises ManifestError."""
-    return purges_in(manifest.load(structure_dir(srds_dir, structure), structure))
+    return _purges_in(manifest.load(structure_dir(srds_dir, structure), structure))
 
 
-def purges_in(m: dict) -> int:
+def _purges_in(m: dict) -> int:
     count = m.get("purges", 0)
     return count if type(count) is int else 0
 
@@ -308,7 +308,7 @@ def install(directory: Path, staged: Path, target: str, lsn: dict[str, int], las
     m["slots"] = {**(m["slots"] if keep_other else {}), target: entry}
     m["current"] = target
     if not keep_other:
-        m["purges"] = purges_in(m) + 1
+        m["purges"] = _purges_in(m) + 1
     manifest.store(directory, m)  # the commit point
     shutil.rmtree(retired, ignore_errors=True)
     if not keep_other:

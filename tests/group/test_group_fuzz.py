@@ -60,7 +60,7 @@ KINDS = ["structures", "queues", "clients", "locks", "headers", "backups", "smds
          "cfstatus", "smdsconn", "owners", "nope"]
 BAD_IDS = [0, -1, 1, 2**63 - 1, 2**64 - 1, -(2**63)]
 TIMES = [None, None, 0, 0.01, 0.1, 1, -1, math.nan, math.inf, -math.inf, 1e300, 2**63]
-SIZES = [0, 1 << 20, 64 << 20, 1 << 40, -1]
+SIZES = [0, 1 << 20, 64 << 20, 1 << 40, 2**64 - 1, -1]
 DATA = [b"", b"x", b"y" * 100, bytes(3000)]
 NAMES = ["OPS1", "FUZZ", "", "x" * 20, "NOBODY"]
 GARBAGE = [b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1", b"\x00\x00\x00\x01\x90", b"\xff\xff\xff\xff",

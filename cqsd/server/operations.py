@@ -299,14 +299,21 @@ class Operations:
 
     async def _quiesced(self, pairs: list[StructurePair]) -> int:
         """No checkpoint of ``pairs`` runs, and the log is durable to its end (they are
-        failed: none of their records comes later); returns that end."""
+        failed: none of their records comes later); returns that end, in the series
+        written now. A group node may roll to a new series while it waits (the old one
+        is then acknowledged to its end, and the cuts name it there): the end is then
+        the new series', whose LSNs start again. (It was the old one's, taken for the
+        new series': a purge's checkpoint then covered records of the new series
+        written after it, which later folds met as effects on messages not there.)"""
         for pair in pairs:
             for s in pair.structures():
                 await self.checkpoints.finished(s.name)  # none starts while it is failed
-        position = self.journal.position
-        if not await self.journal.wait_durable(position):
-            raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
-        return position
+        while True:
+            writer, position = self.journal.writer_id, self.journal.position
+            if not await self.journal.wait_durable(position, writer):
+                raise CQSError(Reason.SHUTTING_DOWN, "the log failed")
+            if self.journal.writer_id == writer:
+                return position
 
     async def _load(self, s: Structure, plan: Plan | None) -> int:
         """Fill ``s`` from the image the recovery job wrote, and the log after it;

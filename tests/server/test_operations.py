@@ -234,6 +234,44 @@ async def test_in_a_group_a_purge_covers_the_sealed_series_at_their_cuts(make):
         assert slot.lsn == {"NODE2-1": 7, "NODE3-2": 11, rooms.journal.writer_id: ANY}, slot.lsn
 
 
+class RollsWhileWaiting:
+    """The journal, which rolls to a new series during the first wait for durability
+    (a group node taking back a pair it had handed over, while a recovery waits)."""
+
+    def __init__(self, journal) -> None:
+        self.journal, self.rolled = journal, None
+
+    async def wait_durable(self, lsn, writer=None):
+        writer = writer or self.journal.writer_id  # the series it waits in: the caller's
+        if self.rolled is None:
+            self.rolled = await self.journal.roll("NODE1-2")
+        return await self.journal.wait_durable(lsn, writer)
+
+    def __getattr__(self, name):
+        return getattr(self.journal, name)
+
+
+async def test_a_purge_whose_wait_met_a_roll_covers_the_new_series_as_far_as_it_goes(make,
+                                                                                   nursery):
+    """The series rolls while a purge waits for the log: the empty checkpoint covers
+    the new series to its own end, not to where the old one ended. (It covered the
+    new series up to the old one's LSN: records the new series took later, for the
+    pair purged, were then covered by a checkpoint without them, and every fold of
+    the pair met them as effects on messages not there: found by the group fuzz.)"""
+    rooms = make(group=True)
+    rooms.operations.checkpoints.sealed = lambda name: {}
+    nursery.start_soon(rooms.journal.run)  # the flusher, which the roll waits for
+    for _ in range(5):
+        rooms.journal.append({"s": "EMHQ01", "e": []})
+    rooms.operations.journal = rolling = RollsWhileWaiting(rooms.journal)
+    rooms.operations.fail("MSGQ01")
+    await rooms.operations.recover("MSGQ01", purge=True)
+    assert rolling.rolled is not None and rolling.rolled[1] == 5
+    for name in ("MSGQ01", "MSGQ01OV"):
+        slot = slots.newest_valid(rooms.datadir.srds, name)
+        assert slot.lsn == {"NODE1-2": rooms.journal.position}, slot.lsn
+
+
 async def test_a_recovery_whose_pair_went_to_another_owner_installs_nothing(make):
     """A node fenced while recovering a pair loses it (membership.py takes it off the
     failed pairs): the recovery ends STRUCTURE_FAILED and installs nothing."""

@@ -268,7 +268,7 @@ def test_spark_folds_generated_engine_histories_exactly_like_the_engine(spark):
     the offloaded bytes."""
     cases = []
 
-    @settings(max_examples=80, deadline=None, database=None, print_blob=True,
+    @settings(max_examples=80, deadline=None, database=None, print_blob=True, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.data())
     def generate(data):

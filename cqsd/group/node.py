@@ -179,6 +179,9 @@ class GroupNode:
         self.let_go: set[int] = set()
         self.receiving: set[str] = set()  # pairs a planned move brings here
         self.retired: dict[str, int] = {}  # this node's earlier series -> their last LSN
+        # pair -> the series this node rolled away from while owning it (its owner key's
+        # ``rolled``: their standbys read them to those ends)
+        self.rolled: dict[str, dict[str, int]] = {}
         self.moves = 0
         self.leaving = False  # handing everything off before a stop: take nothing more
         self.free_since: dict[str, float] = {}  # pairs without an owner key, since when
@@ -572,6 +575,7 @@ class GroupNode:
         now, or an orphan found bound to this node's lease): take it over, or give it
         up."""
         self.owned[name] = epoch
+        self.rolled[name] = {}
         self.released.discard(name)
         self.taking.add(name)
         log.info("owner_acquired", structure=name, node=self.group.node, epoch=epoch, how=how)
@@ -651,8 +655,8 @@ class GroupNode:
                  phases=takeover.phases, seconds=round(now() - detected, 3))
 
     async def _roll(self) -> None:
-        """A new series for this node, its keys saying so (the tailers of the pairs it
-        owns follow the new one)."""
+        """A new series for this node, its keys saying so: the tailers of the pairs it
+        owns follow the new one, after the old one to its end (standby.py)."""
         old, end = await self.host.roll()
         self.retired[old] = end
         writer = self.host.writer
@@ -661,9 +665,11 @@ class GroupNode:
             "advertise": self.group.advertise, "writer": writer,
             "standby": self.group.standby}), lease=self._bound())
         for pair, epoch in list(self.owned.items()):
+            rolled = self.rolled.setdefault(pair, {})
+            rolled[old] = end
             await self.etcd.put_if(key(self.group.name, "owners", pair), json.dumps({
                 "node": self.group.node, "advertise": self.group.advertise,
-                "writer": writer}), epoch, self._bound())
+                "writer": writer, "rolled": rolled}), epoch, self._bound())
 
     def fence(self, why: str) -> None:
         """Stop acknowledging and give everything up (idempotent); the keep-alive then

@@ -60,6 +60,9 @@ class Owner:
     writer: str
     epoch: int  # the owner key's create revision
     lease: int
+    # the series it rolled away from while owning the pair (node.py), each at its end:
+    # they hold the pair's records of this epoch before ``writer``'s
+    rolled: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,10 @@ class View:
                     view.nodes[parts[1]] = Node(parts[1], value["advertise"], value["writer"],
                                                 value.get("standby", "warm"))
                 elif parts[0] == "owners" and len(parts) == 2:
-                    view.owners[parts[1]] = Owner(parts[1], value["node"], value["advertise"],
-                                                  value["writer"], kv.create_revision, kv.lease)
+                    view.owners[parts[1]] = Owner(
+                        parts[1], value["node"], value["advertise"], value["writer"],
+                        kv.create_revision, kv.lease,
+                        {str(w): int(n) for w, n in value.get("rolled", {}).items()})
                 elif parts[0] == "seals" and len(parts) == 3:
                     view.seals.setdefault(parts[1], []).append(Seal(
                         parts[1], int(parts[2]), value["writer"],

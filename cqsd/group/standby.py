@@ -24,17 +24,21 @@ Which records a pass may fold. A pair's records come from one writer at a time
 (timestamp, writer, LSN) order of a fold is each epoch's series in LSN order,
 one epoch after the other. A pass therefore reads, from the view of etcd it
 starts with, only the *sealed* writers up to their cuts and the *owner's*
-series to its current end, and merges them in that order. A writer that is
-neither (a dead owner not yet sealed, another node's series) is not read at all
-until a seal says where it ends: a seal is recorded in etcd only after the
-sealed series were made durable, so the first pass that sees a seal reads every
-sealed record, and they all sort before the new owner's. Records of a pair
-beyond a writer's cut are never folded, with one exception the tail cannot
-avoid: records the owner wrote but which a later seal leaves out (un-fsynced
-writes lost with its machine, or late writes of a paused owner read before
-the seal appeared). ``WarmPair.overshoots`` finds those against every new seal,
-and the pair is then loaded again from its base (rare; logged as
-``warm_image_reloaded``); at takeover it falls back to the cold rebuild.
+series to its current end (with those the owner rolled away from while owning
+the pair, to where they end: its owner key names them), and merges them in
+that order. A writer that is neither (a dead owner not yet sealed, another
+node's series) is not read at all until a seal says where it ends: a seal is
+recorded in etcd only after the sealed series were made durable, so the first
+pass that sees a seal reads every sealed record, and they all sort before the
+new owner's. For the same reason the owner's series is not read until the view
+holds the seal of its epoch: the pass reads the files after the view, and would
+fold records of the new epoch before sealed records the view does not cut yet.
+Records of a pair beyond a writer's cut are never folded, with one exception
+the tail cannot avoid: records the owner wrote but which a later seal leaves
+out (un-fsynced writes lost with its machine, or late writes of a paused owner
+read before the seal appeared). ``WarmPair.overshoots`` finds those against
+every new seal, and the pair is then loaded again from its base (rare; logged
+as ``warm_image_reloaded``); at takeover it falls back to the cold rebuild.
 
 Reading is incremental (``Follower``): a cursor per writer keeps the segment
 and file offset of its next record, so a pass reads only the new bytes, not
@@ -85,7 +89,7 @@ from ..recovery.sealed import base_rows
 from ..srds import slots
 from ..storage import image
 from .etcd import EtcdError
-from .ownership import View, key
+from .ownership import Owner, View, key
 
 if TYPE_CHECKING:
     from .node import GroupNode
@@ -99,13 +103,22 @@ READ = 256 * 1024  # bytes read at a time past a cursor
 PUBLISH_EVERY = 1.0  # seconds between two lag updates of one pair in etcd
 
 
-def limits(owner_writer: str | None, cuts: Mapping[str, int]) -> dict[str, int]:
+def followed(view: View, name: str) -> Owner | None:
+    """The owner of pair ``name`` whose series a pass reads: None until the view holds
+    the seal of its epoch. The owner writes nothing of the pair before its seal, but
+    a pass reads its series after the view was read, and may then find records of
+    the new epoch while the view does not cut yet the sealed records they follow."""
+    owner, seals = view.owners.get(name), view.seals.get(name)
+    return owner if owner is not None and seals and seals[-1].epoch == owner.epoch else None
+
+
+def limits(owner: Owner | None, cuts: Mapping[str, int]) -> dict[str, int]:
     """The last LSN a pass may fold of each writer: the sealed ones to their cuts, the
-    owner's series to its end; writers not named are not read (module docstring)."""
-    out = dict(cuts)
-    if owner_writer is not None:
-        out[owner_writer] = END
-    return out
+    owner's series to its end, and those it rolled away from while owning the pair
+    to where they end; writers not named are not read (module docstring)."""
+    if owner is None:
+        return dict(cuts)
+    return {**owner.rolled, **cuts, owner.writer: END}
 
 
 @dataclass
@@ -377,10 +390,10 @@ class Tailer:
     def _pass(self, name: str, view: View) -> None:
         t0 = time.thread_time()
         try:
-            owner = view.owners.get(name)
+            owner = followed(view, name)
             owner_writer = owner.writer if owner is not None else None
             cuts = view.cuts(name)
-            until = limits(owner_writer, cuts)
+            until = limits(owner, cuts)
             s = self.standing.get(name)
             if s is not None and (over := s.warm.overshoots(cuts, sealed_only=True)):
                 log.warning("warm_image_reloaded", structure=name, writers=over,

@@ -334,3 +334,31 @@ async def test_a_move_counts_the_warm_targets_report_on_the_series_rolled_to_mea
         host.roll_now()
         node.view.lag = {"P": {"NODE2": Standby(0, 0.0, "NODE1-2", 1, receiving=True)}}
     assert waited.is_set()
+
+
+class RollingHost(QuickHost):
+    """Rolls to the next series, the old one ``lsn`` records long."""
+
+    lsn = 7
+
+    async def roll(self) -> tuple[str, int]:
+        old, n = self.writer.rsplit("-", 1)
+        self.writer = f"{old}-{int(n) + 1}"
+        return f"{old}-{n}", self.lsn
+
+
+async def test_an_owner_key_names_the_series_its_owner_rolled_away_from(etcd_server, tmp_path):
+    """Each roll while the node owns a pair adds the old series, at its end, to the
+    pair's owner key: its warm standbys read it there (standby.limits), or they
+    skipped the records the owner wrote in it after their last pass."""
+    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
+                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
+                        standby="cold", dedup_window=120.0)
+    host, etcd = RollingHost(tmp_path), Etcd(group.etcd)
+    node = await served(GroupNode(group, {"P": None}, host, etcd), host)
+    await node._roll()
+    host.lsn = 3
+    await node._roll()
+    kvs, revision = await etcd.get_prefix(key(group.name) + "/")
+    owner = View.read(group.name, kvs, revision).owners["P"]
+    assert owner.writer == "NODE1-3" and owner.rolled == {"NODE1-1": 7, "NODE1-2": 3}

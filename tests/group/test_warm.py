@@ -35,6 +35,11 @@ def new_pair(name):
     return StructurePair(Structure(name, 1 << 30), Structure(name + "OV", 1 << 30))
 
 
+def owner_of(writer):
+    """The owner of MSGQ01 writing ``writer``, as limits() takes it."""
+    return Owner("MSGQ01", "NODE1", "", writer, 1, 1)
+
+
 def paths(data):
     return data / "images", data / "srds", data / "logstream"
 
@@ -59,7 +64,7 @@ def test_a_warm_standbys_rows_follow_the_serving_owner(owner):
         first = s.put_batch(QUEUE, [b"a%d" % i for i in range(200)])
         (writer,) = list_series(data / "logstream")
         warm, follower = load(new_pair("MSGQ01").structures(), *paths(data),
-                              limits(writer, {}))
+                              limits(owner_of(writer), {}))
         assert payloads(warm.structures["MSGQ01"]) == owner_messages(owner.address)
         for i in range(5):  # the owner appends while the standby tails
             s.put_batch(QUEUE, [b"b%d-%d" % (i, n) for n in range(100)])
@@ -67,7 +72,7 @@ def test_a_warm_standbys_rows_follow_the_serving_owner(owner):
                 s.delete(m.entry_id)
             s.read(QUEUE)  # one stays locked
             s.move(first[-1 - i], "TRANY")  # by id, not yet read
-            seen = [r.lsn for r in follower.read(limits(writer, {})) if warm.apply(r)]
+            seen = [r.lsn for r in follower.read(limits(owner_of(writer), {})) if warm.apply(r)]
             assert seen, "the pass folded none of the owner's new records"
             live = owner_messages(owner.address)
             assert payloads(warm.structures["MSGQ01"]) == live == reference_messages(data)
@@ -91,7 +96,8 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
         a.flush()
         tailer = Tailer(None, {"MSGQ01": PAIR}, tmp_path / "images", tmp_path / "srds",
                         log_dir, 0.1, new_pair)
-        owned_by_1 = View(owners={"MSGQ01": Owner("MSGQ01", "NODE1", "", "NODE1-1", 5, 1)})
+        owned_by_1 = View(owners={"MSGQ01": Owner("MSGQ01", "NODE1", "", "NODE1-1", 5, 1)},
+                          seals={"MSGQ01": [Seal("MSGQ01", 5, "NODE1-1", {}, 0)]})
         tailer._pass("MSGQ01", owned_by_1)  # loads
         sealed_at = a.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 5]]})
         late = put(a, [11, 12])  # beyond the seal to come
@@ -116,6 +122,71 @@ def test_a_seal_set_by_a_third_node_is_honoured(tmp_path):
     warm = tailer.standing["MSGQ01"].warm
     assert set(payloads(warm.structures["MSGQ01"])) == {2, 3, 6, 7, 8, 9, 10, 20}
     assert warm.folded == {"NODE1-1": sealed_at, "NODE3-1": 2}
+
+
+def tailer_in(data):
+    """A Tailer of MSGQ01 over ``data``, its passes run by hand with hand-made views."""
+    (data / "images").mkdir()
+    return Tailer(None, {"MSGQ01": PAIR}, data / "images", data / "srds",
+                  data / "logstream", 0.1, new_pair)
+
+
+def owned(writer, epoch, sealed=None, rolled=None):
+    """A view of MSGQ01 owned at ``epoch`` by the node writing ``writer``, with the
+    seal of epoch ``sealed`` (the owner's by default) and the series it ``rolled`` from."""
+    node = writer.split("-")[0]
+    return View(owners={"MSGQ01": Owner("MSGQ01", node, "", writer, epoch, 1, rolled or {})},
+                seals={"MSGQ01": [Seal("MSGQ01", sealed or epoch, writer, {}, 0)]})
+
+
+def test_an_owners_roll_is_followed_through_the_old_series_to_its_end(tmp_path):
+    """The owner rolls to a new series while it owns the pair (taking back another one):
+    the records it wrote in the old one after the last pass are folded before the
+    new series' (the old one was not read again once the owner key named the new
+    one, and a lock there then met a message the rows lacked)."""
+    log_dir, tailer = tmp_path / "logstream", tailer_in(tmp_path)
+    with logstream.Writer.open(log_dir, "NODE1-1") as old:
+        put(old, [1, 2])
+        old.flush()
+        tailer._pass("MSGQ01", owned("NODE1-1", 5))  # loads
+        end = put(old, [3])  # after the pass, before the roll
+        old.flush()
+    with logstream.Writer.open(log_dir, "NODE1-2") as new:
+        new.stamp_after(time.time_ns())
+        new.append({STRUCTURE: "MSGQ01", EFFECTS: [[LOCK, 3, "IMS1"], [DELETE, 1]]})
+        new.flush()
+    tailer._pass("MSGQ01", owned("NODE1-2", 5, rolled={"NODE1-1": end}))
+    warm = tailer.standing["MSGQ01"].warm
+    assert set(payloads(warm.structures["MSGQ01"])) == {2, 3}
+    assert warm.structures["MSGQ01"].entry(3).owner == "IMS1"
+    assert warm.folded == {"NODE1-1": end, "NODE1-2": 1}
+
+
+def test_a_new_owners_series_is_not_read_before_the_view_holds_its_seal(tmp_path):
+    """A view read between a new owner's key and its seal: the pass reads the files
+    later, when the new owner may have served the pair. Its records wait for the
+    view with the seal, and are then folded after the sealed ones they follow (they
+    were folded first, and a delete met a message the rows did not hold yet)."""
+    log_dir, tailer = tmp_path / "logstream", tailer_in(tmp_path)
+    with logstream.Writer.open(log_dir, "NODE1-1") as a:
+        put(a, [1, 2])
+        a.flush()
+        tailer._pass("MSGQ01", owned("NODE1-1", 5))  # loads
+        sealed_at = put(a, [3])  # the old owner's last record, not read yet
+        a.flush()
+    with logstream.Writer.open(log_dir, "NODE2-1") as b:
+        b.stamp_after(time.time_ns())
+        b.append({STRUCTURE: "MSGQ01", EFFECTS: [[DELETE, 3]]})
+        b.flush()
+    tailer._pass("MSGQ01", owned("NODE2-1", 9, sealed=5))  # the seal of 9 not seen yet
+    warm = tailer.standing["MSGQ01"].warm
+    assert set(payloads(warm.structures["MSGQ01"])) == {1, 2}
+    assert "NODE2-1" not in warm.folded
+    seal = Seal("MSGQ01", 9, "NODE2-1", {"NODE1-1": sealed_at}, 0)
+    tailer._pass("MSGQ01", View(owners=owned("NODE2-1", 9).owners, seals={"MSGQ01": [seal]}))
+    assert tailer.standing["MSGQ01"].warm is warm  # tailed, not loaded again
+    assert set(payloads(warm.structures["MSGQ01"])) == {1, 2}
+    assert warm.folded == {"NODE1-1": sealed_at, "NODE2-1": 1}
 
 
 def test_a_tail_stopped_at_any_record_goes_on_from_there(tmp_path):

@@ -142,6 +142,9 @@ class Host(Protocol):
         """After a fence, continue as a new incarnation: its writer id. Raises
         RejoinFailed if its series cannot be started."""
 
+    async def recovered(self, name: str) -> None:
+        """Until no operator's recovery of pair ``name`` runs here."""
+
     async def release(self, name: str, to: str) -> None:
         """A planned move: stop serving pair ``name`` (its clients are told it is moving
         to ``to``) and return once every record of it is durable."""
@@ -438,6 +441,7 @@ class GroupNode:
         try:
             started = now()
             await self._await_warm(name, target)
+            await self.host.recovered(name)  # it writes the pair's checkpoints: here first
             node = self.view.nodes.get(target)
             if self.owned.get(name) != epoch or self.view.moves.get(name) != target \
                     or node is None:

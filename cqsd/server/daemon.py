@@ -144,7 +144,8 @@ class Daemon:
             if group is not None:  # owning nothing until etcd says so
                 self.membership = Membership(self.config.current, self.datadir, self.registry,
                                              journal, self.clients, self.waiters, self.runtime,
-                                             self.datasets, self.checkpoints, self.dedup)
+                                             self.datasets, self.checkpoints,
+                                             self.operations, self.dedup)
                 self.datasets.open_sets.writer = lambda: journal.writer_id
                 self.checkpoints.sealed = self.membership.node.cuts
                 self.checkpoints.live_series = self.membership.node.live_series

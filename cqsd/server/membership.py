@@ -36,6 +36,7 @@ from .checkpoints import Checkpoints
 from .clients import Clients
 from .dedup import Dedup
 from .journal import Fenced, Journal
+from .operations import Operations
 from .registry import Registry
 from .runtime import Runtime
 from .smds.datasets import DataSets
@@ -54,7 +55,7 @@ class Membership:
 
     def __init__(self, config: Config, datadir: DataDir, registry: Registry, journal: Journal,
                  clients: Clients, waiters: ReadWaiters, runtime: Runtime,
-                 datasets: DataSets, checkpoints: Checkpoints,
+                 datasets: DataSets, checkpoints: Checkpoints, operations: Operations,
                  dedup: Dedup | None = None) -> None:
         assert config.group is not None
         self.config = config
@@ -67,6 +68,7 @@ class Membership:
         self.dedup = dedup if dedup is not None else Dedup(0)
         self.datasets = datasets
         self.checkpoints = checkpoints
+        self.operations = operations
         pairs = {name: config.structure(name).prefer for name in registry.pairs}
         self.node = GroupNode(config.group, pairs, self)
         if config.group.standby == "warm":
@@ -246,6 +248,9 @@ class Membership:
         raise CQSError(Reason.STRUCTURE_FAILED, f"move_structure: {name} did not reach "
                        f"node {to} within {MOVE_WAIT:g}s (the move stays asked for; see "
                        f"`cqsctl display owners` and the nodes' logs)")
+
+    async def recovered(self, name: str) -> None:
+        await self.operations.recovered(name)
 
     async def release(self, name: str, to: str) -> None:
         """Hand pair ``name`` over to node ``to``. A pair failed here moves as well: the

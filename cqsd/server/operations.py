@@ -58,13 +58,29 @@ class Operations:
         self.datasets = datasets
         self.runtime = runtime
         self.dedup = dedup if dedup is not None else Dedup(0)
-        self._recovering: set[str] = set()
+        # the structures an operator's recover is rebuilding now, each with the event
+        # set when it ends
+        self._recovering: dict[str, trio.Event] = {}
         self.media = MediaRecovery(datasets)
 
     @property
     def recovering(self) -> set[str]:
         """The structures an operator's recover is rebuilding now."""
-        return self._recovering
+        return set(self._recovering)
+
+    async def recovered(self, name: str) -> None:
+        """Until no recovery of ``name`` runs here. A planned move hands the pair over
+        only then: the recovery goes on writing its checkpoints and data sets, and
+        they would be those of a pair another node serves (a purge's empty
+        checkpoint then covered records that node had served from the log)."""
+        while (ended := self._recovering.get(name)) is not None:
+            await ended.wait()
+
+    def _ended(self, name: str) -> None:
+        """The recovery of ``name`` is over, however it went."""
+        ended = self._recovering.pop(name, None)
+        if ended is not None:
+            ended.set()
 
     def restart(self) -> tuple[set[str], set[str]]:
         """Rebuild every structure from its image and the log; returns the clients whose
@@ -127,7 +143,7 @@ class Operations:
         except Exception as err:
             raise self._not_recovered(name, plan, err) from err
         finally:
-            self._recovering.discard(name)
+            self._ended(name)
         self._still_ours(name, old)
         return await self._recovered(new, purge, why, started, replayed)
 
@@ -153,7 +169,7 @@ class Operations:
             try:
                 plan = await self.media.start([s.name for s in new.structures()])
             except Exception as err:
-                self._recovering.discard(name)
+                self._ended(name)
                 failed[name] = self._not_recovered(name, None, err).message
                 continue
             begun[name] = new, started, plan
@@ -161,12 +177,12 @@ class Operations:
             done = await self._rebuild_together([(p[0], p[2]) for p in begun.values()], failed)
         except Exception as err:
             for name, (_, _, plan) in begun.items():
-                self._recovering.discard(name)
+                self._ended(name)
                 failed[name] = self._not_recovered(name, plan, err).message
             return {"recovered": [], "failed": failed}
         recovered = []
         for name, (new, started, plan) in begun.items():
-            self._recovering.discard(name)
+            self._ended(name)
             if name not in done:
                 failed[name] = self._not_recovered(
                     name, plan, CQSError(Reason.STRUCTURE_FAILED, failed[name])).message
@@ -185,7 +201,7 @@ class Operations:
         old = self.registry.failed.get(name)
         if old is None:
             old = self._fail(name, why, purge=purge)
-        self._recovering.add(name)
+        self._recovering[name] = trio.Event()
         new = self.registry.new_pair(name)
         new.last_id = old.last_id
         return new, time.monotonic(), old

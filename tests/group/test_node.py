@@ -174,6 +174,9 @@ class MovingHost(QuickHost):
         super().__init__(log_dir)
         del self.release
 
+    async def recovered(self, name: str) -> None:
+        pass
+
     async def release(self, name: str, to: str) -> None:
         pass
 

@@ -1,9 +1,11 @@
 """An operator's failure and recovery of a pair meet planned moves (docs/group.md,
 "Planned moves"): a pair failed at its owner moves as a recovery would rebuild it,
 and the node it left keeps nothing of it; a pair its owner purged is not served by
-a warm standby from the rows it folded before the purge. Found by the group fuzz
-(tests/group/test_group_fuzz.py). Real etcd, real daemons."""
+a warm standby from the rows it folded before the purge; a pair being recovered
+moves once its recovery is over. The first two found by the group fuzz
+(tests/group/test_group_fuzz.py). Real etcd, real daemons, a real Spark job."""
 
+import threading
 import time
 
 from ..daemon.harness import Raw
@@ -13,8 +15,9 @@ S = "EMHQ01"
 PREFER = 'prefer = ["NODE1", "NODE2"]'
 
 
-def request(node: Node, op: str, **fields) -> dict:
+def request(node: Node, op: str, timeout: float = 10, **fields) -> dict:
     raw = Raw(node.socket)
+    raw.sock.settimeout(timeout)
     try:
         assert raw.register(f"OPS{time.monotonic_ns() % 10**9}", operator=True)["ok"]
         return raw.request(op, **fields)
@@ -97,6 +100,34 @@ def test_a_pair_purged_by_its_owner_is_not_served_from_its_standbys_rows(etcd_se
                                                                       after=mark)
         move(b, "NODE1")
         assert messages(a) == [b"after"]
+    finally:
+        a.cleanup()
+        b.cleanup()
+
+
+def test_a_pair_being_recovered_moves_once_its_recovery_is_over(etcd_server):
+    """NODE1 recovers S from its checkpoint and the log (a Spark job: seconds) and is
+    asked meanwhile to move S to NODE2: it hands S over once the recovery is done,
+    which succeeds, and NODE2 serves the message. (The move went first: the recovery
+    then found S gone, and went on writing checkpoints and data sets of a pair
+    NODE2 served.)"""
+    a, b = two(etcd_server, "RECMV")
+    try:
+        assert request(a, "put", structure=S, queue="Q", data=b"kept")["ok"]
+        mark = a.mark()
+        recovered = {}
+        job = threading.Thread(target=lambda: recovered.update(
+            request(a, "recover", timeout=120, structure=S, purge=False)))
+        job.start()
+        a.wait_for("structure_failed", structure=S, why="recover", after=mark, timeout=30)
+        move(a, "NODE2")
+        job.join(120)
+        assert recovered.get("ok"), recovered
+        order = [e["event"] for e in a.lines[mark:]
+                 if e.get("structure") == S and e["event"] in ("structure_recovered",
+                                                              "structure_released")]
+        assert order == ["structure_recovered", "structure_released"], order
+        assert messages(b) == [b"kept"]
     finally:
         a.cleanup()
         b.cleanup()

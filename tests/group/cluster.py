@@ -76,10 +76,12 @@ class Node(Daemon):
         return self.proc is not None and self.proc.poll() is None
 
 
-def shared_data() -> Path:
-    """A fresh data directory for a group's nodes, removed when the tests end."""
+def shared_data(keep: bool = False) -> Path:
+    """A fresh data directory for a group's nodes, removed when the tests end unless
+    ``keep``."""
     top = tempfile.mkdtemp(prefix="cqg")
-    atexit.register(shutil.rmtree, top, ignore_errors=True)
+    if not keep:
+        atexit.register(shutil.rmtree, top, ignore_errors=True)
     return Path(top) / "data"
 
 

@@ -21,7 +21,9 @@ message not there. ``checkpoint``, and ``recover`` without
 Budgets: the suite runs the sequences of seeds 0 to SEQUENCES - 1 on one group;
 ``CQSD_GROUP_FUZZ_SECONDS=N`` runs them for N seconds from a random seed, one
 after another, and ``CQSD_GROUP_FUZZ_SEED=S`` starts from S (alone: that one
-sequence). A failure names its seed and shows both nodes' last log lines.
+sequence). A failure names its seed and shows both nodes' last log lines: 40 in
+the suite; in a long run 3,000, and the group's data directory is kept (its path
+is in the failure) for the records to be read with their series.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import itertools
 import math
 import os
 import random
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -49,6 +52,7 @@ SEQUENCES = 40
 STEPS = 25  # at most, a sequence
 SECONDS = float(os.environ.get("CQSD_GROUP_FUZZ_SECONDS") or 0)
 SEED = os.environ.get("CQSD_GROUP_FUZZ_SEED")
+SHOWN = 3000 if SECONDS else 40  # log lines of each node a failure shows
 OTHER_NODE = {"NODE1": "NODE2", "NODE2": "NODE1"}
 SPARK = {"checkpoint"}  # a Spark job each: test_fuzz.py's CQSD_FUZZ_SPARK budget
 
@@ -164,7 +168,7 @@ class Draws:
 
 @pytest.fixture(scope="module")
 def group(etcd_server):
-    data = shared_data()
+    data = shared_data(keep=bool(SECONDS))  # a long run's, removed here if it passed
     nodes = {name: Node(name, data, etcd_server.endpoint, group="FUZZG", prefer=PREFER,
                         daemon_keys=KEYS, standby=standby)
              for name, standby in (("NODE1", "cold"), ("NODE2", "warm"))}
@@ -177,8 +181,11 @@ def group(etcd_server):
     finally:
         for node in nodes.values():
             node.cleanup()
+        if not FAILED:
+            shutil.rmtree(data.parent, ignore_errors=True)
 
 
+FAILED: list[int] = []  # the seed a sequence failed at
 CLIENTS = (f"OPS{n}" for n in itertools.count())
 
 
@@ -272,6 +279,7 @@ def test_a_group_answers_whatever_it_is_sent(group):
         try:
             run_sequence(group, seed, ids)
         except AssertionError as failed:
-            raise AssertionError(f"{failed}\n" + "\n".join(
-                f"{name}'s last lines: {node.lines[-40:]}"
-                for name, node in group.items())) from failed
+            FAILED.append(seed)
+            raise AssertionError(f"{failed}\nthe group's data: {group['NODE1'].data}\n"
+                                 + "\n".join(f"{name}'s last lines: {node.lines[-SHOWN:]}"
+                                              for name, node in group.items())) from failed

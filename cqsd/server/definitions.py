@@ -21,7 +21,7 @@ repository (``path`` None, in-process tests) the config is all there is.
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict
 
@@ -95,6 +95,20 @@ class Definitions:
             log.warning("structure_not_configured", structure=name,
                         action="the config no longer defines it: it is not served; its "
                                "definition and data stay in the data directory")
+
+    def refresh(self, names: Iterable[str]) -> None:
+        """In a group, as a node takes pairs over: ``names`` as the repository (the
+        group's, in the shared data directory) holds them now. Their owner may have
+        changed them since this node started (``rebuild --size``, ``alter``, a
+        growth), and a failed flag it set is cleared by the takeover's install.
+        Raises RepositoryError."""
+        if self.path is None:
+            return
+        stored = repository.structures(self.path)
+        for name in names:
+            if (row := stored.get(name)) is not None:
+                self.held[name] = Held(Definition(row["size"], row["initsize"]),
+                                       row["current_size"], row["failed"])
 
     def pending(self, name: str) -> dict[str, int] | None:
         """The config's values for ``name`` that are not in force, None if none."""

@@ -26,12 +26,13 @@ from ..group.etcd import EtcdError
 from ..group.lease import now
 from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
 from ..group.standby import Tailer, finish, purged
-from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
+from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE, rows_of
 from ..recovery.keys import pair_of, remembered
 from ..recovery.restart import Rebuilt
 from ..recovery.sealed import rebuild_pair
 from ..storage import image
 from ..storage.datadir import DataDir
+from ..storage.repository import RepositoryError
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .dedup import Dedup
@@ -150,11 +151,13 @@ class Membership:
         position = self.journal.durable  # none of the pair in this series comes later
         cut = {**takeover.cut, self.journal.writer_id: position}
         started = now()
+        self._defined(name)
         warm = await self._warm(takeover)
         # the keys the earlier owners took in the window, so their resends apply nothing:
         # a warm standby kept them as it tailed, a cold one reads them back
         if warm is not None:
             pair, reports, kept = warm
+            pair = self._as_defined(pair)
             keys = {name: kept}
         else:
             pair = self.registry.new_pair(name)
@@ -201,6 +204,33 @@ class Membership:
                      messages=r.messages, records_replayed=r.replayed, epoch=takeover.epoch,
                      image_seconds=round(r.image_seconds, 3),
                      replay_seconds=round(r.replay_seconds, 3))
+
+    def _defined(self, name: str) -> None:
+        """Pair ``name``'s definitions as the repository holds them now (its earlier
+        owners may have changed them); those read at start if it cannot be read."""
+        sc = self.config.structure(name)
+        try:
+            self.registry.definitions.refresh([name, *([sc.overflow] if sc.overflow else [])])
+        except RepositoryError as err:
+            log.error("structure_definitions_unread", structure=name, error=str(err),
+                      action="taking the pair over with the definitions read at start")
+
+    def _as_defined(self, pair: StructurePair) -> StructurePair:
+        """The warm ``pair``, made when the tail loaded it, with the SIZE and current
+        size in force now: copied into a pair made as they say if an earlier owner
+        changed them since (as ``rebuild`` copies), so a takeover never serves the
+        pair with sizes its owner had given up."""
+        held = self.registry.definitions.held
+        if all((s.size, s.current_size) == (held[s.name].definition.size,
+                                            held[s.name].current_size)
+               for s in pair.structures()):
+            return pair
+        new = self.registry.new_pair(pair.name)
+        for old_s, new_s in zip(pair.structures(), new.structures(), strict=True):
+            image.restore(new_s, rows_of(old_s))
+        new.last_id = pair.last_id
+        new.watched.update(pair.watched)
+        return new
 
     async def _warm(self, takeover: Takeover
                     ) -> tuple[StructurePair, list[Rebuilt], Remembered] | None:

@@ -131,3 +131,31 @@ def test_a_pair_being_recovered_moves_once_its_recovery_is_over(etcd_server):
     finally:
         a.cleanup()
         b.cleanup()
+
+
+def sizes(node: Node) -> tuple[int, int]:
+    """S's SIZE and current size as ``node`` serves it."""
+    [row] = [r for r in request(node, "query", kind="structures")["result"]["rows"]
+             if r["name"] == S]
+    return row["size"], row["current_size"]
+
+
+def test_a_pairs_sizes_go_with_it_to_a_warm_and_a_cold_owner(etcd_server):
+    """NODE1 rebuilds S to a new SIZE and moves it to NODE2, a warm standby, which
+    serves it with that SIZE and alters its current size; moved back to NODE1, cold
+    there, S keeps both. (Each node served S as its definitions were when it
+    started, or when its tail loaded the pair: an operator's rebuild or alter, or a
+    growth, was undone by the next takeover.)"""
+    a, b = two(etcd_server, "SIZEMV")
+    try:
+        assert request(a, "put", structure=S, queue="Q", data=b"kept")["ok"]
+        assert request(a, "rebuild", structure=S, size=16 << 20)["ok"]
+        move(a, "NODE2")
+        assert sizes(b) == (16 << 20, 16 << 20)
+        assert request(b, "alter", structure=S, size=12 << 20)["ok"]
+        move(b, "NODE1")
+        assert sizes(a) == (16 << 20, 12 << 20)
+        assert messages(a) == [b"kept"]
+    finally:
+        a.cleanup()
+        b.cleanup()

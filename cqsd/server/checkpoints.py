@@ -351,7 +351,10 @@ class Checkpoints:
     async def _cover_the_rest(self) -> None:
         """The log is trimmed only behind every structure's checkpoints, so give each
         structure that has none one: an empty slot at once (before the trim that
-        follows) for a structure holding no message, a job for the others."""
+        follows) for a structure holding no message, a job for the others. The
+        empty slot is of that structure alone: taken with its pair, it waited for
+        the checkpoint running this (an overflow structure's), which waited for it
+        in turn, for ever, and the log was never trimmed again."""
         clock = time.monotonic()
         for name in self.names:
             s = self.physical(name)
@@ -361,8 +364,8 @@ class Checkpoints:
                 continue  # its last job failed: it waits out its back-off
             if s.stats()["messages"]:
                 self.runtime.spawn(f"checkpoint of {name}", self._quietly, name, "first")
-            else:
-                await self._quietly(name, "first")
+            else:  # an error is logged, and the next checkpoint tries again
+                await self._start(name, "first").done.wait()
 
     def trim(self) -> None:
         """Delete log segments that no slot of any structure still needs, once they are
@@ -449,6 +452,9 @@ class Checkpoints:
             try:
                 if segments[-1].path.stat().st_mtime > cutoff:
                     continue
+            except FileNotFoundError:  # every node retires: another one did, since the listing
+                continue
+            try:
                 for seg in segments:
                     seg.path.unlink(missing_ok=True)
                 (self.datadir.logstream / lock_name(writer)).unlink(missing_ok=True)

@@ -266,6 +266,21 @@ async def test_a_failed_first_checkpoint_waits_out_its_back_off_too(make, clock,
     assert jobs.calls == 2
 
 
+async def test_an_overflow_structures_checkpoint_covers_its_empty_primary_and_ends(make):
+    """A checkpoint of an overflow structure alone, its primary empty and never
+    checkpointed: the primary gets its empty slot, and both end. (The primary's was
+    taken with its pair, so it waited for the overflow structure's checkpoint, which
+    waited for it: neither ended, and the log was never trimmed again. The group
+    fuzz's checkpoint of MSGQ01OV found it.)"""
+    rooms = make()
+    await rooms.log(100)
+    cp = rooms.checkpoints()
+    with trio.fail_after(10):
+        result = await cp.take("MSGQ01OV", "operator")
+    assert result["slot"] == "SRDS1"
+    assert slots.newest_valid(rooms.datadir.srds, "MSGQ01").lsn == {WRITER: 1}
+
+
 # -- what a checkpoint covers ------------------------------------------------------------
 
 
@@ -510,6 +525,35 @@ async def test_a_dead_series_every_checkpoint_covers_is_retired(make):
     assert not (rooms.datadir.logstream / f"{DEAD}.lock").exists()
     assert [e["writer"] for e in logs if e["event"] == "series_retired"] == [DEAD]
     assert list_segments(rooms.datadir.logstream, WRITER)  # this node's own stays
+
+
+async def test_a_dead_series_another_node_retires_meanwhile_is_passed_over(make, monkeypatch):
+    """Every node of a group retires the dead series: another one may delete a series
+    between this node's listing and its look at the files. It is passed over, not an
+    error (the group fuzz met ``series_retire_failed``, ENOENT, once it ran the
+    checkpoint jobs)."""
+    from cqsd.server import checkpoints
+
+    rooms = make()
+    await rooms.log(100)
+    files = dead_series(rooms)
+    slots_naming(rooms)
+    cp = rooms.checkpoints()
+    cp.sealed = lambda pair: {DEAD: 3}
+    cp.live_series = lambda: {WRITER}
+    listing = checkpoints.list_series
+
+    def listed_then_retired_elsewhere(directory):
+        series = listing(directory)
+        for seg in files:
+            seg.path.unlink(missing_ok=True)
+        return series
+
+    monkeypatch.setattr(checkpoints, "list_series", listed_then_retired_elsewhere)
+    with structlog.testing.capture_logs() as logs:
+        cp.trim()
+    assert [e for e in logs if e["log_level"] == "error"] == []
+    assert list_segments(rooms.datadir.logstream, WRITER)
 
 
 async def test_a_takeover_whose_cut_names_a_retired_series_owes_none_of_it(make):

@@ -81,9 +81,7 @@ class Definitions:
                 log.info("structure_defined", structure=name, size=configured.size,
                          initsize=configured.initsize, source="config")
                 continue
-            held = Held(Definition(row["size"], row["initsize"]), row["current_size"],
-                        row["failed"])
-            self.held[name] = held
+            self.held[name] = held = _held(row)
             pending = self.pending(name)
             if pending:
                 log.warning("structure_config_differs", structure=name, config=pending,
@@ -107,8 +105,7 @@ class Definitions:
         stored = repository.structures(self.path)
         for name in names:
             if (row := stored.get(name)) is not None:
-                self.held[name] = Held(Definition(row["size"], row["initsize"]),
-                                       row["current_size"], row["failed"])
+                self.held[name] = _held(row)
 
     def pending(self, name: str) -> dict[str, int] | None:
         """The config's values for ``name`` that are not in force, None if none."""
@@ -153,3 +150,8 @@ class Definitions:
             log.error("structure_definition_not_saved", structure=name, error=str(err),
                       action="in force until the daemon stops; the next start uses the "
                              "repository's older value")
+
+
+def _held(row: dict[str, Any]) -> Held:
+    """A structure as the repository's row of it says."""
+    return Held(Definition(row["size"], row["initsize"]), row["current_size"], row["failed"])

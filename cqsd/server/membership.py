@@ -26,7 +26,7 @@ from ..group.etcd import EtcdError
 from ..group.lease import now
 from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
 from ..group.standby import Tailer, finish, purged
-from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE, rows_of
+from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.keys import pair_of, remembered
 from ..recovery.restart import Rebuilt
 from ..recovery.sealed import rebuild_pair
@@ -37,7 +37,7 @@ from .checkpoints import Checkpoints
 from .clients import Clients
 from .dedup import Dedup
 from .journal import Fenced, Journal
-from .operations import Operations
+from .operations import Operations, copied
 from .registry import Registry
 from .runtime import Runtime
 from .smds.datasets import DataSets
@@ -225,12 +225,7 @@ class Membership:
                                             held[s.name].current_size)
                for s in pair.structures()):
             return pair
-        new = self.registry.new_pair(pair.name)
-        for old_s, new_s in zip(pair.structures(), new.structures(), strict=True):
-            image.restore(new_s, rows_of(old_s))
-        new.last_id = pair.last_id
-        new.watched.update(pair.watched)
-        return new
+        return copied(self.registry, pair)
 
     async def _warm(self, takeover: Takeover
                     ) -> tuple[StructurePair, list[Rebuilt], Remembered] | None:

@@ -43,6 +43,19 @@ from .waiters import ReadWaiters
 log = structlog.get_logger()
 
 
+def copied(registry: Registry, pair: StructurePair,
+           held: dict[str, Held] | None = None) -> StructurePair:
+    """A new instance of ``pair`` as its definitions say (or with ``held``, by
+    structure), holding every message, lock and watched queue of the old one: a
+    structure copy (``rebuild``), or a warm pair given the sizes now in force."""
+    new = registry.new_pair(pair.name, held)
+    for old_s, new_s in zip(pair.structures(), new.structures(), strict=True):
+        image.restore(new_s, rows_of(old_s))
+    new.last_id = pair.last_id
+    new.watched.update(pair.watched)
+    return new
+
+
 class Operations:
     def __init__(self, config: LiveConfig, datadir: DataDir, registry: Registry,
                  clients: Clients, journal: Journal, checkpoints: Checkpoints,
@@ -391,11 +404,7 @@ class Operations:
         assert target is not None  # its pair is available
         held = self._redefined(name, size, target.elements_used * ELEMENT)
         started = time.perf_counter()
-        new = self.registry.new_pair(pair.name, {name: held})
-        for old_s, new_s in zip(pair.structures(), new.structures(), strict=True):
-            image.restore(new_s, rows_of(old_s))
-        new.last_id = pair.last_id
-        new.watched.update(pair.watched)
+        new = copied(self.registry, pair, {name: held})
         self._install(new)
         self.registry.definitions.redefined(name, held)
         seconds = round(time.perf_counter() - started, 3)

@@ -17,6 +17,8 @@ crash. Each input is a small header, then the byte stream (see :func:`unpack_inp
   same frames and end the same way;
 - the decoder never holds more than ``max_frame`` plus the read just handed to it;
 - after an error the decoder stays poisoned, after a clean EOF it stays closed;
+- every whole body decodes as msgpack's unpackb decodes it (the codec's fast
+  decoder, msgspec, against its reference);
 - every frame goes through ``requests.parse`` (and ``commit_ops`` for a commit), and
   round-trips through ``encode_frame`` to the same values and the same bytes.
 """
@@ -52,6 +54,7 @@ with atheris.instrument_imports(include=["cqsproto"]):
         NEED_DATA,
         FrameDecoder,
         ProtocolError,
+        codec,
         encode_frame,
         requests,
     )
@@ -225,9 +228,31 @@ def check_round_trip(frame: dict[str, Any], limit: int) -> None:
         assert error.reason == MESSAGE_TOO_LARGE and len(encoded) - HEADER_SIZE > limit
 
 
+def outcome(decode: Any, body: bytes) -> object:
+    """What *decode* makes of *body*: its shape, or its error's reason and message."""
+    try:
+        return shape(decode(body))
+    except ProtocolError as error:
+        return (error.reason, error.message)
+
+
+def check_reference(stream: bytes) -> None:
+    """Every whole body in *stream* decodes (or is refused) as msgpack, the codec's
+    reference, decodes it: msgspec, its fast path, may differ in nothing."""
+    at = 0
+    while at + HEADER_SIZE <= len(stream):
+        (size,) = struct.unpack_from(">I", stream, at)
+        body = stream[at + HEADER_SIZE : at + HEADER_SIZE + size]
+        if len(body) < size:
+            return
+        assert outcome(codec._decode_body, body) == outcome(codec._decode_reference, body)
+        at += HEADER_SIZE + size
+
+
 def test_one_input(data: bytes) -> None:
     """Decode one stream whole and in reads, compare, then check every frame."""
     limit, cuts, stream = unpack_input(data)
+    check_reference(stream)
     frames, end = decode([stream] if stream else [], limit)
     frames_in_reads, end_in_reads = decode(pieces(stream, cuts), limit)
     assert [shape(f) for f in frames] == [shape(f) for f in frames_in_reads]

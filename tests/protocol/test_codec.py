@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import marshal
 import os
 import struct
 import subprocess
@@ -25,6 +26,7 @@ from cqsproto import (
     PROTOCOL_VERSION,
     FrameDecoder,
     ProtocolError,
+    codec,
     encode_frame,
     encode_reply,
 )
@@ -629,6 +631,96 @@ def test_damaged_valid_frames_raise_nothing_but_protocol_error(
     for position, value in overwrites:
         stream[position % len(stream)] = value
     survive(bytes(stream), [], max_frame=4096)
+
+
+# --- the fast decoder and its reference -------------------------------------
+#
+# msgspec decodes the bodies (the fast path) and msgpack is the reference: whatever
+# msgspec makes of a body, the codec must answer what msgpack makes of it, value or
+# refusal. The bodies below reach where the two differ: ext types and timestamps in
+# every encoding, arrays as map keys at any depth, nesting near either's limit.
+
+
+def outcome(decode: Any, body: bytes) -> object:
+    """What *decode* makes of *body*: its map marshalled (types and key order included,
+    deeper than == and repr reach; version 0 writes no str as interned), or its
+    error's reason and message."""
+    try:
+        return marshal.dumps(decode(body), 0)
+    except ProtocolError as error:
+        return (error.reason, error.message)
+
+
+def assert_as_msgpack(body: bytes) -> None:
+    assert outcome(codec._decode_body, body) == outcome(codec._decode_reference, body)
+
+
+exts = st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=20)) | st.builds(
+    msgpack.Timestamp, st.integers(0, 2**34 - 1), st.integers(0, 999_999_999)
+)
+any_keys = st.text(max_size=4) | st.integers(-5, 5) | st.binary(max_size=4) | st.tuples(
+    st.integers(0, 3)
+)
+odd_values = st.recursive(
+    scalars | exts,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(any_keys, children, max_size=4),
+    max_leaves=16,
+)
+odd_bodies = st.one_of(
+    st.dictionaries(any_keys, odd_values, max_size=5),
+    odd_values,
+).map(lambda obj: msgpack.packb(obj, use_bin_type=True))
+
+
+@fuzz
+@given(odd_bodies)
+def test_a_body_decodes_as_msgpack_decodes_it(body: bytes) -> None:
+    """Maps, ext types (the timestamp too), tuples packed as array keys, at any depth."""
+    assert_as_msgpack(body)
+
+
+@fuzz
+@given(frames, damage)
+def test_a_damaged_body_decodes_as_msgpack_decodes_it(
+    obj: dict[str, Any], overwrites: list[tuple[int, int]]
+) -> None:
+    """A real body with a few bytes overwritten: a timestamp's or an ext's header
+    made of a payload's bytes, a length cut short, a str made invalid."""
+    body = bytearray(msgpack.packb(obj, use_bin_type=True))
+    for position, value in overwrites:
+        body[position % len(body)] = value
+    assert_as_msgpack(bytes(body))
+
+
+@pytest.mark.parametrize(
+    "ext",
+    ["d4ff00", "d5ff0000", "d6ff00000001", "d7ff" + "00" * 7 + "01", "d8ff" + "00" * 16,
+     "c704ff00000001", "c708ff" + "00" * 7 + "01", "c70cff" + "00" * 11 + "01",
+     "c8000cff" + "00" * 11 + "01", "c90000000cff" + "00" * 11 + "01", "c700ff"],
+)
+def test_every_encoding_of_a_timestamp_is_refused_as_msgpack_refuses_it(ext: str) -> None:
+    """msgspec would make a datetime of most of these; none gets past the codec."""
+    for body in (b"\x81\xa1a" + bytes.fromhex(ext), b"\x81\xa1a\x91\x81\xa1b" + bytes.fromhex(ext)):
+        assert_as_msgpack(body)
+        assert isinstance(outcome(codec._decode_body, body), tuple)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 5])
+def test_an_array_as_a_map_key_at_any_depth_is_refused_as_msgpack_refuses_it(depth: int) -> None:
+    """msgspec makes a tuple of it, msgpack cannot hash it."""
+    body = b"\x81\xa1a" * depth + b"\x81\x91\x01\x01"
+    if depth == 0:
+        body = b"\x81\xa1a" + body  # a map at the top, as a frame must be
+    assert_as_msgpack(body)
+    assert isinstance(outcome(codec._decode_body, body), tuple)
+
+
+@pytest.mark.parametrize("depth", [500, 990, 1000, 1010, 1023, 1024, 1025, 5000])
+def test_nesting_near_either_limit_decodes_as_msgpack_decodes_it(depth: int) -> None:
+    """msgspec stops at the interpreter's recursion limit, msgpack at its own stack."""
+    assert_as_msgpack(b"\x81\xa1a" + b"\x91" * depth + b"\xc0")
+    assert_as_msgpack(b"\x81\xa1a" + b"\x81\xa1a" * depth + b"\xc0")
 
 
 # --- isolation --------------------------------------------------------------

@@ -64,15 +64,17 @@ def run(command: list[str], cwd: Path, timeout: float = 120) -> str:
     return done.stdout
 
 
-def test_the_client_needs_only_msgpack_and_anyio(venv):
-    """cqsclient requires msgpack and anyio, and nothing of the server got installed."""
+def test_the_client_needs_only_msgpack_msgspec_and_anyio(venv):
+    """cqsclient requires msgpack, msgspec and anyio, and nothing of the server got
+    installed."""
     python = str(venv / "bin" / "python")
     installed = {p["name"].lower().replace("_", "-") for p in json.loads(
         run([python, "-m", "pip", "list", "--format=json"], cwd=venv))}
     script = "import importlib.metadata as m, json; print(json.dumps(m.requires('cqsclient')))"
     requires = json.loads(run([python, "-c", script], cwd=venv))
-    assert sorted(re.match(r"[A-Za-z0-9_.-]+", r)[0] for r in requires) == ["anyio", "msgpack"]
-    assert {"cqsclient", "msgpack", "anyio"} <= installed
+    assert sorted(re.match(r"[A-Za-z0-9_.-]+", r)[0] for r in requires) == [
+        "anyio", "msgpack", "msgspec"]
+    assert {"cqsclient", "msgpack", "msgspec", "anyio"} <= installed
     assert installed & SERVER_ONLY == set()
 
 

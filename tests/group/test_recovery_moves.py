@@ -37,9 +37,9 @@ def stands_by(owner: Node, standby: str, timeout: float = 30) -> None:
         time.sleep(0.05)  # no event says so: the report is read in the owner's poll
 
 
-def move(node: Node, to: str) -> None:
+def move(node: Node, to: str, timeout: float = 10) -> None:
     """``move-structure S --to to``, asked of ``node``: done when it answers."""
-    moved = request(node, "move_structure", structure=S, to=to)
+    moved = request(node, "move_structure", timeout=timeout, structure=S, to=to)
     assert moved["ok"] and moved["result"]["owner"] == to, moved
 
 
@@ -120,7 +120,7 @@ def test_a_pair_being_recovered_moves_once_its_recovery_is_over(etcd_server):
             request(a, "recover", timeout=120, structure=S, purge=False)))
         job.start()
         a.wait_for("structure_failed", structure=S, why="recover", after=mark, timeout=30)
-        move(a, "NODE2")
+        move(a, "NODE2", timeout=120)  # it waits for the recovery: a Spark job, as above
         job.join(120)
         assert recovered.get("ok"), recovered
         order = [e["event"] for e in a.lines[mark:]

@@ -84,8 +84,9 @@ def pack_bodies(bodies: Iterable[Any]) -> list[bytes]:
 
 
 # msgspec packs a record's body to the same bytes as msgpack's Packer in about half
-# the time (a test compares them); one Encoder serves every thread (it holds the GIL
-# while it packs, and keeps no state between calls).
+# the time (tests hold it to them). One Encoder serves every thread: msgspec 0.23,
+# the oldest release allowed (clients/pyproject.toml), keeps an encode's state on
+# the C stack (older ones kept a buffer in the Encoder, as a msgpack Packer does).
 _ENCODER: Final = msgspec.msgpack.Encoder()
 
 

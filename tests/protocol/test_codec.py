@@ -658,9 +658,8 @@ def assert_as_msgpack(body: bytes) -> None:
 exts = st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=20)) | st.builds(
     msgpack.Timestamp, st.integers(0, 2**34 - 1), st.integers(0, 999_999_999)
 )
-any_keys = st.text(max_size=4) | st.integers(-5, 5) | st.binary(max_size=4) | st.tuples(
-    st.integers(0, 3)
-)
+any_keys = (st.text(max_size=4) | st.integers(-5, 5) | st.binary(max_size=4)
+            | st.tuples(st.integers(0, 3)) | exts)
 odd_values = st.recursive(
     scalars | exts,
     lambda children: st.lists(children, max_size=4)
@@ -700,8 +699,10 @@ def test_a_damaged_body_decodes_as_msgpack_decodes_it(
      "c8000cff" + "00" * 11 + "01", "c90000000cff" + "00" * 11 + "01", "c700ff"],
 )
 def test_every_encoding_of_a_timestamp_is_refused_as_msgpack_refuses_it(ext: str) -> None:
-    """msgspec would make a datetime of most of these; none gets past the codec."""
-    for body in (b"\x81\xa1a" + bytes.fromhex(ext), b"\x81\xa1a\x91\x81\xa1b" + bytes.fromhex(ext)):
+    """msgspec would make a datetime of most of these; none gets past the codec, as a
+    value or as a nested map's key."""
+    for body in (b"\x81\xa1a" + bytes.fromhex(ext), b"\x81\xa1a\x91\x81\xa1b" + bytes.fromhex(ext),
+                 b"\x81\xa1a\x81" + bytes.fromhex(ext) + b"\x01"):
         assert_as_msgpack(body)
         assert isinstance(outcome(codec._decode_body, body), tuple)
 

@@ -85,7 +85,7 @@ def pack_bodies(bodies: Iterable[Any]) -> list[bytes]:
 
 # msgspec packs a record's body to the same bytes as msgpack's Packer in about half
 # the time (tests hold it to them). One Encoder serves every thread: msgspec 0.23,
-# the oldest release allowed (clients/pyproject.toml), keeps an encode's state on
+# the oldest release allowed (pyproject.toml), keeps an encode's state on
 # the C stack (older ones kept a buffer in the Encoder, as a msgpack Packer does).
 _ENCODER: Final = msgspec.msgpack.Encoder()
 

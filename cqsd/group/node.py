@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -541,6 +541,22 @@ class GroupNode:
             raise EtcdUnavailable("this node's lease ran out")
         return self.lease.lease
 
+    async def _while_leased(self, write: Callable[[], Awaitable[object]]) -> None:
+        """An idempotent etcd write, tried again for as long as this incarnation's lease
+        lasts: one answer slower than the call timeout (a loaded machine, etcd busy) is
+        not etcd lost, and fencing for it would give every pair up. Raises
+        EtcdUnavailable once the lease has run out; the keep-alive fences then anyway."""
+        while True:
+            try:
+                await write()
+                return
+            except EtcdUnavailable as err:
+                if not self.lease.valid(now() + self.poll):
+                    raise
+                log.warning("etcd_write_retried", node=self.group.node, error=str(err),
+                            lease_left=round(self.lease.left(now()), 3))
+                await trio.sleep(self.poll / 5)  # a refusal comes back at once: not a spin
+
     def _freed(self, name: str) -> None:
         """The owner key of ``name`` is gone: the view, read before, says so from now on
         (this node's refusals then say the pair is moving here, not where it was)."""
@@ -635,7 +651,8 @@ class GroupNode:
         timestamp = max([e.timestamp for e in ends.values()]
                         + [s.timestamp for s in seals], default=0)
         recorded = Seal(name, epoch, self.host.writer, cut, timestamp)
-        await self.etcd.put(key(self.group.name, "seals", name, epoch), recorded.encode())
+        await self._while_leased(lambda: self.etcd.put(key(self.group.name, "seals", name, epoch),
+                                                        recorded.encode()))
         # in the view at once: a checkpoint of the pair before the next read of etcd
         # must cover the series just sealed at their cuts (Checkpoints.covered)
         self.view.seals[name] = [recorded]

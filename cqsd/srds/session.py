@@ -44,6 +44,10 @@ def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
     options are added to the ones that map those classes.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # A job the tests measure (COVERAGE_PROCESS_START, tests/daemon/harness.py) must
+    # not pass it on: Spark's Python workers would trace every row they fold, and
+    # they end by os._exit, saving nothing (pyproject.toml, [tool.coverage.run])
+    os.environ.pop("COVERAGE_PROCESS_START", None)
     settings = {**DEFAULTS, "spark.ui.showConsoleProgress": str(progress).lower(), **(conf or {})}
     spark_home = _find_spark_home()
     settings[JAVA_OPTIONS] = " ".join(

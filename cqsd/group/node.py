@@ -200,6 +200,13 @@ class GroupNode:
         """The owner of pair ``name`` as last seen, None if it has none."""
         return self.view.owners.get(name)
 
+    def moved(self, name: str, to: str) -> Owner | None:
+        """The owner of pair ``name`` once a planned move to ``to`` is over: ``to`` owns it
+        and has deleted the move's key, which it does once it serves the pair. Its owner
+        key alone says only that it won the pair: its takeover may still be under way."""
+        o = self.view.owners.get(name)
+        return o if o is not None and o.node == to and self.view.moves.get(name) != to else None
+
     def cuts(self, name: str) -> dict[str, int]:
         """The sealed writers' cuts of pair ``name``; this node's own series is never cut."""
         cut = {**self.retired, **self.view.cuts(name)}

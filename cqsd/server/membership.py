@@ -255,7 +255,7 @@ class Membership:
 
     async def move(self, name: str, to: str) -> dict:
         """``cqsctl move-structure``: ask the group to move pair ``name`` to node ``to``
-        and wait until ``to`` owns it (MOVE_WAIT seconds at most)."""
+        and wait until ``to`` serves it (MOVE_WAIT seconds at most)."""
         node, started = self.node, now()
         try:
             await node.ask_move(name, to)
@@ -265,8 +265,8 @@ class Membership:
             raise CQSError(Reason.STRUCTURE_FAILED, f"move_structure: etcd is unreachable "
                            f"({err})") from None
         while now() - started < MOVE_WAIT:
-            owner = node.owner(name)
-            if owner is not None and owner.node == to:
+            owner = node.moved(name, to)
+            if owner is not None:
                 return {"structure": name, "owner": to, "epoch": owner.epoch,
                         "seconds": round(now() - started, 3)}
             await trio.sleep(node.poll / 5)

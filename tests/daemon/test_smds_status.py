@@ -70,7 +70,9 @@ def refused(d, queue: str) -> str:
 
 
 def changes(d, after: int, owner: str) -> list[tuple[str, str, str]]:
-    """(which state, old, new) of every state change logged for ``owner`` since ``after``."""
+    """(which state, old, new) of every state change logged for ``owner`` since ``after``
+    (every line the daemon wrote before its reply: the CI once read before the last)."""
+    d.settle()
     names = {"smds_status_changed": "status", "smds_access_changed": "access",
              "smdsconn_status_changed": "conn", "smdsconn_avail_changed": "avail"}
     return [(names[e["event"]], e["old"], e["new"]) for e in d.lines[after:]

@@ -2,6 +2,7 @@
 node's ownership is not served."""
 
 import uuid
+from dataclasses import replace
 
 import trio
 import trio.testing
@@ -9,7 +10,7 @@ import trio.testing
 from cqsd.config import GroupConfig
 from cqsd.group.etcd import Etcd, EtcdUnavailable
 from cqsd.group.node import Deposed, GroupNode, Takeover
-from cqsd.group.ownership import Node, Standby, View, key
+from cqsd.group.ownership import Node, Owner, Standby, View, key
 
 
 class SlowHost:
@@ -396,3 +397,23 @@ async def test_an_owner_key_names_the_series_its_owner_rolled_away_from(etcd_ser
     kvs, revision = await etcd.get_prefix(key(group.name) + "/")
     owner = View.read(group.name, kvs, revision).owners["P"]
     assert owner.writer == "NODE1-3" and owner.rolled == {"NODE1-1": 7, "NODE1-2": 3}
+
+
+def test_a_move_is_over_once_the_target_serves_not_once_it_won_the_owner_key(tmp_path):
+    """``move_structure`` answers on ``moved``: the target's owner key alone (its takeover
+    under way) is not enough, it must also have deleted the move's key, which it does
+    once it serves the pair (a browse right after the answer found the pair still
+    being taken, on a loaded CI machine)."""
+    group = GroupConfig(name="NMOVED", node="NODE1", etcd=("http://127.0.0.1:1",),
+                        advertise="tcp://127.0.0.1:1", lease=2, standby="cold",
+                        dedup_window=120.0)
+    node = GroupNode(group, {"P": None}, QuickHost(tmp_path))
+    owner = Owner("P", "NODE2", "tcp://127.0.0.1:2", "NODE2-1", epoch=7, lease=1)
+    node.view = View(owners={"P": replace(owner, node="NODE1")}, moves={"P": "NODE2"})
+    assert node.moved("P", "NODE2") is None  # asked, not taken
+    node.view = View(owners={"P": owner}, moves={"P": "NODE2"})
+    assert node.moved("P", "NODE2") is None  # won, still being taken
+    node.view = View(owners={"P": owner})
+    assert node.moved("P", "NODE2") == owner  # served: the move's key is gone
+    node.view = View(owners={"P": owner}, moves={"P": "NODE1"})
+    assert node.moved("P", "NODE2") == owner  # a later move elsewhere: this one is over

@@ -44,7 +44,9 @@ def move(node: Node, to: str, timeout: float = 10) -> None:
 
 
 def messages(node: Node) -> list[bytes]:
-    return [m["data"] for m in request(node, "browse", structure=S)["result"]["messages"]]
+    browsed = request(node, "browse", structure=S)
+    assert browsed["ok"], browsed
+    return [m["data"] for m in browsed["result"]["messages"]]
 
 
 def two(etcd_server, group: str) -> tuple[Node, Node]:
@@ -91,14 +93,18 @@ def test_a_pair_purged_by_its_owner_is_not_served_from_its_standbys_rows(etcd_se
     a, b = two(etcd_server, "PURGEMV")
     try:
         assert request(a, "put", structure=S, queue="Q", data=b"purged")["ok"]
-        mark = b.mark()
+        mark, back = b.mark(), a.mark()
         assert request(a, "recover", structure=S, purge=True)["ok"]
         move(a, "NODE2")
+        # answered once NODE2 serves S (it answered as soon as NODE2's owner key
+        # was made, and under load NODE2's browse then found S still being taken)
+        assert b.events("takeover_done", after=mark, structure=S)
         assert messages(b) == []
         assert request(b, "put", structure=S, queue="Q", data=b"after")["ok"]
         assert b.events("warm_image_reloaded", after=mark) or b.events("warm_image_purged",
                                                                       after=mark)
         move(b, "NODE1")
+        assert a.events("takeover_done", after=back, structure=S)
         assert messages(a) == [b"after"]
     finally:
         a.cleanup()

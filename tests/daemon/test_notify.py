@@ -81,7 +81,7 @@ def test_ready_after_recovery_watchdog_and_stopping(make_daemon, systemd):
     assert accepted  # it was listening when it said so
     assert fields["MAINPID"] == str(d.proc.pid)
     assert any("recovering" in f.get("STATUS", "") for f, _ in systemd.heard[start:ready])
-    events = [e["event"] for e in d.lines[before:]]  # the daemon says READY after "ready"
+    events = [e["event"] for e in d.lines[before:d.mark()]]  # READY follows "ready"
     rebuilt = d.events("structure_rebuilt", before, structure="MSGQ01")
     assert rebuilt[0]["clean"] is False and rebuilt[0]["records_replayed"] > 0
     assert events.index("structure_rebuilt") < events.index("ready")

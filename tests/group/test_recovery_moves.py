@@ -129,7 +129,7 @@ def test_a_pair_being_recovered_moves_once_its_recovery_is_over(etcd_server):
         move(a, "NODE2", timeout=120)  # it waits for the recovery: a Spark job, as above
         job.join(120)
         assert recovered.get("ok"), recovered
-        order = [e["event"] for e in a.lines[mark:]
+        order = [e["event"] for e in a.lines[mark:a.mark()]
                  if e.get("structure") == S and e["event"] in ("structure_recovered",
                                                               "structure_released")]
         assert order == ["structure_recovered", "structure_released"], order

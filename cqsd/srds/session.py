@@ -46,7 +46,8 @@ def start(master: str = "local[*]", conf: dict[str, str] | None = None, *,
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # A job the tests measure (COVERAGE_PROCESS_START, tests/daemon/harness.py) must
     # not pass it on: Spark's Python workers would trace every row they fold, and
-    # they end by os._exit, saving nothing (pyproject.toml, [tool.coverage.run])
+    # they end by os._exit, saving nothing (pyproject.toml, [tool.coverage.run]).
+    # Its own measurement started with the process, so it is kept.
     os.environ.pop("COVERAGE_PROCESS_START", None)
     settings = {**DEFAULTS, "spark.ui.showConsoleProgress": str(progress).lower(), **(conf or {})}
     spark_home = _find_spark_home()

@@ -13,6 +13,13 @@ from cqsd.group.node import Deposed, GroupNode, Takeover
 from cqsd.group.ownership import Node, Owner, Standby, View, key
 
 
+def config(endpoint: str) -> GroupConfig:
+    """NODE1 of a group of its own (a fresh name: etcd's keys of other tests stay out)."""
+    return GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1", etcd=(endpoint,),
+                       advertise="tcp://127.0.0.1:1", lease=2, standby="cold",
+                       dedup_window=120.0)
+
+
 class SlowHost:
     """A daemon whose rebuild waits for the test, then checks, as Membership.take does,
     that the takeover still stands before serving the pair."""
@@ -46,9 +53,7 @@ async def test_a_node_fenced_while_rebuilding_a_pair_does_not_serve_it(etcd_serv
     """The lease lost during the rebuild: the takeover no longer stands, the pair is
     not served, not counted, not owned (the fault loop met this: a node fenced in a
     slow takeover served the pair after rejoining, beside its real owner)."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host = SlowHost(tmp_path)
     node = GroupNode(group, {"P": None}, host)
     async with trio.open_nursery() as nursery:
@@ -98,9 +103,7 @@ async def test_a_pair_won_by_a_create_whose_reply_was_lost_is_taken_over(etcd_se
     """The create of the owner key was applied but its reply never came: the node finds
     the key bound to its own lease and takes the pair over (it left the pair with
     no owner serving it, for as long as the node lived: the soak's liveness timeout)."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host, etcd = QuickHost(tmp_path), LostReply(group.etcd)
     node = await served(GroupNode(group, {"P": None}, host, etcd), host)
     assert etcd.lost and host.served == ["P"] and "P" in node.owned
@@ -126,9 +129,7 @@ async def test_a_seal_answered_late_is_written_again_while_the_lease_lasts(
         etcd_server, tmp_path):
     """The seal's put is idempotent: a late answer is tried again, not a fence that
     gives every pair up (the group fuzz saw that on a loaded CI machine)."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host, etcd = QuickHost(tmp_path), SlowSeal(group.etcd)
     node = await served(GroupNode(group, {"P": None}, host, etcd), host)
     assert etcd.late == 2 and host.served == ["P"] and "P" in node.owned
@@ -157,9 +158,7 @@ async def test_a_node_fenced_between_two_pairs_binds_no_owner_key_to_no_lease(
     """Fenced by A's takeover, the node goes on through the free pairs it had listed:
     it must not create B's owner key with no lease (one that never expires: B then
     had no owner for good, the soak's liveness timeout); rejoined, it takes both."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host, etcd = SealLost(tmp_path), Etcd(group.etcd)
     node = GroupNode(group, {"A": None, "B": None}, host, etcd)
     async with trio.open_nursery() as nursery:
@@ -221,9 +220,7 @@ async def test_a_pair_handed_over_is_not_taken_back_from_a_view_read_before(etcd
     """A view read before the owner deleted its key shows the pair still bound to the
     node's lease: the node does not take it back as an orphan (it did, and served it
     beside the move's target)."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host, etcd = MovingHost(tmp_path), StaleAfterHandOver(group.etcd)
     lease, _ = await etcd.grant(30)  # a second node, cold: no warm-up is waited for
     await etcd.put(f"/cqsd/{group.name}/nodes/NODE2", '{"advertise": "tcp://127.0.0.1:2", '
@@ -268,9 +265,7 @@ async def test_a_pair_whose_create_is_still_answering_is_not_taken_as_an_orphan(
     """A planned move's target creates the owner key while the node's watch reads the
     group: the key, bound to the node's lease, must not look like an orphan (a
     create whose reply was lost), or the pair is taken over twice at one epoch."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host, etcd = QuickHost(tmp_path), SlowCreateReply(group.etcd)
     node = GroupNode(group, {"P": ("NODE2",)}, host, etcd)  # never taken by the watch
     tried = trio.Event()
@@ -297,9 +292,7 @@ async def test_a_takeover_keeps_one_seal_per_pair_saying_all_the_earlier_ones_di
     thousands, and every node read them all back at every poll."""
     import json
 
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     etcd = Etcd(group.etcd)
     for epoch, cut in ((1, {"OLD-1": 10}), (2, {"OLD-1": 7, "OLD-2": 20})):
         await etcd.put(key(group.name, "seals", "P", epoch), json.dumps(
@@ -315,9 +308,7 @@ async def test_a_node_names_no_live_series_until_it_has_read_its_group(etcd_serv
     """Before the group's keys are read every other node's series would look dead, and
     a start's trim retired series its slots named short of their cuts: live_series
     says None (nothing is retired) until the first read, then the joined nodes'."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     node = GroupNode(group, {}, SlowHost(tmp_path))
     assert node.live_series() is None
     async with trio.open_nursery() as nursery:
@@ -349,9 +340,7 @@ async def test_a_move_counts_the_warm_targets_report_on_the_series_rolled_to_mea
     counts, though its LSNs are below where the old one was when the move began. (It
     did not: the move waited all of WARM_WAIT, 30 s, for the new series to reach the
     old one's LSN; the group fuzz caught a move_structure taking that long.)"""
-    group = GroupConfig(name="ROLL", node="NODE1", etcd=("http://127.0.0.1:1",),
-                        advertise="tcp://127.0.0.1:1", lease=2, standby="cold",
-                        dedup_window=120.0)
+    group = config("http://127.0.0.1:1")
     host = RolledHost(tmp_path)
     node = GroupNode(group, {"P": ("NODE1", "NODE2")}, host)
     node.view = View(nodes={"NODE2": Node("NODE2", "tcp://127.0.0.1:2", "NODE2-1", "warm")},
@@ -386,9 +375,7 @@ async def test_an_owner_key_names_the_series_its_owner_rolled_away_from(etcd_ser
     """Each roll while the node owns a pair adds the old series, at its end, to the
     pair's owner key: its warm standbys read it there (standby.limits), or they
     skipped the records the owner wrote in it after their last pass."""
-    group = GroupConfig(name="N" + uuid.uuid4().hex[:6].upper(), node="NODE1",
-                        etcd=(etcd_server.endpoint,), advertise="tcp://127.0.0.1:1", lease=2,
-                        standby="cold", dedup_window=120.0)
+    group = config(etcd_server.endpoint)
     host, etcd = RollingHost(tmp_path), Etcd(group.etcd)
     node = await served(GroupNode(group, {"P": None}, host, etcd), host)
     await node._roll()
@@ -404,9 +391,7 @@ def test_a_move_is_over_once_the_target_serves_not_once_it_won_the_owner_key(tmp
     under way) is not enough, it must also have deleted the move's key, which it does
     once it serves the pair (a browse right after the answer found the pair still
     being taken, on a loaded CI machine)."""
-    group = GroupConfig(name="NMOVED", node="NODE1", etcd=("http://127.0.0.1:1",),
-                        advertise="tcp://127.0.0.1:1", lease=2, standby="cold",
-                        dedup_window=120.0)
+    group = config("http://127.0.0.1:1")
     node = GroupNode(group, {"P": None}, QuickHost(tmp_path))
     owner = Owner("P", "NODE2", "tcp://127.0.0.1:2", "NODE2-1", epoch=7, lease=1)
     node.view = View(owners={"P": replace(owner, node="NODE1")}, moves={"P": "NODE2"})

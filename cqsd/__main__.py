@@ -4,6 +4,7 @@ import argparse
 import os
 import pwd
 import sys
+from pathlib import Path
 
 import structlog
 import trio
@@ -13,7 +14,6 @@ from cqsproto import native
 from . import __version__, logs
 from .config import ConfigError, check_host, load
 from .errors import DaemonError
-from .storage import fscheck
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,10 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the daemon in the foreground")
     run.add_argument("--config", help="TOML configuration file (default: the embedded one)")
-    fscheck.add_arguments(commands.add_parser(
+    _fscheck_arguments(commands.add_parser(
         "fscheck", help="check that DIR's file system can hold a group's shared data directory"))
     args = parser.parse_args(argv)
     if args.command == "fscheck":
+        from .storage import fscheck  # here: a daemon's start need not import it
         return fscheck.run(args)
     try:
         config = load(args.config)
@@ -47,6 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     except DaemonError as err:  # cqsd/errors.py: each says its exit code and line
         return _stopped(err)
     return 0
+
+
+def _fscheck_arguments(parser: argparse.ArgumentParser) -> None:
+    """``cqsd fscheck``'s arguments (cqsd/storage/fscheck.py), here so that the parser
+    every start builds does not import the check."""
+    parser.add_argument("dir", metavar="DIR", type=Path, help="the shared data directory")
+    parser.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                        help="how long the first node waits for the second (default 60)")
+    parser.add_argument("--single", action="store_true",
+                        help="fork the partner here: a one-host check")
+    parser.add_argument("--records", type=int, default=1000,
+                        help="records each node appends for the read-while-append check")
 
 
 def _stopped(err: DaemonError) -> int:

@@ -64,7 +64,7 @@ from .standby import Tailer
 
 log = structlog.get_logger()
 
-__all__ = ["Deposed", "GroupNode", "Host", "Takeover", "writer_for"]
+__all__ = ["Deposed", "GroupNode", "Host", "Takeover"]
 
 REJOIN_DELAY = 0.5  # seconds between attempts to reach etcd after a fence
 # seconds between attempts to start a new series on a disk that refused one: an
@@ -82,15 +82,6 @@ HANDOVER_WATCH = 2.0
 def _move_value(to: str) -> str:
     """The value of ``moves/<PAIR>``: the node asked to own the pair."""
     return json.dumps({"to": to})
-
-
-def writer_for(node: str, log_dir: Path) -> str:
-    """This start's log series: ``NODE-N``, N one past any incarnation on disk, so
-    a node never appends to a series an earlier run of it left (it may be sealed)."""
-    prefix = f"{node}-"
-    seen = [int(w[len(prefix):]) for w in list_series(log_dir)
-            if w.startswith(prefix) and w[len(prefix):].isdigit()]
-    return f"{node}-{max(seen, default=0) + 1}"
 
 
 @dataclass

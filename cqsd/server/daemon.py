@@ -24,7 +24,7 @@ monitoring listener, the systemd watchdog), every long-lived task supervised
 
 import os
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -34,7 +34,6 @@ from logstream import LogstreamError
 from ..config import Config
 from ..errors import CannotStart, DaemonError
 from ..group import stalls
-from ..group.node import writer_for
 from ..storage import image
 from ..storage.datadir import DataDir
 from . import notify, reload
@@ -44,11 +43,9 @@ from .connections import Connections
 from .dedup import Dedup, window_of
 from .definitions import Definitions
 from .dispatch import Dispatcher
-from .journal import WRITER, Journal
+from .journal import WRITER, Journal, writer_for
 from .limits import Limits
 from .liveconfig import LiveConfig
-from .membership import Membership
-from .metrics import Fsyncs, Monitor
 from .operations import Operations
 from .overflowmoves import OverflowMoves
 from .registrations import Registrations
@@ -60,6 +57,10 @@ from .smds.commands import SmdsCommands
 from .smds.datasets import DataSets
 from .timers import Timers
 from .waiters import ReadWaiters
+
+if TYPE_CHECKING:  # imported where used: the default config (no group, no metrics) never needs them
+    from .membership import Membership
+    from .metrics import Fsyncs
 
 log = structlog.get_logger()
 
@@ -104,7 +105,10 @@ class Daemon:
         self.stopped = trio.Event()
         self.moves = OverflowMoves(self.registry, self.runtime)
         self.timers = Timers(self.registry, self.runtime, lambda: self.clients.held_over)
-        self.fsyncs = Fsyncs() if config.daemon.metrics_listen else None
+        self.fsyncs: Fsyncs | None = None
+        if config.daemon.metrics_listen:
+            from . import metrics  # prometheus_client and psutil: only with metrics on
+            self.fsyncs = metrics.Fsyncs()
         self.dedup = Dedup(window_of(config))  # exactly-once puts (docs/group.md)
         self.journal: Journal | None = None
         self.connections: Connections | None = None
@@ -142,6 +146,7 @@ class Daemon:
                                          self.runtime, self.dedup)
             self.smds_commands = SmdsCommands(self.config, self.datasets, self.runtime)
             if group is not None:  # owning nothing until etcd says so
+                from .membership import Membership  # etcd's client, h11, the standby: a group's
                 self.membership = Membership(self.config.current, self.datadir, self.registry,
                                              journal, self.clients, self.waiters, self.runtime,
                                              self.datasets, self.checkpoints,
@@ -161,7 +166,10 @@ class Daemon:
             self.connections = Connections(self.config, journal, self.limits.max_frame,
                                            self.limits.max_reply, self.clients, self.dispatcher,
                                            rooms.sessions, self.waiters)
-            monitor = Monitor(rooms, self.fsyncs) if self.fsyncs is not None else None
+            monitor = None
+            if self.fsyncs is not None:
+                from .metrics import Monitor  # only with metrics on, as Fsyncs
+                monitor = Monitor(rooms, self.fsyncs)
             monitoring = await _monitoring(self.config.daemon.metrics_listen)
             notify.status("recovering the structures", extend=True)
             if monitoring and monitor is not None:  # /healthz says "starting" meanwhile

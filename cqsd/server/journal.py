@@ -56,6 +56,7 @@ import trio.lowlevel
 import logstream
 from cqsproto.codec import pack_parts
 from logstream.record import MAX_BODY
+from logstream.series import list_series
 
 from .syncthread import SyncThread
 
@@ -67,6 +68,16 @@ INLINE_FSYNC = 0.001  # seconds: above this average an fsync would stall the loo
 # writer.py): ~1,000 small requests' records; a small commit asks for more once
 # half of it is used.
 ZERO_AHEAD = 4 * 1024 * 1024
+
+
+def writer_for(node: str, log_dir: Path) -> str:
+    """The series a node of a group writes from this start: ``NODE-N``, N one past
+    any incarnation on disk, so a node never appends to a series an earlier run of
+    it left (it may be sealed)."""
+    prefix = f"{node}-"
+    seen = [int(w[len(prefix):]) for w in list_series(log_dir)
+            if w.startswith(prefix) and w[len(prefix):].isdigit()]
+    return f"{node}-{max(seen, default=0) + 1}"
 
 
 class Fenced(Exception):

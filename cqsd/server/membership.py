@@ -24,7 +24,7 @@ from ..dedup import Remembered
 from ..engine import CQSError, Reason, Structure, StructurePair
 from ..group.etcd import EtcdError
 from ..group.lease import now
-from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover, writer_for
+from ..group.node import Deposed, GroupNode, RejoinFailed, Takeover
 from ..group.standby import Tailer, finish, purged
 from ..records import EFFECTS, EPOCH, SEALED, STRUCTURE
 from ..recovery.keys import pair_of, remembered
@@ -36,7 +36,7 @@ from ..storage.repository import RepositoryError
 from .checkpoints import Checkpoints
 from .clients import Clients
 from .dedup import Dedup
-from .journal import Fenced, Journal
+from .journal import Fenced, Journal, writer_for
 from .operations import Operations, copied
 from .registry import Registry
 from .runtime import Runtime

@@ -12,9 +12,11 @@ from this record, and share with it only the set of open sessions. Which
 module uses which room is in docs/architecture.md, "The rooms".
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..storage.datadir import DataDir
 from .checkpoints import Checkpoints
@@ -23,7 +25,6 @@ from .dedup import Dedup
 from .journal import Journal
 from .limits import Limits
 from .liveconfig import LiveConfig
-from .membership import Membership
 from .operations import Operations
 from .registry import Registry
 from .runtime import Runtime
@@ -31,6 +32,9 @@ from .session import Session
 from .smds.commands import SmdsCommands
 from .smds.datasets import DataSets
 from .waiters import ReadWaiters
+
+if TYPE_CHECKING:  # imported by the daemon only when a group is configured (its etcd client)
+    from .membership import Membership
 
 
 @dataclass

@@ -558,18 +558,9 @@ def check(directory: Path, wait: float, records: int) -> list[Result]:
     return results
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", metavar="DIR", type=Path, help="the shared data directory")
-    parser.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
-                        help="how long the first node waits for the second (default 60)")
-    parser.add_argument("--single", action="store_true",
-                        help="fork the partner here: a one-host check")
-    parser.add_argument("--records", type=int, default=1000,
-                        help="records each node appends for the read-while-append check")
-
-
 def run(args: argparse.Namespace) -> int:
-    """The subcommand: 0 if every check passed (warnings allowed), 1 if one failed, 2 on bad use."""
+    """The subcommand, its arguments parsed by cqsd/__main__.py: 0 if every check passed
+    (warnings allowed), 1 if one failed, 2 on bad use."""
     if not args.dir.is_dir() or args.wait <= 0 or args.records < 1:
         print(f"cqsd fscheck: {args.dir} is not a directory" if not args.dir.is_dir() else
               "cqsd fscheck: --wait and --records must be positive", file=sys.stderr)

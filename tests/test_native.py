@@ -37,6 +37,14 @@ TOY = '''\
 def answer() -> int:
     return {value}
 '''
+DUO = '''\
+from toy.m import answer
+
+
+def twice() -> int:
+    return 2 * answer()
+'''
+INIT = "from cqsproto import native\nnative.choose(__name__, __path__)\n"
 
 
 def python(tmp_path: Path, code: str, build: str | None = None) -> subprocess.CompletedProcess:
@@ -53,22 +61,25 @@ def python(tmp_path: Path, code: str, build: str | None = None) -> subprocess.Co
 
 ASK = ("import toy.m, cqsproto.native as n; "
        "print(toy.m.__file__.endswith('.py'), toy.m.answer(), n.chosen['toy'])")
+ASK_DUO = ("import duo.n, cqsproto.native as n; "
+           "print(duo.n.__file__.endswith('.py'), duo.n.twice(), n.chosen['duo'])")
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    """A package of one module compiled by the build's own code, its sources as an
-    editable install leaves them: live, beside the extension."""
+    """Two packages of one module each, ``duo``'s calling ``toy``'s, compiled by
+    the build's own code, their sources as an editable install leaves them: live,
+    beside the extensions."""
     where = tmp_path_factory.mktemp("native")
-    package = where / "toy"
-    package.mkdir()
-    (package / "__init__.py").write_text(
-        "from cqsproto import native\nnative.choose(__name__, __path__)\n")
-    (package / "m.py").write_text(TOY.format(value=1))
+    for package, module, source in (("toy", "m.py", TOY.format(value=1)), ("duo", "n.py", DUO)):
+        (where / package).mkdir()
+        (where / package / "__init__.py").write_text(INIT)
+        (where / package / module).write_text(source)
     run = subprocess.run(
         [sys.executable, "-c", "import sys, pathlib; sys.path.insert(0, sys.argv[1]); "
          "import native; p = pathlib.Path(sys.argv[2]); "
-         "native.build('toy', p / 'toy', ['m.py'], p / 'build', multi_file=False)",
+         "native.build({'toy': (p / 'toy', ['m.py']), 'duo': (p / 'duo', ['n.py'])}, "
+         "p / 'build', multi_file=False)",
          str(ROOT / "tools"), str(where)],
         cwd=where, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -141,3 +152,36 @@ def test_a_build_compiled_by_another_python_is_never_loaded(toy):
     finally:
         manifest.write_text(kept)
     assert python(toy, ASK).stdout.split() == ["False", "1", "native"]
+
+
+def test_a_package_runs_compiled_only_with_the_build_it_was_compiled_against(toy):
+    """duo's compiled code calls toy's through toy's export table, whose layout
+    is fixed by the build: if toy runs its source, or another build of toy is
+    installed, duo runs its source too (or CQSD_BUILD=native refuses)."""
+    assert json.loads((toy / "duo" / native.MANIFEST).read_text())["needs"] == ["toy"]
+    assert python(toy, ASK_DUO).stdout.split() == ["False", "2", "native"]
+
+    m = toy / "toy" / "m.py"
+    m.write_text(TOY.format(value=2))  # toy edited after the build
+    try:
+        run = python(toy, ASK_DUO)
+        assert run.stdout.split() == ["True", "4", "source"], run.stderr
+        assert "duo: running the Python source, since the build of toy it was " \
+               "compiled against does not run here" in run.stderr
+    finally:
+        m.write_text(TOY.format(value=1))
+
+    manifest = toy / "toy" / native.MANIFEST
+    kept = manifest.read_text()
+    manifest.write_text(json.dumps(json.loads(kept) | {"build": "another"}))  # toy rebuilt alone
+    try:
+        assert python(toy, ASK).stdout.split() == ["False", "1", "native"]
+        run = python(toy, ASK_DUO)
+        assert run.stdout.split() == ["True", "2", "source"], run.stderr
+        refused = python(toy, ASK_DUO, "native")
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert "CQSD_BUILD=native, but duo has no fresh build (the build of toy it was " \
+               "compiled against does not run here)" in refused.stderr
+    finally:
+        manifest.write_text(kept)
+    assert python(toy, ASK_DUO).stdout.split() == ["False", "2", "native"]

@@ -18,6 +18,12 @@ the SHA-256 of every source it compiled, and the package's ``__init__`` calls
   call each other natively, so they are never mixed), and stderr says which
   source changed and how to rebuild.
 
+A package's compiled modules also call those of the packages it imports
+natively, through tables whose layout is fixed when they are compiled. So the
+manifest names its build and the packages it was compiled against, and a
+package runs compiled only if each of those runs compiled too, from that same
+build; otherwise it runs its source (or, with ``CQSD_BUILD=native``, refuses).
+
 This module is pure Python on purpose and is never compiled. Every SDK process
 imports it, so it imports only what the interpreter has loaded already, and
 hashlib only where there is a build to check.
@@ -40,6 +46,8 @@ _SOURCE = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFF
 
 # package name -> the build it runs ("native" or "source"), once chosen
 chosen: dict[str, str] = {}
+# package name -> the identity of the compiled build it runs, if it runs one
+builds: dict[str, str] = {}
 
 
 def digest(path: str | os.PathLike[str]) -> str:
@@ -100,11 +108,12 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
         raise ImportError(f"{ENV}={wanted!r}: it must be 'native' or 'source'")
     directory = path[0]
     where = os.path.join(directory, MANIFEST)
-    built_by = sys.version
+    built_by, identity, needs = sys.version, "", []
     try:
         with open(where) as f:
             found = json.load(f)
         manifest, built_by = found["modules"], found.get("python")
+        identity, needs = found.get("build", ""), list(found.get("needs", []))
     except FileNotFoundError:
         manifest = unlisted(directory, package)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -117,6 +126,12 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
         changed = stale(directory, manifest)
         listed = ", ".join(changed[:3]) + " ..." * (len(changed) > 3)
         why = f"it changed after the compiled build ({listed})"
+    if manifest and not changed and wanted != "source":
+        apart = [need for need in needs if choose(need) != "native" or builds[need] != identity]
+        if apart:
+            changed = list(manifest)
+            listed = why = (f"the build of {', '.join(apart)} it was compiled against "
+                            "does not run here")
     if wanted == "native" and (changed or not manifest):
         raise ImportError(f"{ENV}=native, but {package} has no fresh build "
                           f"({listed or 'nothing compiled'}): run `make native`")
@@ -132,6 +147,8 @@ def choose(package: str, path: Sequence[str] | None = None) -> str:
             if importlib.machinery.PathFinder in finders else 0
         finders.insert(at, SourceFinder(directory, manifest))
     chosen[package] = build
+    if build == "native":
+        builds[package] = identity
     return build
 
 

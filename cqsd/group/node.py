@@ -47,6 +47,7 @@ import errno
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -680,15 +681,18 @@ class GroupNode:
         self.retired[old] = end
         writer = self.host.writer
         log.info("series_rolled", node=self.group.node, old=old, last_lsn=end, writer=writer)
-        await self.etcd.put(key(self.group.name, "nodes", self.group.node), json.dumps({
-            "advertise": self.group.advertise, "writer": writer,
-            "standby": self.group.standby}), lease=self._bound())
+        # both writes are idempotent (a put; a put on the owner key's own creation)
+        await self._while_leased(partial(
+            self.etcd.put, key(self.group.name, "nodes", self.group.node), json.dumps({
+                "advertise": self.group.advertise, "writer": writer,
+                "standby": self.group.standby}), lease=self._bound()))
         for pair, epoch in list(self.owned.items()):
             rolled = self.rolled.setdefault(pair, {})
             rolled[old] = end
-            await self.etcd.put_if(key(self.group.name, "owners", pair), json.dumps({
-                "node": self.group.node, "advertise": self.group.advertise,
-                "writer": writer, "rolled": rolled}), epoch, self._bound())
+            await self._while_leased(partial(
+                self.etcd.put_if, key(self.group.name, "owners", pair), json.dumps({
+                    "node": self.group.node, "advertise": self.group.advertise,
+                    "writer": writer, "rolled": rolled}), epoch, self._bound()))
 
     def fence(self, why: str) -> None:
         """Stop acknowledging and give everything up (idempotent); the keep-alive then

@@ -386,6 +386,46 @@ async def test_an_owner_key_names_the_series_its_owner_rolled_away_from(etcd_ser
     assert owner.writer == "NODE1-3" and owner.rolled == {"NODE1-1": 7, "NODE1-2": 3}
 
 
+
+class LateRoll(Etcd):
+    """Once ``armed``, etcd applies the first put and the first put_if (a roll's write
+    of the node's key and of its owner keys) and answers neither in time."""
+
+    def __init__(self, endpoints) -> None:
+        super().__init__(endpoints)
+        self.armed = False
+        self.late: list[str] = []
+
+    async def put(self, key, value, lease=0):
+        revision = await super().put(key, value, lease)
+        self._late("put")
+        return revision
+
+    async def put_if(self, key, value, create_revision, lease):
+        done = await super().put_if(key, value, create_revision, lease)
+        self._late("put_if")
+        return done
+
+    def _late(self, call: str) -> None:
+        if self.armed and call not in self.late:
+            self.late.append(call)
+            raise EtcdUnavailable("etcd unreachable (the test: no answer in time)")
+
+
+async def test_a_roll_answered_late_is_written_again_while_the_lease_lasts(etcd_server, tmp_path):
+    """A roll's two writes are idempotent, as the seal is: a late answer to either is
+    tried again while the lease lasts, not an error that fences the node."""
+    group = config(etcd_server.endpoint)
+    host, etcd = RollingHost(tmp_path), LateRoll(group.etcd)
+    node = await served(GroupNode(group, {"P": None}, host, etcd), host)
+    etcd.armed = True
+    await node._roll()
+    assert etcd.late == ["put", "put_if"] and node.fenced_since is None
+    kvs, revision = await etcd.get_prefix(key(group.name) + "/")
+    view = View.read(group.name, kvs, revision)
+    assert view.owners["P"].writer == "NODE1-2" and view.owners["P"].rolled == {"NODE1-1": 7}
+    assert view.nodes["NODE1"].writer == "NODE1-2"
+
 def test_a_move_is_over_once_the_target_serves_not_once_it_won_the_owner_key(tmp_path):
     """``move_structure`` answers on ``moved``: the target's owner key alone (its takeover
     under way) is not enough, it must also have deleted the move's key, which it does

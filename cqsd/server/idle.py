@@ -15,12 +15,15 @@ becomes runnable only through I/O, a deadline, or another running task.
 
 What Trio has to run is not only its run queue: the rest of the batch the
 poller was resumed in has been taken off it. So an instrument (Trio's public
-hooks) keeps the tasks scheduled that have not taken their step; the poller
-skips Trio only when there are none. Trio's epoll, its next deadline and its
-waiters for idleness (``trio.testing.wait_all_tasks_blocked``, which only
-Trio's own wait can serve) are not public: ``attach`` finds them on the Trio
-pinned in pyproject.toml (a test checks that it does), and without them the
-poller yields as before. Only under Trio's own clock: a test's virtual clock
+hooks) notes each task scheduled, and the poller skips Trio only when none of
+them is still waiting for its step. A task still waits while Trio holds what
+to resume it with (``Task._next_send_fn``, cleared as its step begins): the
+instrument need not also hear each step begin, a second interpreted hook call
+a task step. That mark, Trio's epoll, its next deadline and its waiters for
+idleness (``trio.testing.wait_all_tasks_blocked``, which only Trio's own wait
+can serve) are not public: ``attach`` finds them on the Trio pinned in
+pyproject.toml (a test checks that it does), and without them the poller
+yields as before. Only under Trio's own clock: a test's virtual clock
 has no real time to sleep.
 """
 
@@ -37,18 +40,26 @@ MAX_SLEEP = 1.0
 
 
 class _Scheduled:
-    """The tasks scheduled that have not taken their step yet: an instrument (Trio
-    calls the hooks an object has, the ones ``trio.abc.Instrument`` names), not a
-    subclass of it, so that it compiles (docs/native.md)."""
+    """The tasks scheduled, some of which may have taken their step since: an
+    instrument (Trio calls the hooks an object has, the ones
+    ``trio.abc.Instrument`` names), not a subclass of it, so that it compiles
+    (docs/native.md)."""
 
     def __init__(self) -> None:
-        self.tasks: set[trio.lowlevel.Task] = set()
+        self.tasks: set[Any] = set()
 
-    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+    def task_scheduled(self, task: Any) -> None:
         self.tasks.add(task)
 
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.tasks.discard(task)
+    def waiting(self) -> bool:
+        """Whether a task scheduled has not taken its step yet; those that have are
+        forgotten."""
+        if not self.tasks:
+            return False
+        stepped = [task for task in self.tasks if task._next_send_fn is None]
+        for task in stepped:
+            self.tasks.discard(task)
+        return bool(self.tasks)
 
 
 class TrioIdle:
@@ -71,6 +82,7 @@ class TrioIdle:
         runner = getattr(getattr(trio._core._run, "GLOBAL_RUN_CONTEXT", None), "runner", None)
         trio_epoll = getattr(getattr(runner, "io_manager", None), "_epoll", None)
         if (trio_epoll is None or not hasattr(runner, "waiting_for_idle")
+                or not hasattr(trio.lowlevel.current_task(), "_next_send_fn")
                 or not hasattr(getattr(runner, "deadlines", None), "next_deadline")
                 or type(getattr(runner, "clock", None)).__name__ != "SystemClock"):
             return None
@@ -94,7 +106,7 @@ class TrioIdle:
         """How long the poller may wait without yielding to Trio; 0 or less when a task
         waits to run, a deadline has come, or a test waits for every task to block."""
         runner = self._runner
-        if self._scheduled.tasks or runner.waiting_for_idle:
+        if self._scheduled.waiting() or runner.waiting_for_idle:
             return -1.0
         return min(runner.deadlines.next_deadline() - runner.clock.current_time(), MAX_SLEEP)
 

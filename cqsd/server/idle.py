@@ -54,11 +54,8 @@ class _Scheduled:
     def waiting(self) -> bool:
         """Whether a task scheduled has not taken its step yet; those that have are
         forgotten."""
-        if not self.tasks:
-            return False
-        stepped = [task for task in self.tasks if task._next_send_fn is None]
-        for task in stepped:
-            self.tasks.discard(task)
+        if self.tasks:
+            self.tasks = {task for task in self.tasks if task._next_send_fn is not None}
         return bool(self.tasks)
 
 
